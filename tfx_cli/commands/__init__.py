@@ -1,0 +1,6 @@
+"""One small module per subcommand: parse -> core -> render.emit.
+
+COMMANDS is the registry `cli.py` reads: (command name, module, function), in help order.
+"""
+COMMANDS = [
+]

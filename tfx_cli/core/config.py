@@ -1,0 +1,252 @@
+"""Model configuration: one dataclass that switches the shared core, plus the presets.
+
+Pure Python on purpose: `tfx count-params` and `tfx configs` read configs without
+paying for a torch import.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from ..errors import ConfigError
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+POSITIONALS = ("learned", "sinusoidal", "rope", "none")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Every switch the core understands. Field names are the JSON config keys."""
+
+    vocab_size: int = 50257
+    context_length: int = 1024
+    d_model: int = 768
+    n_heads: int = 12
+    n_kv_heads: int | None = None  # None: same as n_heads (plain multi-head attention)
+    n_layers: int = 12
+    d_ff: int | None = None  # None: 4 * d_model
+    dropout: float = 0.0  # kept for fidelity with the seeds; tfx always runs in eval mode
+    qkv_bias: bool = False
+    proj_bias: bool = True  # bias on the attention output and feed-forward projections
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    ln_eps: float = 1e-5
+    activation: str = "gelu_tanh"
+    positional: str = "learned"
+    rope_theta: float = 10000.0
+    causal: bool = True
+    tie_embeddings: bool = False
+    token_types: int = 0  # BERT's segment embeddings (0: none)
+    # Beyond DESIGN.md's list, needed by the real families:
+    embed_norm: bool = False  # BERT normalises the embedding sum
+    lm_head: bool = True  # BertModel has no output head
+    pooler: bool = False  # BERT's pooler (counted, not run by the stage commands)
+    tokenizer: str = "gpt2"  # default tokenizer for this config
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        self.validate()
+
+    # -- derived sizes ----------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def has_final_norm(self) -> bool:
+        # Pre-LN stacks need a last norm before the head; post-LN blocks end normalised.
+        return self.norm_position == "pre"
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_kv_heads",
+                     "n_layers", "d_ff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"config field {name} must be a whole number, got {value!r}")
+            if value <= 0:
+                raise ConfigError(f"config field {name} must be positive, got {value}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                f"choose a head count among {_divisors(self.d_model)}")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
+                "(each key/value head serves an equal group of query heads)")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head dimension, got {self.head_dim}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        for name, allowed in (("norm", NORMS), ("norm_position", NORM_POSITIONS),
+                              ("activation", ACTIVATIONS), ("positional", POSITIONALS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"config field {name}={getattr(self, name)!r} is not one of "
+                                  f"{', '.join(allowed)}")
+        if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ConfigError(f"config field dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.ln_eps, (int, float)) or self.ln_eps <= 0:
+            raise ConfigError(f"config field ln_eps must be a positive number, got {self.ln_eps!r}")
+        if not isinstance(self.token_types, int) or self.token_types < 0:
+            raise ConfigError(f"config field token_types must be >= 0, got {self.token_types!r}")
+        if self.tie_embeddings and not self.lm_head:
+            raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _divisors(n: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, divs[:12])) + (" ..." if len(divs) > 12 else "")
+
+
+# -- presets -------------------------------------------------------------------------
+_GPT2 = dict(vocab_size=50257, context_length=1024, qkv_bias=True, tie_embeddings=True,
+             activation="gelu_tanh", positional="learned", norm_position="pre", causal=True)
+
+PRESETS: dict[str, ModelConfig] = {
+    # seed 001: the 6-dimensional encoder worked by hand ("When you play game of thrones")
+    "toy": ModelConfig(vocab_size=64, context_length=64, d_model=6, n_heads=2, n_layers=1,
+                       d_ff=24, qkv_bias=True, norm_position="post", activation="relu",
+                       positional="sinusoidal", causal=False, tokenizer="word", name="toy"),
+    # seed 000: the original encoder of "Attention Is All You Need"
+    "vaswani": ModelConfig(vocab_size=64, context_length=512, d_model=512, n_heads=8,
+                           n_layers=6, d_ff=2048, qkv_bias=True, norm_position="post",
+                           activation="relu", positional="sinusoidal", causal=False,
+                           tokenizer="word", name="vaswani"),
+    # seed 002: nanoGPT's GPT-2 small (fused c_attn, biases everywhere, exact GELU)
+    "nanogpt": ModelConfig(**{**_GPT2, "activation": "gelu"}, d_model=768, n_heads=12,
+                           n_layers=12, name="nanogpt"),
+    # seed 004: LLMs-from-scratch GPT_CONFIG_124M (no qkv bias, untied head)
+    "gpt124m": ModelConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12,
+                           n_layers=12, dropout=0.1, qkv_bias=False, name="gpt124m"),
+    "gpt2": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12, name="gpt2"),
+    "gpt2-medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24,
+                               name="gpt2-medium"),
+    "gpt2-large": ModelConfig(**_GPT2, d_model=1280, n_heads=20, n_layers=36,
+                              name="gpt2-large"),
+    "gpt2-xl": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48, name="gpt2-xl"),
+    # sentence-transformers/all-MiniLM-L6-v2 (BertModel)
+    "minilm": ModelConfig(vocab_size=30522, context_length=512, d_model=384, n_heads=12,
+                          n_layers=6, d_ff=1536, qkv_bias=True, norm_position="post",
+                          ln_eps=1e-12, activation="gelu", positional="learned", causal=False,
+                          token_types=2, embed_norm=True, lm_head=False, pooler=True,
+                          tokenizer="minilm", name="minilm"),
+    # HuggingFaceTB/SmolLM2-135M (LlamaForCausalLM)
+    "smollm2-135m": ModelConfig(vocab_size=49152, context_length=8192, d_model=576,
+                                n_heads=9, n_kv_heads=3, n_layers=30, d_ff=1536,
+                                qkv_bias=False, proj_bias=False, norm="rmsnorm", ln_eps=1e-5,
+                                activation="swiglu", positional="rope", rope_theta=100000.0,
+                                causal=True, tie_embeddings=True, tokenizer="smollm2",
+                                name="smollm2-135m"),
+}
+
+DEFAULT_CONFIG = "gpt124m"
+FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
+
+
+def config_from_dict(data: dict, *, source: str = "config") -> ModelConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object of config fields")
+    unknown = sorted(set(data) - set(FIELD_NAMES))
+    if unknown:
+        raise ConfigError(f"{source}: unknown config key(s) {', '.join(unknown)}; "
+                          f"valid keys: {', '.join(FIELD_NAMES)}")
+    types = {f.name: f.type for f in fields(ModelConfig)}
+    for key, value in data.items():
+        _check_type(source, key, types[key], value)
+    return ModelConfig(**data)
+
+
+def _check_type(source: str, key: str, annotation: str, value) -> None:
+    ann = str(annotation)
+    if value is None and "None" in ann:
+        return
+    if ann.startswith("int"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        want = "a whole number"
+    elif ann.startswith("float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        want = "a number"
+    elif ann.startswith("bool"):
+        ok = isinstance(value, bool)
+        want = "true or false"
+    else:
+        ok = isinstance(value, str)
+        want = "a string"
+    if not ok:
+        raise ConfigError(f"{source}: config key {key} must be {want}, got {json.dumps(value)}")
+
+
+def load_config_file(path: Path) -> ModelConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 (byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line "
+                          f"{exc.lineno}, column {exc.colno}") from None
+    cfg = config_from_dict(data, source=str(path))
+    if cfg.name == "custom":
+        cfg = replace(cfg, name=path.stem)
+    return cfg
+
+
+def resolve_config(name_or_path: str | None) -> ModelConfig:
+    """A preset name, or a path to a JSON file with ModelConfig's field names."""
+    name = name_or_path or DEFAULT_CONFIG
+    if name in PRESETS:
+        return PRESETS[name]
+    if name.endswith(".json") or Path(name).is_file():
+        return load_config_file(Path(name))
+    raise ConfigError(f"unknown config {name!r}; valid presets: {', '.join(PRESETS)} "
+                      "(or a path to a .json config file)")
+
+
+def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | None = None,
+                   d_model: int | None = None, context: int | None = None,
+                   tie: bool | None = None) -> ModelConfig:
+    """Apply the command-line size overrides (random-weight configs only)."""
+    changes: dict = {}
+    if d_model is not None:
+        changes["d_model"] = d_model
+        if d_model != cfg.d_model and cfg.d_ff == 4 * cfg.d_model:
+            changes["d_ff"] = 4 * d_model
+    if heads is not None:
+        changes["n_heads"] = heads
+        if cfg.n_kv_heads == cfg.n_heads:
+            changes["n_kv_heads"] = heads
+        elif heads % cfg.n_kv_heads:
+            changes["n_kv_heads"] = heads
+    if layers is not None:
+        changes["n_layers"] = layers
+    if context is not None:
+        changes["context_length"] = context
+    if tie is not None:
+        changes["tie_embeddings"] = tie
+    if not changes:
+        return cfg
+    try:
+        return replace(cfg, **changes)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.message} (after overrides)") from None
+
+
+def config_json(cfg: ModelConfig) -> str:
+    return json.dumps(cfg.to_dict(), indent=2)
+
+
+__all__ = ["ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
+           "with_overrides", "config_from_dict", "load_config_file", "dataclasses"]

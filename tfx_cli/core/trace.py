@@ -1,0 +1,119 @@
+"""Trace: the ordered record of named intermediates, and Result: what a command shows.
+
+Torch-free on purpose (render reads Traces and must not import torch): recorded values
+are torch tensors or numpy arrays, and `array()` turns either into numpy without naming
+torch. The Tap module that fills a Trace lives in `model.py`, next to the modules it taps.
+
+Names are the public contract of DESIGN.md (`blocks.0.attn.pattern`); dims are letters:
+B batch, T query positions, S key positions, C d_model, H heads, D head dim, F ffn width,
+V vocab, P positions of a positional table, R rotary frequencies.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..errors import SelectError
+
+
+@dataclass
+class Entry:
+    value: Any  # torch.Tensor or np.ndarray, batch dimension already removed
+    dims: tuple[str, ...]
+
+
+class Trace:
+    """Ordered name -> (value, dims). Insertion order is forward-pass order."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def add(self, name: str, value: Any, dims: Iterable[str]) -> None:
+        dims = tuple(dims)
+        if len(dims) != value.ndim:
+            raise ValueError(f"{name}: dims {dims} do not match shape {tuple(value.shape)}")
+        self._entries[name] = Entry(value, dims)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def dims(self, name: str) -> tuple[str, ...]:
+        return self._entries[name].dims
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entries[name].value.shape)
+
+    def raw(self, name: str) -> Any:
+        return self._entries[name].value
+
+    def array(self, name: str) -> np.ndarray:
+        value = self._entries[name].value
+        if isinstance(value, np.ndarray):
+            return value
+        array = value.detach().cpu().numpy()  # a torch tensor, without importing torch
+        self._entries[name].value = array
+        return array
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.array(name)
+
+    def items(self):
+        for name in self._entries:
+            yield name, self.array(name), self._entries[name].dims
+
+    def subset(self, names: Iterable[str]) -> "Trace":
+        out = Trace()
+        for name in names:
+            out._entries[name] = self._entries[name]
+        return out
+
+    def merge(self, other: "Trace", prefix: str = "") -> None:
+        for name, entry in other._entries.items():
+            self._entries[prefix + name] = entry
+
+
+def compile_globs(globs: Iterable[str]) -> re.Pattern:
+    """One regex for a list of shell-style globs (`*` crosses dots, as in gh --json)."""
+    parts = [fnmatch.translate(g) for g in globs]
+    return re.compile("|".join(parts) if parts else r"(?!)")
+
+
+def check_globs(globs: Iterable[str], valid: list[str]) -> None:
+    """Every glob must match at least one valid name; the error lists the valid ones."""
+    for glob in globs:
+        rx = compile_globs([glob])
+        if not any(rx.match(name) for name in valid):
+            raise SelectError(f"--select {glob!r} matches no trace name; valid names: "
+                              f"{summarise_names(valid)}")
+
+
+def summarise_names(names: list[str]) -> str:
+    """Collapse per-layer names (`blocks.{i}.x`) so the list fits in one line."""
+    seen: list[str] = []
+    for name in names:
+        generic = re.sub(r"^blocks\.\d+\.", "blocks.{i}.", name)
+        if generic not in seen:
+            seen.append(generic)
+    return ", ".join(seen)
+
+
+@dataclass
+class Result:
+    """Everything one command shows: the JSON envelope and the terminal view read it."""
+
+    command: str
+    model: dict | None = None
+    input: dict | None = None
+    tensors: Trace = field(default_factory=Trace)
+    result: dict = field(default_factory=dict)
+    view: str | None = None  # name of the terminal view; defaults to the command

@@ -1,0 +1,77 @@
+"""The only place that writes stdout. Warnings and progress go to stderr.
+
+`emit(result, json=True)` prints the tfx/1 envelope; otherwise the result's view draws
+Rich tables. Rich already honours NO_COLOR and drops colour when stdout is not a terminal.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from ..core.trace import Result
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    precision: int = 3
+    full: bool = False
+    show: tuple[str, ...] = ()
+    extra: dict | None = None
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool = False,
+         show: tuple[str, ...] = (), extra: dict | None = None,
+         console: Console | None = None) -> None:
+    if json:
+        from .jsonout import dumps
+
+        text = dumps(result)  # built whole before writing: never half a document
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return
+    from .views import render
+
+    render(result, console or stdout_console(),
+           ViewOptions(precision=precision, full=full, show=tuple(show), extra=extra))
+
+
+def warn(message: str) -> None:
+    stderr_console().print(f"[yellow]tfx: warning:[/] {message}", markup=True)
+
+
+def info(message: str) -> None:
+    if not os.environ.get("TFX_QUIET"):
+        stderr_console().print(message, markup=False)
+
+
+@contextmanager
+def progress(description: str):
+    """A stderr spinner/bar for long work; yields update(fraction, text)."""
+    console = stderr_console()
+    if not console.is_terminal:
+        console.print(f"{description} ...", markup=False)
+        yield lambda fraction=None, text=None: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(description, total=1.0)
+
+        def update(fraction=None, text=None):
+            bar.update(task, completed=fraction if fraction is not None else None,
+                       description=text or description)
+
+        yield update
