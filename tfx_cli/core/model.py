@@ -1,0 +1,404 @@
+"""The one transformer, built from ModelConfig switches, with a Tap at every intermediate.
+
+Read top to bottom: Tap, norms, positions, attention, feed-forward, block, model.
+
+Every intermediate passes through a `Tap`, an identity module; its public name is its
+path in `named_modules()` (`blocks.0.attn.pattern`), so names cannot drift from the
+module tree. A Tap records only when `Transformer.record(globs)` switched it on, so a run
+that asks for one layer keeps one layer in memory.
+
+Parameter creation order follows LLMs-from-scratch's GPTModel (token embedding, position
+embedding, then per block W_query, W_key, W_value, out_proj, the two feed-forward
+linears, then the output head), and every module keeps PyTorch's default init, so
+`torch.manual_seed(123)` followed by building `gpt124m` gives that book's exact weights.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .trace import Trace, compile_globs
+
+
+class Tap(nn.Module):
+    """Identity that records its input into the active Trace when switched on."""
+
+    def __init__(self, *dims: str):
+        super().__init__()
+        self.dims = dims  # without the batch dimension, which tfx always records as 0
+        self.name = ""  # set by Transformer from named_modules()
+        self.trace: Trace | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.trace is not None:
+            self.trace.add(self.name, x[0].detach(), self.dims)
+        return x
+
+    @property
+    def on(self) -> bool:
+        return self.trace is not None
+
+
+class Taps(nn.Module):
+    """A named group of taps with no computation of its own (`tokens.ids`)."""
+
+    def __init__(self, **taps: Tap):
+        super().__init__()
+        for name, tap in taps.items():
+            self.add_module(name, tap)
+
+
+# -- normalisation -----------------------------------------------------------------
+class Norm(nn.Module):
+    """LayerNorm (mean and biased variance over C, then scale and shift) or RMSNorm.
+
+    Written out rather than F.layer_norm so the mean, variance and normalised rows can be
+    shown, and so the arithmetic is the seed's: (x - mean) / sqrt(var + eps) * scale + shift.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.kind, self.eps = cfg.norm, cfg.ln_eps
+        self.scale = nn.Parameter(torch.ones(cfg.d_model))
+        self.shift = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.norm == "layernorm" else None
+        self.add_module("in", Tap("T", "C"))  # what is normalised (x + Sublayer(x) in post-LN)
+        self.mean, self.var = Tap("T"), Tap("T")
+        self.normed, self.out = Tap("T", "C"), Tap("T", "C")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = getattr(self, "in")(x)
+        if self.kind == "rmsnorm":
+            mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
+            self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
+            normed = self.normed(x * torch.rsqrt(mean_square + self.eps))
+            return self.out(normed * self.scale)
+        mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        self.mean(mean.squeeze(-1))
+        self.var(var.squeeze(-1))
+        normed = self.normed((x - mean) / torch.sqrt(var + self.eps))
+        return self.out(normed * self.scale + self.shift)
+
+
+# -- positions ---------------------------------------------------------------------
+def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, C/2)
+    table = torch.empty(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return table.float()
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
+    """Rotation angle of each (position, frequency): pos * theta^(-2i/D). (T, D/2)"""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return (positions.double()[:, None] * inv_freq[None, :]).float()
+
+
+def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+D/2}) by their angle: the split-halves (HF Llama) layout."""
+    cos, sin = angles.cos(), angles.sin()  # (T, D/2)
+    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)  # (T, D)
+    half = x.shape[-1] // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated_half * sin
+
+
+class Embed(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.positional == "learned":
+            self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model)
+        elif cfg.positional == "sinusoidal":
+            self.register_buffer("pe", sinusoidal_table(cfg.context_length, cfg.d_model),
+                                 persistent=False)
+        if cfg.token_types:
+            self.type_emb = nn.Embedding(cfg.token_types, cfg.d_model)
+        self.tok = Tap("T", "C")
+        if cfg.positional in ("learned", "sinusoidal"):
+            self.pos = Tap("T", "C")
+        if cfg.token_types:
+            self.type = Tap("T", "C")
+        self.ln = Norm(cfg) if cfg.embed_norm else None
+        self.out = Tap("T", "C")
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor,
+                token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        x = self.tok(self.tok_emb(ids))  # (B, T, C)
+        if self.cfg.positional == "learned":
+            x = x + self.pos(self.pos_emb(positions)[None])
+        elif self.cfg.positional == "sinusoidal":
+            x = x + self.pos(self.pe[positions][None])
+        if self.cfg.token_types:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(ids)
+            x = x + self.type(self.type_emb(token_type_ids))
+        if self.ln is not None:
+            x = self.ln(x)
+        return self.out(x)
+
+
+# -- attention ---------------------------------------------------------------------
+class KVCache:
+    """Preallocated keys and values per layer; a decoding step writes in place."""
+
+    def __init__(self, cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
+                 dtype: torch.dtype = torch.float32):
+        max_len = max_len or cfg.context_length
+        shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.k = [torch.empty(shape, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.v = [torch.empty(shape, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.length = 0  # positions filled so far
+        self.max_len = max_len
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int):
+        end = start + k.shape[2]
+        self.k[layer][:, :, start:end] = k
+        self.v[layer][:, :, start:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) attention: the only attention in tfx.
+
+    The explicit path materialises scores, scaled, masked and pattern; when no tap inside
+    needs them it calls the fused scaled_dot_product_attention, held equal by a test.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        kv_dim = cfg.n_kv_heads * cfg.head_dim
+        self.W_query = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.qkv_bias)
+        self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.proj_bias)
+        self.q, self.k, self.v = Tap("H", "T", "D"), Tap("H", "S", "D"), Tap("H", "S", "D")
+        if cfg.positional == "rope":
+            self.q_rot, self.k_rot = Tap("H", "T", "D"), Tap("H", "S", "D")
+        self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
+        self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
+        self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", "C"), Tap("T", "C")
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, D)
+
+    def _share_kv(self, x: torch.Tensor) -> torch.Tensor:
+        # grouped-query attention: query head h reads key/value head h // group
+        group = self.n_heads // self.n_kv_heads
+        return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
+                kv_x: torch.Tensor | None = None, q_angles: torch.Tensor | None = None,
+                k_angles: torch.Tensor | None = None, cache: KVCache | None = None,
+                start: int = 0) -> torch.Tensor:
+        """x: (B, T, C) queries' input; kv_x: keys/values' input (cross-attention), else x.
+        keep: (T, S) bool, True where a query may look; None means no mask at all."""
+        kv_x = x if kv_x is None else kv_x
+        queries = self._heads(self.W_query(x), self.n_heads)  # (B, H, T, D)
+        keys = self._heads(self.W_key(kv_x), self.n_kv_heads)  # (B, Hkv, S, D)
+        values = self._heads(self.W_value(kv_x), self.n_kv_heads)  # (B, Hkv, S, D)
+        if q_angles is not None:  # rotary: record q and k before and after the rotation
+            self.q(queries)
+            if self.k.on:
+                self.k(self._share_kv(keys))
+            queries = self.q_rot(apply_rope(queries, q_angles))
+            keys = apply_rope(keys, k_angles)
+        if cache is not None:
+            keys, values = cache.append(self.layer, keys, values, start)
+        keys, values = self._share_kv(keys), self._share_kv(values)  # (B, H, S, D)
+        if q_angles is None:
+            self.q(queries)
+            self.k(keys)
+        else:
+            self.k_rot(keys)
+        self.v(values)
+
+        explicit = any(t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
+        if explicit:
+            attn_scores = self.scores(queries @ keys.transpose(-2, -1))  # (B, H, T, S)
+            attn_scaled = self.scaled(attn_scores / math.sqrt(self.head_dim))
+            if keep is not None:
+                attn_scaled = attn_scaled.masked_fill(~keep, float("-inf"))
+            attn_weights = self.pattern(torch.softmax(self.masked(attn_scaled), dim=-1))
+            context_vec = attn_weights @ values  # (B, H, T, D)
+        else:
+            context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=keep)
+        self.context(context_vec)
+        B, H, T, D = context_vec.shape
+        concat = self.concat(context_vec.transpose(1, 2).reshape(B, T, H * D))  # (B, T, C)
+        return self.out(self.out_proj(concat))
+
+
+# -- feed-forward ------------------------------------------------------------------
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.activation = cfg.activation
+        bias = cfg.proj_bias
+        if cfg.activation == "swiglu":
+            self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)  # "up" for SwiGLU
+        self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=bias)  # "down"
+        self.hidden, self.act, self.out = Tap("T", "F"), Tap("T", "F"), Tap("T", "C")
+        if cfg.activation == "swiglu":
+            self.up = Tap("T", "F")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation == "swiglu":
+            gate = self.hidden(self.gate_proj(x))  # (B, T, F), pre-activation of the gate
+            act = self.act(F.silu(gate) * self.up(self.fc1(x)))
+        else:
+            hidden = self.hidden(self.fc1(x))  # (B, T, F)
+            if self.activation == "relu":
+                act = self.act(F.relu(hidden))
+            elif self.activation == "gelu":
+                act = self.act(F.gelu(hidden))  # exact (erf), as BERT and nanoGPT
+            else:
+                act = self.act(F.gelu(hidden, approximate="tanh"))  # GPT-2, seed 004
+        return self.out(self.fc2(act))
+
+
+# -- block and model ----------------------------------------------------------------
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.post_ln = cfg.norm_position == "post"
+        self.ln1 = Norm(cfg)
+        self.attn = Attention(cfg, layer)
+        self.resid_mid = Tap("T", "C")
+        self.ln2 = Norm(cfg)
+        self.ffn = FeedForward(cfg)
+        self.resid_out = Tap("T", "C")
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, **attn_kw) -> torch.Tensor:
+        if self.post_ln:  # LayerNorm(x + Sublayer(x)), the original encoder (seed 000)
+            x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
+            return self.resid_out(self.ln2(x + self.ffn(x)))
+        x = self.resid_mid(x + self.attn(self.ln1(x), keep, **attn_kw))
+        return self.resid_out(x + self.ffn(self.ln2(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tokens = Taps(ids=Tap("T"))
+        self.embed = Embed(cfg)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+        if cfg.lm_head:
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            if cfg.tie_embeddings:
+                self.lm_head.weight = self.embed.tok_emb.weight
+        self.logits = Tap("T", "V")
+        self.taps: dict[str, Tap] = {}
+        for name, module in self.named_modules():
+            if isinstance(module, Tap):
+                module.name = name
+                self.taps[name] = module
+
+    # -- recording --------------------------------------------------------------------
+    def tap_names(self) -> list[str]:
+        return list(self.taps)
+
+    @contextmanager
+    def record(self, globs: Iterable[str], trace: Trace | None = None):
+        """Switch on the taps whose names match `globs`; yields the Trace they fill."""
+        trace = trace if trace is not None else Trace()
+        rx = compile_globs(list(globs))
+        chosen = [tap for name, tap in self.taps.items() if rx.match(name)]
+        for tap in chosen:
+            tap.trace = trace
+        try:
+            yield trace
+        finally:
+            for tap in chosen:
+                tap.trace = None
+
+    # -- forward ----------------------------------------------------------------------
+    def mask(self, T: int, S: int, start: int = 0, *, causal: bool | None = None,
+             valid_len: int | None = None) -> torch.Tensor | None:
+        """(T, S) keep-mask: query i sits at position start + i; key j at position j."""
+        causal = self.cfg.causal if causal is None else causal
+        if not causal and valid_len is None:
+            return None
+        keep = torch.ones(T, S, dtype=torch.bool)
+        if causal:
+            q_pos = torch.arange(start, start + T)[:, None]
+            keep &= torch.arange(S)[None, :] <= q_pos
+        if valid_len is not None:
+            keep[:, valid_len:] = False
+        return keep
+
+    def forward(self, ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
+                cache: KVCache | None = None, keep: torch.Tensor | None | str = "auto",
+                stop_after: int | None = None, head: str = "all") -> torch.Tensor | None:
+        """ids: (B, T). Returns logits (B, T, V), or (B, 1, V) with head="last", or the
+        final hidden state for models without a head; None when stopped early.
+
+        stop_after=L runs blocks 0..L only (a command that shows layer L needs no more).
+        """
+        B, T = ids.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.cfg.context_length:
+            raise ValueError(f"{start + T} positions exceed the context length "
+                             f"{self.cfg.context_length}")
+        positions = torch.arange(start, start + T)
+        self.tokens.ids(ids)
+        x = self.embed(ids, positions, token_type_ids)  # (B, T, C)
+        if isinstance(keep, str):
+            keep = self.mask(T, start + T, start)
+        attn_kw: dict = {"cache": cache, "start": start}
+        if self.cfg.positional == "rope":
+            angles = rope_angles(torch.arange(0, start + T), self.cfg.head_dim,
+                                 self.cfg.rope_theta)
+            attn_kw.update(q_angles=angles[start:], k_angles=angles[start:])
+        for i, block in enumerate(self.blocks):
+            x = block(x, keep, **attn_kw)
+            if stop_after is not None and i >= stop_after:
+                return None
+        if cache is not None:
+            cache.length = start + T
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        if not self.cfg.lm_head or head == "none":
+            return x
+        if head == "last":
+            x = x[:, -1:]
+        return self.logits(self.lm_head(x))
+
+
+def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None) -> Transformer:
+    """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage."""
+    if device == "meta":
+        with torch.device("meta"):
+            return Transformer(cfg).eval()
+    if seed is not None:
+        torch.manual_seed(seed)
+    return Transformer(cfg).eval()
+
+
+def tap_names(cfg: ModelConfig) -> list[str]:
+    """Every trace name this config produces, in forward order (no weights allocated)."""
+    return build_model(cfg, device="meta").tap_names()
+
+
+def unique_parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # parameters() yields tied ones once
+
+
+__all__: Sequence[str] = ["Transformer", "build_model", "tap_names", "KVCache", "Tap",
+                          "sinusoidal_table", "rope_angles", "apply_rope"]
