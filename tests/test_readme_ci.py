@@ -1,0 +1,27 @@
+"""The README's quick start is what CI runs: the two stay the same text."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _quick_start_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+
+
+def test_quick_start_has_exactly_two_commands():
+    commands = _quick_start_commands()
+    assert len(commands) == 2
+    assert commands[0].startswith("pip install torch==2.13.0")
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    test_command = _quick_start_commands()[1]
+    assert test_command in [line.strip() for line in ci]
+
+
+def test_ci_installs_torch_first_and_pinned():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert ci.index("torch==2.13.0") < ci.index("pip install -q -e .")
