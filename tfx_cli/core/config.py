@@ -5,7 +5,6 @@ paying for a torch import.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -73,6 +72,10 @@ class ModelConfig:
                 raise ConfigError(f"config field {name} must be a whole number, got {value!r}")
             if value <= 0:
                 raise ConfigError(f"config field {name} must be positive, got {value}")
+        for name, limit in _LIMITS.items():
+            if getattr(self, name) > limit:
+                raise ConfigError(f"config field {name}={getattr(self, name)} is beyond tfx's "
+                                  f"limit of {limit:,}; choose a smaller value")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
@@ -106,6 +109,12 @@ class ModelConfig:
 def _divisors(n: int) -> str:
     divs = [d for d in range(1, n + 1) if n % d == 0]
     return ", ".join(map(str, divs[:12])) + (" ..." if len(divs) > 12 else "")
+
+
+# Far beyond any real checkpoint, but small enough that a typo fails fast instead of
+# building a million modules or asking for terabytes.
+_LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_536,
+           "n_heads": 4096, "n_layers": 1024, "d_ff": 262_144}
 
 
 # -- presets -------------------------------------------------------------------------
@@ -249,4 +258,4 @@ def config_json(cfg: ModelConfig) -> str:
 
 
 __all__ = ["ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
-           "with_overrides", "config_from_dict", "load_config_file", "dataclasses"]
+           "with_overrides", "config_from_dict", "load_config_file"]
