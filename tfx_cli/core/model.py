@@ -128,7 +128,7 @@ class Embed(nn.Module):
         if cfg.positional in ("learned", "sinusoidal"):
             self.pos = Tap("T", "C")
         if cfg.token_types:
-            self.type = Tap("T", "C")
+            self.token_type = Tap("T", "C")
         self.ln = Norm(cfg) if cfg.embed_norm else None
         self.out = Tap("T", "C")
 
@@ -142,7 +142,7 @@ class Embed(nn.Module):
         if self.cfg.token_types:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
-            x = x + self.type(self.type_emb(token_type_ids))
+            x = x + self.token_type(self.type_emb(token_type_ids))
         if self.ln is not None:
             x = self.ln(x)
         return self.out(x)

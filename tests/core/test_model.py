@@ -1,0 +1,92 @@
+"""The one core: fused and explicit attention agree, the cache changes nothing, taps
+record only what is asked, and each family's switches run."""
+import pytest
+import torch
+
+from tfx_cli.core.config import ModelConfig
+from tfx_cli.core.model import KVCache, build_model, tap_names
+
+FAMILIES = {
+    "gpt": ModelConfig(vocab_size=50, context_length=32, d_model=32, n_heads=4, n_layers=2),
+    "post_ln_relu_sinusoidal": ModelConfig(vocab_size=50, context_length=32, d_model=32,
+                                           n_heads=4, n_layers=2, norm_position="post",
+                                           activation="relu", positional="sinusoidal",
+                                           causal=False),
+    "llama_gqa_rope": ModelConfig(vocab_size=50, context_length=32, d_model=32, n_heads=4,
+                                  n_kv_heads=2, n_layers=2, norm="rmsnorm",
+                                  activation="swiglu", positional="rope", proj_bias=False,
+                                  tie_embeddings=True),
+    "bert": ModelConfig(vocab_size=50, context_length=32, d_model=32, n_heads=4, n_layers=2,
+                        norm_position="post", activation="gelu", causal=False, token_types=2,
+                        embed_norm=True, lm_head=False),
+}
+IDS = torch.tensor([[3, 14, 15, 9, 2, 6, 5]])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_explicit_attention_equals_fused(family):
+    model = build_model(FAMILIES[family], seed=0)
+    fused = model(IDS)
+    with model.record(["blocks.*.attn.pattern"]) as trace:
+        explicit = model(IDS)
+    assert len(trace) == 2
+    assert torch.allclose(fused, explicit, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama_gqa_rope"])
+def test_kv_cache_matches_full_forward(family):
+    cfg = FAMILIES[family]
+    model = build_model(cfg, seed=1)
+    full = model(IDS)
+    cache = KVCache(cfg)
+    steps = [model(IDS[:, :3], cache=cache)]
+    for t in range(3, IDS.shape[1]):
+        steps.append(model(IDS[:, t:t + 1], cache=cache))
+    assert cache.length == IDS.shape[1]
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+
+
+def test_causal_pattern_rows_sum_to_one_and_hide_the_future():
+    model = build_model(FAMILIES["gpt"], seed=2)
+    with model.record(["blocks.0.attn.pattern"]) as trace:
+        model(IDS)
+    pattern = trace["blocks.0.attn.pattern"]  # (H, T, S)
+    assert pattern.shape == (4, 7, 7) and trace.dims("blocks.0.attn.pattern") == ("H", "T", "S")
+    assert abs(pattern.sum(-1) - 1).max() < 1e-6
+    for i in range(7):
+        assert (pattern[:, i, i + 1:] == 0).all()
+
+
+def test_only_selected_taps_record_and_stop_after_skips_layers():
+    model = build_model(FAMILIES["gpt"], seed=3)
+    with model.record(["blocks.0.*"]) as trace:
+        assert model(IDS, stop_after=0) is None
+    assert trace.names() and all(n.startswith("blocks.0.") for n in trace.names())
+    assert "blocks.0.attn.pattern" in trace and "blocks.0.ln1.mean" in trace
+
+
+def test_trace_names_follow_design():
+    names = tap_names(FAMILIES["gpt"])
+    for name in ["tokens.ids", "embed.tok", "embed.pos", "embed.out", "blocks.1.ln1.mean",
+                 "blocks.1.attn.q", "blocks.1.attn.scores", "blocks.1.attn.scaled",
+                 "blocks.1.attn.masked", "blocks.1.attn.pattern", "blocks.1.attn.context",
+                 "blocks.1.attn.concat", "blocks.1.attn.out", "blocks.1.resid_mid",
+                 "blocks.1.ffn.hidden", "blocks.1.ffn.act", "blocks.1.ffn.out",
+                 "blocks.1.resid_out", "ln_f.out", "logits"]:
+        assert name in names, name
+    rope = tap_names(FAMILIES["llama_gqa_rope"])
+    assert "blocks.0.attn.q_rot" in rope and "embed.pos" not in rope
+
+
+def test_gqa_query_heads_share_kv_heads():
+    model = build_model(FAMILIES["llama_gqa_rope"], seed=4)
+    with model.record(["blocks.0.attn.k_rot", "blocks.0.attn.v"]) as trace:
+        model(IDS)
+    k = trace["blocks.0.attn.k_rot"]
+    assert k.shape[0] == 4
+    assert (k[0] == k[1]).all() and (k[2] == k[3]).all() and not (k[1] == k[2]).all()
+
+
+def test_tied_head_shares_storage():
+    model = build_model(FAMILIES["llama_gqa_rope"], seed=5)
+    assert model.lm_head.weight is model.embed.tok_emb.weight
