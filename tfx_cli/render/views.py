@@ -206,9 +206,10 @@ def generic_view(result: Result, console: Console, opts: ViewOptions) -> None:
     tokens = (result.input or {}).get("tokens")
     for name in selected(result.tensors, opts.show):
         array, dims = result.tensors.array(name), result.tensors.dims(name)
-        for part in tensor_tables(name, array, dims, opts, tokens=tokens, width=console.width):
-            if isinstance(part, Table):
-                console.print()  # a blank line before each table, not before a note
+        parts = tensor_tables(name, array, dims, opts, tokens=tokens, width=console.width)
+        for k, part in enumerate(parts):
+            if k == 0 or isinstance(part, Table):
+                console.print()  # a blank line before each tensor and table, not a note
             console.print(part)
 
 
