@@ -3,4 +3,5 @@
 COMMANDS is the registry `cli.py` reads: (command name, module, function), in help order.
 """
 COMMANDS = [
+    ("tokenize", "tokenize", "tokenize"),
 ]
