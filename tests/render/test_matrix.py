@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from tfx_cli.render.matrix import (format_number, head_tail, heat_scale, matrix_table,
-                                   vector_table)
+from tfx_cli.render.matrix import (finite_range, format_number, head_tail, heat_scale,
+                                   matrix_table, vector_table)
 
 TOKENS = ["[CLS]", "When", "you", "play", "game", "of", "thrones", "[SEP]"]
 
@@ -168,6 +168,8 @@ def test_heat_scales():
     assert heat_scale(np.array([2.0, 5.0])).center is None
     assert heat_scale(np.array([1, 2])) is None  # integers carry no heat
     assert heat_scale(np.array([-np.inf, np.nan])) is None
+    assert finite_range(np.array([-np.inf, 2.0, -1.0, np.nan])) == (-1.0, 2.0)
+    assert finite_range(np.zeros((0, 3))) is None
 
 
 def test_colour_only_on_a_colour_console():

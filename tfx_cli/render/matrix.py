@@ -97,11 +97,9 @@ def heat_scale(values: np.ndarray, center: float | None = None,
     values = np.asarray(values)
     if values.dtype.kind != "f":
         return None  # ids, counts: shading would suggest a magnitude that means nothing
+    vrange = vrange or finite_range(values)
     if vrange is None:
-        finite = values[np.isfinite(values)]
-        if finite.size == 0:
-            return None
-        vrange = (float(finite.min()), float(finite.max()))
+        return None
     lo, hi = vrange
     if center is None and lo >= 0.0 and hi <= 1.0:
         return HeatScale(0.0, 1.0)
@@ -111,6 +109,19 @@ def heat_scale(values: np.ndarray, center: float | None = None,
         span = max(abs(lo - center), abs(hi - center)) or 1.0
         return HeatScale(center - span, center + span, center)
     return HeatScale(lo, hi if hi > lo else lo + 1.0)
+
+
+def finite_range(values: np.ndarray) -> tuple[float, float] | None:
+    """(min, max) over the finite entries, without copying them (logits can be big)."""
+    values = np.asarray(values)
+    if values.size == 0:
+        return None
+    finite = np.isfinite(values)
+    if not finite.any():
+        return None
+    lo = np.min(values, where=finite, initial=np.inf)
+    hi = np.max(values, where=finite, initial=-np.inf)
+    return float(lo), float(hi)
 
 
 @lru_cache(maxsize=2 * LEVELS)

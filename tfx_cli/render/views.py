@@ -21,7 +21,7 @@ from rich.text import Text
 
 from ..core.trace import Result, Trace, compile_globs
 from .emit import ViewOptions
-from .matrix import format_number, matrix_table, vector_table
+from .matrix import finite_range, format_number, matrix_table, vector_table
 
 View = Callable[[Result, Console, ViewOptions], None]
 VIEWS: dict[str, View] = {}
@@ -152,8 +152,7 @@ def tensor_tables(name: str, array: np.ndarray, dims: Sequence[str], opts: ViewO
     if array.ndim == 2:
         return [matrix_table(array, title=name, row_labels=rows, col_labels=cols, **common)]
     # (H, T, S) and the like: one table per leading index, all on one heat scale
-    finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
-    vrange = (float(finite.min()), float(finite.max())) if finite.size else None
+    vrange = finite_range(array) if array.dtype.kind == "f" else None
     indices = list(np.ndindex(array.shape[:-2]))
     shown = indices if opts.full else indices[:max_slices]
     out: list = []
