@@ -168,6 +168,30 @@ class KVCache:
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
 
+def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                       keep: torch.Tensor | None, scale: float, taps=None) -> torch.Tensor:
+    """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
+
+    queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
+    `taps` has scores/scaled/masked/pattern taps (an Attention module, or the stand-alone
+    ones `tfx attend --inputs` uses for hand-made matrices); None records nothing.
+    """
+    tap = taps if taps is not None else _NO_TAPS
+    attn_scores = tap.scores(queries @ keys.transpose(-2, -1))  # (..., T, S)
+    attn_scaled = tap.scaled(attn_scores / scale)
+    if keep is not None:
+        attn_scaled = attn_scaled.masked_fill(~keep, float("-inf"))
+    attn_weights = tap.pattern(torch.softmax(tap.masked(attn_scaled), dim=-1))
+    return attn_weights @ values  # (..., T, Dv)
+
+
+class _NoTaps:
+    scores = scaled = masked = pattern = staticmethod(lambda x: x)
+
+
+_NO_TAPS = _NoTaps()
+
+
 class Attention(nn.Module):
     """Multi-head (or grouped-query) attention: the only attention in tfx.
 
@@ -228,12 +252,8 @@ class Attention(nn.Module):
 
         explicit = any(t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
-            attn_scores = self.scores(queries @ keys.transpose(-2, -1))  # (B, H, T, S)
-            attn_scaled = self.scaled(attn_scores / math.sqrt(self.head_dim))
-            if keep is not None:
-                attn_scaled = attn_scaled.masked_fill(~keep, float("-inf"))
-            attn_weights = self.pattern(torch.softmax(self.masked(attn_scaled), dim=-1))
-            context_vec = attn_weights @ values  # (B, H, T, D)
+            context_vec = explicit_attention(queries, keys, values, keep,
+                                             math.sqrt(self.head_dim), taps=self)
         else:
             context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=keep)
         self.context(context_vec)
@@ -401,4 +421,4 @@ def unique_parameter_count(model: nn.Module) -> int:
 
 
 __all__: Sequence[str] = ["Transformer", "build_model", "tap_names", "KVCache", "Tap",
-                          "sinusoidal_table", "rope_angles", "apply_rope"]
+                          "sinusoidal_table", "rope_angles", "apply_rope", "explicit_attention"]
