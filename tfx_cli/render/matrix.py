@@ -329,7 +329,7 @@ def matrix_table(array2d, *, title: str, row_labels: Sequence | None = None,
     scale = heat_scale(array, center, vrange) if heat else None
 
     heading = _title(title, dims, shape or array.shape)
-    note = _cut_note(len(rows), n_rows, len(cols), n_cols, dims)
+    note = _cut_note(len(rows), n_rows, len(cols), n_cols)
     if not full or _fits(cols, widths, label_width, budget):
         return _build(layout, cols, col_cut, widths, scale, corner,
                       _one_line(heading, budget, "bold"), note and _one_line(note, budget))
@@ -353,8 +353,7 @@ def _title(title: str, dims: Sequence[str] | None, shape: Sequence[int]) -> str:
     return f"{title}  {shape_text}"
 
 
-def _cut_note(shown_rows: int, n_rows: int, shown_cols: int, n_cols: int,
-              dims: Sequence[str] | None) -> str | None:
+def _cut_note(shown_rows: int, n_rows: int, shown_cols: int, n_cols: int) -> str | None:
     parts = []
     if shown_rows < n_rows:
         parts.append(f"{shown_rows} of {n_rows} rows")
