@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,11 @@ def clean(value: Any) -> Any:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
+    if isinstance(value, PurePath):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # anything else (an enum, a dtype) as its readable name
 
 
 def envelope(result: Result) -> dict:
