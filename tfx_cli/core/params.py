@@ -1,0 +1,287 @@
+"""Analytic parameter, weight-memory and FLOP counts, from a ModelConfig alone.
+
+No torch here: `tfx count-params` and `tfx configs` answer in a fraction of a second, and
+`tfx count-params --verify` checks these numbers against a model built by `core.model`.
+
+Conventions, stated once and repeated in every result:
+- Rows name parameters as `core.model` does (`blocks.{i}.attn.W_query.weight`), and shapes
+  are as stored: a linear layer's weight is (out, in).
+- Tied weights are counted once: with `tie_embeddings` the output head reuses the token
+  embedding's matrix, so its row adds 0 and says so.
+- FLOPs count matrix multiplications only, one multiply-add = 2 FLOPs. Attention's two
+  matmuls (QKᵀ and pattern·V) are counted as computed: the full T×T square, masked or
+  not, averaged per token. Norms, softmax, activations, biases, residual adds, rotary
+  rotations and embedding look-ups are left out (each is O(T·C), small beside the rest).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .config import ModelConfig
+
+FLOPS_CONVENTION = (
+    "matrix multiplications only; one multiply-add = 2 FLOPs; attention's QK^T and "
+    "pattern·V counted as computed, the full T×T matmul even when causal, averaged per "
+    "token; norms, softmax, activations, biases, residual adds and embedding look-ups "
+    "not counted")
+SHAPE_CONVENTION = "shapes as stored: a linear weight is (out, in)"
+BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One parameter tensor (or, in FLOP tables, one matmul)."""
+
+    name: str  # parameter path in core.model; inside a block, relative to blocks.{i}
+    label: str  # what it is, in words
+    shape: tuple[int, ...] | None
+    count: int  # what this row adds to the total (0 when fixed or shared)
+    part: str  # the group it sums into (token_embedding, attention, ffn, ...)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["shape"] = list(self.shape) if self.shape is not None else None
+        return out
+
+
+def _linear(name: str, label: str, n_in: int, n_out: int, bias: bool, part: str) -> list[Row]:
+    rows = [Row(f"{name}.weight", label, (n_out, n_in), n_out * n_in, part)]
+    if bias:
+        rows.append(Row(f"{name}.bias", f"{label} bias", (n_out,), n_out, part))
+    return rows
+
+
+def _norm(name: str, label: str, cfg: ModelConfig, part: str) -> list[Row]:
+    C = cfg.d_model
+    rows = [Row(f"{name}.scale", f"{label} scale", (C,), C, part)]
+    if cfg.norm == "layernorm":  # RMSNorm has no shift
+        rows.append(Row(f"{name}.shift", f"{label} shift", (C,), C, part))
+    return rows
+
+
+# -- parameters ----------------------------------------------------------------------
+def block_rows(cfg: ModelConfig) -> list[Row]:
+    """One transformer block's parameters, in the order core.model creates them."""
+    C, F = cfg.d_model, cfg.d_ff
+    kv_dim = cfg.n_kv_heads * cfg.head_dim  # grouped-query attention shrinks K and V only
+    rows = _norm("ln1", "norm 1", cfg, "norms")
+    rows += _linear("attn.W_query", "query W_Q", C, C, cfg.qkv_bias, "attention")
+    rows += _linear("attn.W_key", "key W_K", C, kv_dim, cfg.qkv_bias, "attention")
+    rows += _linear("attn.W_value", "value W_V", C, kv_dim, cfg.qkv_bias, "attention")
+    rows += _linear("attn.out_proj", "output W_O", C, C, cfg.proj_bias, "attention")
+    rows += _norm("ln2", "norm 2", cfg, "norms")
+    if cfg.activation == "swiglu":  # silu(x W_gate) * (x W_up), then W_down
+        rows += _linear("ffn.gate_proj", "ffn gate", C, F, cfg.proj_bias, "ffn")
+        rows += _linear("ffn.fc1", "ffn up", C, F, cfg.proj_bias, "ffn")
+        rows += _linear("ffn.fc2", "ffn down", F, C, cfg.proj_bias, "ffn")
+    else:
+        rows += _linear("ffn.fc1", "ffn in", C, F, cfg.proj_bias, "ffn")
+        rows += _linear("ffn.fc2", "ffn out", F, C, cfg.proj_bias, "ffn")
+    return rows
+
+
+def _embedding_rows(cfg: ModelConfig) -> list[Row]:
+    C = cfg.d_model
+    rows = [Row("embed.tok_emb.weight", "token embedding", (cfg.vocab_size, C),
+                cfg.vocab_size * C, "token_embedding")]
+    if cfg.positional == "learned":
+        rows.append(Row("embed.pos_emb.weight", "position embedding (learned)",
+                        (cfg.context_length, C), cfg.context_length * C,
+                        "position_embedding"))
+    elif cfg.positional == "sinusoidal":
+        rows.append(Row("embed.pe", "position encoding (sinusoidal)", (cfg.context_length, C),
+                        0, "position_embedding", "a fixed table, not a parameter"))
+    elif cfg.positional == "rope":
+        rows.append(Row("rope", "rotary positions", None, 0, "position_embedding",
+                        "rotates q and k by angles computed on the fly; no parameters"))
+    if cfg.token_types:
+        rows.append(Row("embed.type_emb.weight", "token-type embedding", (cfg.token_types, C),
+                        cfg.token_types * C, "token_type_embedding"))
+    if cfg.embed_norm:  # BERT normalises the sum of the three embeddings
+        rows += _norm("embed.ln", "embedding norm", cfg, "embedding_norm")
+    return rows
+
+
+def _top_rows_after_blocks(cfg: ModelConfig) -> list[Row]:
+    C, V = cfg.d_model, cfg.vocab_size
+    rows: list[Row] = []
+    if cfg.has_final_norm:  # pre-LN stacks end un-normalised; post-LN blocks do not
+        rows += _norm("ln_f", "final norm", cfg, "final_norm")
+    if cfg.pooler:  # BERT: tanh(W h_[CLS] + b), once per sequence
+        rows += _linear("pooler.dense", "pooler", C, C, True, "pooler")
+    if cfg.lm_head:
+        if cfg.tie_embeddings:
+            rows.append(Row("lm_head.weight", "output head (tied)", (V, C), 0, "head",
+                            f"shares embed.tok_emb.weight: {V * C:,} parameters counted once"))
+        else:
+            rows.append(Row("lm_head.weight", "output head", (V, C), V * C, "head"))
+    return rows
+
+
+@dataclass
+class ParamCount:
+    config: str
+    rows: list[Row]  # top level in forward order; one "blocks" row stands for every block
+    block: list[Row]  # one block's rows, names relative to blocks.{i}
+    per_block: int
+    n_layers: int
+    total: int  # unique parameters: tied tensors once
+    shared: int  # parameters the head reuses from the token embedding (0 if untied)
+    parts: dict[str, int] = field(default_factory=dict)
+    block_parts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_blocks(self) -> int:
+        return self.per_block * self.n_layers
+
+    @property
+    def non_embedding(self) -> int:
+        # Kaplan et al.'s N: what scales with depth and width, not with vocabulary.
+        emb = ("token_embedding", "position_embedding", "token_type_embedding")
+        return self.total - sum(self.parts.get(p, 0) for p in emb)
+
+    def named_counts(self) -> dict[str, int]:
+        """Full parameter name -> numel for every stored tensor (tied ones once)."""
+        out = {r.name: r.count for r in self.rows if r.count and r.name != "blocks"}
+        for i in range(self.n_layers):
+            out.update({f"blocks.{i}.{r.name}": r.count for r in self.block})
+        return out
+
+
+def _sum_parts(rows: list[Row]) -> dict[str, int]:
+    parts: dict[str, int] = {}
+    for row in rows:
+        parts[row.part] = parts.get(row.part, 0) + row.count
+    return parts
+
+
+def count_params(cfg: ModelConfig) -> ParamCount:
+    block = block_rows(cfg)
+    per_block = sum(r.count for r in block)
+    blocks = Row("blocks", f"{cfg.n_layers} blocks × {per_block:,}", None,
+                 per_block * cfg.n_layers, "blocks", f"{per_block:,} per block")
+    rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
+    shared = cfg.vocab_size * cfg.d_model if cfg.lm_head and cfg.tie_embeddings else 0
+    return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
+                      n_layers=cfg.n_layers, total=sum(r.count for r in rows), shared=shared,
+                      parts=_sum_parts(rows), block_parts=_sum_parts(block))
+
+
+def total_params(cfg: ModelConfig) -> int:
+    return count_params(cfg).total
+
+
+# -- memory --------------------------------------------------------------------------
+def weight_bytes(n_params: int) -> dict[str, int]:
+    """Bytes to hold the weights at each precision (int8 without quantisation scales)."""
+    return {name: n_params * size for name, size in BYTES_PER_PARAM.items()}
+
+
+def buffer_elements(cfg: ModelConfig) -> int:
+    # The sinusoidal table is a buffer: no parameter, but memory all the same.
+    return cfg.context_length * cfg.d_model if cfg.positional == "sinusoidal" else 0
+
+
+def estimate_bytes(cfg: ModelConfig) -> int:
+    """fp32 bytes of the weights a built model holds (parameters plus fixed tables)."""
+    return 4 * (total_params(cfg) + buffer_elements(cfg))
+
+
+# -- FLOPs ---------------------------------------------------------------------------
+def block_flop_rows(cfg: ModelConfig, seq_len: int) -> list[Row]:
+    """FLOPs per token of one block's matmuls at sequence length T = seq_len."""
+    C, F, T = cfg.d_model, cfg.d_ff, seq_len
+    kv_dim = cfg.n_kv_heads * cfg.head_dim
+
+    def mm(name: str, label: str, n_in: int, n_out: int, part: str) -> Row:
+        return Row(name, label, None, 2 * n_in * n_out, part, f"(1, {n_in})·({n_in}, {n_out})")
+
+    rows = [mm("attn.W_query", "x·W_Q", C, C, "projections"),
+            mm("attn.W_key", "x·W_K", C, kv_dim, "projections"),
+            mm("attn.W_value", "x·W_V", C, kv_dim, "projections"),
+            # Each query meets T keys in each of H heads of size D: H*D*T = C*T
+            # multiply-adds. Shared (grouped) K/V heads still serve every query head.
+            Row("attn.scores", "QKᵀ", None, 2 * T * C, "attention_matmuls",
+                f"{cfg.n_heads} × (1, {cfg.head_dim})·({cfg.head_dim}, {T})"),
+            Row("attn.context", "pattern·V", None, 2 * T * C, "attention_matmuls",
+                f"{cfg.n_heads} × (1, {T})·({T}, {cfg.head_dim})"),
+            mm("attn.out_proj", "concat·W_O", C, C, "projections")]
+    if cfg.activation == "swiglu":
+        rows.append(mm("ffn.gate_proj", "x·W_gate", C, F, "ffn"))
+        rows.append(mm("ffn.fc1", "x·W_up", C, F, "ffn"))
+        rows.append(mm("ffn.fc2", "h·W_down", F, C, "ffn"))
+    else:
+        rows.append(mm("ffn.fc1", "x·W_1", C, F, "ffn"))
+        rows.append(mm("ffn.fc2", "h·W_2", F, C, "ffn"))
+    return rows
+
+
+@dataclass
+class FlopCount:
+    seq_len: int
+    rows: list[Row]  # per token, top level; one "blocks" row for every block
+    block: list[Row]  # one block, per token
+    per_block: int
+    per_token: int
+    without_attention: int  # per token, the linear layers only (what torchinfo counts)
+    per_sequence: int  # seq_len tokens, plus the pooler once
+    causal_skip: int | None  # per token if masked-out scores were skipped (causal only)
+    convention: str = FLOPS_CONVENTION
+
+
+def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
+    T = seq_len or cfg.context_length
+    C = cfg.d_model
+    block = block_flop_rows(cfg, T)
+    per_block = sum(r.count for r in block)
+    rows = [Row("blocks", f"{cfg.n_layers} blocks × {per_block:,}", None,
+                per_block * cfg.n_layers, "blocks", f"{per_block:,} per block per token")]
+    if cfg.lm_head:  # tied or not, the head multiplies by a (V, C) matrix
+        rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
+                        f"(1, {C})·({C}, {cfg.vocab_size})"))
+    per_token = sum(r.count for r in rows)
+    attention = 4 * T * C * cfg.n_layers
+    pooler = 2 * C * C if cfg.pooler else 0  # [CLS] only: once per sequence
+    causal_skip = None
+    if cfg.causal:
+        # Query t sees t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys, so the
+        # two matmuls cost 2 * 2 * C * (T+1)/2 = 2C(T+1) per token per block.
+        causal_skip = per_token - attention + 2 * C * (T + 1) * cfg.n_layers
+    return FlopCount(seq_len=T, rows=rows, block=block, per_block=per_block,
+                     per_token=per_token, without_attention=per_token - attention,
+                     per_sequence=per_token * T + pooler, causal_skip=causal_skip)
+
+
+# -- everything, as plain data -------------------------------------------------------
+def analyse(cfg: ModelConfig, seq_len: int | None = None) -> dict:
+    """The `result` of `tfx count-params`: plain JSON-ready data."""
+    params = count_params(cfg)
+    flops = count_flops(cfg, seq_len)
+    return {
+        "total": params.total,
+        "non_embedding": params.non_embedding,
+        "tied": bool(cfg.lm_head and cfg.tie_embeddings),
+        "shared": params.shared,
+        "parts": params.parts,
+        "breakdown": [r.to_dict() for r in params.rows],
+        "per_block": {"rows": [r.to_dict() for r in params.block], "total": params.per_block,
+                      "parts": params.block_parts, "n_layers": params.n_layers,
+                      "all_blocks": params.all_blocks},
+        "shape_convention": SHAPE_CONVENTION,
+        "memory_bytes": weight_bytes(params.total),
+        "seq_len": flops.seq_len,
+        "flops_per_token": flops.per_token,
+        "flops_convention": flops.convention,
+        "flops": {"seq_len": flops.seq_len, "per_token": flops.per_token,
+                  "per_block": flops.per_block,
+                  "without_attention": flops.without_attention,
+                  "per_sequence": flops.per_sequence,
+                  "causal_skip_per_token": flops.causal_skip,
+                  "rows": [r.to_dict() for r in flops.rows],
+                  "block": [r.to_dict() for r in flops.block]},
+    }
+
+
+__all__ = ["Row", "ParamCount", "FlopCount", "count_params", "count_flops", "total_params",
+           "weight_bytes", "estimate_bytes", "analyse", "FLOPS_CONVENTION"]
