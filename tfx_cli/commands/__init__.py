@@ -4,4 +4,15 @@ COMMANDS is the registry `cli.py` reads: (command name, module, function), in he
 """
 COMMANDS = [
     ("tokenize", "tokenize", "tokenize"),
+    ("embed", "embed", "embed"),
+    ("posenc", "posenc", "posenc"),
+    ("attend", "attend", "attend"),
+    ("layernorm", "layernorm", "layernorm"),
+    ("ffn", "ffn", "ffn"),
+    ("trace", "trace", "trace"),
+    ("configs", "configs", "configs"),
+    ("count-params", "count_params", "count_params"),
+    ("generate", "generate", "generate"),
+    ("next", "next", "next_token"),
+    ("lens", "lens", "lens"),
 ]

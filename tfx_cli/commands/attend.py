@@ -1,0 +1,89 @@
+"""`tfx attend TEXT`: one layer's attention, stage by stage."""
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..errors import InputTextError
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from .trace import split_list
+
+
+class Mask(str, Enum):
+    causal = "causal"
+    none = "none"
+
+
+@model_command
+def attend(
+    text: TextArg = None,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
+    head: Annotated[Optional[int], typer.Option(
+        "--head", show_default=False, help="One head (default: all).")] = None,
+    mask: Annotated[Optional[Mask], typer.Option(
+        "--mask", show_default=False,
+        help="causal or none (default: the config's). Applies to every layer up to --layer.",
+    )] = None,
+    kv: Annotated[Optional[str], typer.Option(
+        "--kv", show_default=False, metavar="TEXT",
+        help="Cross-attention: keys and values from this text, queries from TEXT.")] = None,
+    valid_lens: Annotated[Optional[int], typer.Option(
+        "--valid-lens", show_default=False,
+        help="Padding mask: only the first N keys are visible (1..key length).")] = None,
+    show: Annotated[Optional[List[str]], typer.Option(
+        "--show", show_default=False,
+        help="Stages to print, comma-separated: q,k,v,scores,scaled,masked,pattern,context,"
+        "concat,out (q_rot,k_rot for RoPE). Default: pattern and a table of shapes.")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Spell out one head and one query position with every number.")] = False,
+    query_pos: Annotated[Optional[int], typer.Option(
+        "--query-pos", show_default=False,
+        help="Query position --explain spells out (default: the last).")] = None,
+    inputs: Annotated[Optional[Path], typer.Option(
+        "--inputs", show_default=False, metavar="FILE.json",
+        help="Your own matrices instead of a model: JSON with x, w_q, w_k, w_v (optional "
+        "w_o, scale, mask, tokens). See samples/seed000.json.")] = None,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Show one layer's attention: Q, K, V, the raw scores QKᵀ, scaled (÷√d_k), masked,
+    the pattern (softmax, rows sum to 1), the context (pattern·V), the heads joined and
+    the output projection W_O.
+
+    Only blocks 0..--layer run and only that layer's attention is recorded. --explain
+    spells out one head (--head, default 0) at one query position: each q·k, ÷√d_k, the
+    mask, exp and the softmax sum, each weight × value row and their sum.
+
+    Examples:
+
+      tfx attend "When you play game of thrones" --config toy --heads 2
+
+      tfx attend "Hello, I am" --layer 3 --head 5 --show scores,pattern
+
+      tfx attend --inputs samples/seed000.json --explain --query-pos 0
+
+      tfx attend "you win or you die" --kv "When you play game of thrones" --config toy --mask none
+    """
+    from ..core import stages
+    from ..render.emit import emit
+
+    stages_shown = split_list(show)
+    if inputs is not None:
+        if text is not None:
+            raise InputTextError("give TEXT or --inputs FILE.json, not both")
+        result = stages.attend_inputs(inputs, explain=explain, query_pos=query_pos,
+                                      show=stages_shown)
+    else:
+        text = read_text(text)
+        if kv is not None:
+            kv = read_text(kv, what="--kv text")
+        result = stages.attend(spec, text, layer=layer, head=head,
+                               mask=mask.value if mask is not None else None, kv=kv,
+                               valid_lens=valid_lens, explain=explain, query_pos=query_pos,
+                               show=stages_shown)
+    emit(result, json=json_out, precision=precision, full=full, show=tuple(stages_shown),
+         extra={"explain": explain})

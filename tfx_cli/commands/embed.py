@@ -1,0 +1,24 @@
+"""`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+
+@model_command
+def embed(text: TextArg = None, json_out: JsonOpt = False, precision: PrecisionOpt = 3,
+          full: FullOpt = False, *, spec) -> None:
+    """Show each token's embedding row, its positional row and their sum (T, C).
+
+    The model's input is embed.out = embed.tok + embed.pos (seed 001, steps 4-6); the
+    view adds each row's norm, mean and standard deviation. RoPE models add no position
+    here (it rotates q and k inside attention; see `tfx posenc`).
+
+    Examples:
+
+      tfx embed "When you play game of thrones" --config toy
+
+      tfx embed "Hello, I am" --json | jq '.tensors["embed.out"].shape'
+    """
+    from ..core import stages
+    from ..render.emit import emit
+
+    text = read_text(text)
+    emit(stages.embed(spec, text), json=json_out, precision=precision, full=full)

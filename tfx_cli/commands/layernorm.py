@@ -1,0 +1,47 @@
+"""`tfx layernorm TEXT`: one normalisation, mean and variance to output."""
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+
+class Which(str, Enum):
+    ln1 = "ln1"
+    ln2 = "ln2"
+    ln_f = "ln_f"
+    embed = "embed"
+
+
+@model_command
+def layernorm(
+    text: TextArg = None,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
+    which: Annotated[Which, typer.Option(
+        "--which", help="ln1 (before/after attention), ln2 (feed-forward), ln_f (final), "
+        "embed (BERT's embedding norm).")] = Which.ln1,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Show one LayerNorm (or RMSNorm): per-token mean and variance, the normalised rows
+    (mean ≈ 0, variance ≈ 1), γ (scale), β (shift) and the output.
+
+    Pre-LN configs (GPT) normalise the block input; post-LN configs (toy, the original
+    encoder, BERT) first form the residual sum x + Sublayer(x) (ln1.in) and normalise it.
+
+    Examples:
+
+      tfx layernorm "When you play game of thrones" --config toy
+
+      tfx layernorm "Hello, I am" --which ln_f --json | jq .result.normed_var
+    """
+    from ..core import stages
+    from ..render.emit import emit
+
+    text = read_text(text)
+    emit(stages.layernorm(spec, text, layer=layer, which=which.value), json=json_out,
+         precision=precision, full=full)

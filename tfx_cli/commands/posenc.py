@@ -1,0 +1,40 @@
+"""`tfx posenc [TEXT | --length N]`: the positional encoding the config uses."""
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+
+@model_command
+def posenc(
+    text: TextArg = None,
+    length: Annotated[Optional[int], typer.Option(
+        "--length", "-n", show_default=False,
+        help="Show positions 0..N-1 instead of a text's positions.")] = None,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Show the positional encoding for TEXT's positions, or for --length N positions.
+
+    Sinusoidal configs (toy, vaswani): PE(pos, 2i) = sin(pos / 10000^(2i/d)) and
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), with the angles. Learned (GPT): the rows of
+    the position-embedding table. RoPE (smollm2-135m): each position's rotation angles and
+    the cos/sin tables applied to q and k.
+
+    Examples:
+
+      tfx posenc "When you play game of thrones" --config toy
+
+      tfx posenc --length 8 --config smollm2-135m
+    """
+    from ..core import stages
+    from ..render.emit import emit
+
+    if text is not None:
+        text = read_text(text)
+    emit(stages.posenc(spec, text, length=length), json=json_out, precision=precision,
+         full=full)

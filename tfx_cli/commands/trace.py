@@ -1,0 +1,49 @@
+"""`tfx trace TEXT --select GLOB`: the whole forward pass, recording what is selected."""
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+
+def split_list(values: Optional[List[str]]) -> List[str]:
+    """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]."""
+    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+@model_command
+def trace(
+    text: TextArg = None,
+    select: Annotated[Optional[List[str]], typer.Option(
+        "--select", "-s", show_default=False,
+        help="Trace names or globs to record (repeatable, or comma-separated), e.g. "
+        "'blocks.*.attn.pattern'. Default: everything.")] = None,
+    values: Annotated[bool, typer.Option(
+        "--values", help="Print the recorded values, not only names and shapes.")] = False,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last context-length tokens of a longer text.")] = False,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Run the whole forward pass on TEXT, record only the names --select picks, and show
+    them as a tree with dims and shapes (values with --values; every tensor with --json).
+
+    Names follow the model (`embed.out`, `blocks.0.attn.pattern`, `logits`); `*` crosses
+    dots. A glob that matches nothing is an error that lists the valid names.
+
+    Examples:
+
+      tfx trace "Hello, I am" --select logits --json | jq '.tensors.logits.shape'
+
+      tfx trace "When you play game of thrones" --config toy -s 'blocks.0.attn.*' --values
+    """
+    from ..core import stages
+    from ..render.emit import emit
+
+    text = read_text(text)
+    result = stages.trace(spec, text, split_list(select), truncate=truncate)
+    emit(result, json=json_out, precision=precision, full=full,
+         extra={"values": values})
