@@ -1,0 +1,106 @@
+"""`tfx generate PROMPT`: decode token by token and show every step's choice."""
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..errors import InputTextError
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
+                "it needs at least one token to start from, e.g. \"Hello\"")
+
+TemperatureOpt = Annotated[float, typer.Option(
+    "--temperature", help="0 is greedy (argmax, as seed 004's generate_text_simple); above 0 "
+    "samples from softmax(logits / T). Must not be negative.", rich_help_panel="Sampling")]
+TopKOpt = Annotated[Optional[int], typer.Option(
+    "--top-k", show_default=False, rich_help_panel="Sampling",
+    help="Sample only among the K largest logits (ties with the K-th are kept). An error "
+    "when K is larger than the vocabulary.")]
+TopPOpt = Annotated[Optional[float], typer.Option(
+    "--top-p", show_default=False, rich_help_panel="Sampling",
+    help="Nucleus: sample only among the most likely tokens whose probability adds up to "
+    "P, in (0, 1]. Applied after --temperature and --top-k.")]
+CandidatesOpt = Annotated[int, typer.Option(
+    "--candidates", min=0, help="Most likely alternatives shown (and in JSON) per step.")]
+
+
+def read_prompt(text: Optional[str]) -> str:
+    if text is not None and text != "-" and not text.strip():
+        raise InputTextError(EMPTY_PROMPT)
+    return read_text(text, what="prompt")
+
+
+@model_command
+def generate(
+    prompt: TextArg = None,
+    max_new_tokens: Annotated[int, typer.Option(
+        "--max-new-tokens", "-n", help="How many tokens to add (at least 1).")] = 20,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    stop: Annotated[Optional[List[str]], typer.Option(
+        "--stop", show_default=False, help="End as soon as the continuation contains TEXT; "
+        "the text is cut before it (the ids keep every token). Repeatable.")] = None,
+    candidates: CandidatesOpt = 5,
+    no_cache: Annotated[bool, typer.Option(
+        "--no-cache", help="Recompute the whole text every step instead of reusing cached "
+        "keys and values (same tokens; for comparison).")] = False,
+    select: Annotated[Optional[List[str]], typer.Option(
+        "--select", "-s", show_default=False, help="Record these trace names (globs) at every "
+        "step, as step.{i}.<name>: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
+    no_stream: Annotated[bool, typer.Option(
+        "--no-stream", help="Do not echo the text to stderr while it is produced.")] = False,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Continue PROMPT token by token and show each step: the token chosen, its
+    probability and the most likely alternatives.
+
+    Greedy by default (--temperature 0), as seed 004's generate_text_simple; with
+    --temperature above 0 it samples, from a generator seeded with --seed after the
+    weights are built, so a seed repeats the same text exactly. Greedy output does not
+    depend on --seed except through random weights.
+
+    A KV cache is on by default: the prompt is read once, then each step reads only the
+    new token and takes earlier keys and values from the cache (--no-cache recomputes the
+    whole text; the tokens are the same). When the text outgrows the context length it is
+    cropped to the last context-length tokens, as seed 004 does; from then on positions
+    shift every step, so those steps recompute the cropped window without the cache.
+
+    The text streams to stderr while it is produced; stdout carries the step table, or
+    with --json one document: result.ids (prompt and new ids), result.text (prompt plus
+    continuation), result.completion, and result.steps[i] with position, id, token,
+    prob (softmax of the logits), sample_prob (under the sampling settings), logit,
+    entropy (nats, whole vocabulary) and candidates. --select adds per-step tensors to
+    "tensors" keyed step.{i}.<name>; with the cache, steps after the first record only the
+    new position (T = 1) while keys and values span every position so far.
+
+    Examples:
+
+      tfx generate "Hello, I am" --max-new-tokens 6
+
+      tfx generate "Hello, I am" --temperature 0.8 --top-k 40 --seed 7 --json | jq .result.text
+
+      tfx generate "Hi" -n 3 --layers 2 --d-model 64 --heads 4 --select 'blocks.0.attn.pattern'
+    """
+    import os
+    import sys
+
+    from ..core.generate import Sampling, generate as run_generate
+    from ..render.emit import emit
+    from ..render.view_generate import TextStream
+
+    text = read_prompt(prompt)
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    quiet = no_stream or bool(os.environ.get("TFX_QUIET"))
+    stream = None if quiet else TextStream(sys.stderr, text)
+    result = run_generate(spec, text, max_new_tokens=max_new_tokens, sampling=sampling,
+                          use_cache=not no_cache, n_candidates=candidates,
+                          select=list(select or ()), stops=list(stop or ()),
+                          on_text=stream.write if stream else None)
+    if stream:
+        stream.close()
+    emit(result, json=json_out, precision=precision, full=full)

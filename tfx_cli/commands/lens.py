@@ -1,0 +1,49 @@
+"""`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
+from typing import Annotated
+
+import typer
+
+from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+
+
+@model_command
+def lens(
+    text: TextArg = None,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last context-length tokens of a longer text.")] = False,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    *,
+    spec,
+) -> None:
+    """Logit lens: what each layer would predict if the model stopped there.
+
+    For every layer the residual stream after the block (blocks.{i}.resid_out), and the
+    embedding output (embed.out, row "embed"), goes through the model's own final
+    normalisation and output head: ln_f, the final LayerNorm INCLUDING its learned scale
+    and shift (RMSNorm with its learned scale for Llama-style models), then lm_head, then
+    softmax. Nothing else is applied (no centring or unembedding bias), and the normalisation
+    statistics are each row's own. The last layer's row is therefore exactly the model's
+    real output.
+
+    The table shows, per layer (rows) and position (columns), the most likely next token
+    and its probability. Post-LN models (toy, vaswani) have no ln_f: each block already ends
+    in a LayerNorm, so lm_head reads resid_out directly (the embed row is then
+    unnormalised). Models without an output head (minilm) are refused.
+
+    JSON: result.layers, result.top_ids / top_tokens / top_probs [layer][position],
+    result.next_token_probs [layer][position] (the probability of the token that really
+    comes next; one fewer position), result.norm (what was applied).
+
+    Examples:
+
+      tfx lens "The capital of France is" --config gpt2
+
+      tfx lens "Hello, I am" --layers 4 --json | jq '.result.top_tokens[-1]'
+    """
+    from ..core.generate import lens as run_lens
+    from ..render.emit import emit
+
+    emit(run_lens(spec, read_text(text), truncate=truncate), json=json_out,
+         precision=precision, full=full)

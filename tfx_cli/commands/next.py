@@ -1,0 +1,52 @@
+"""`tfx next TEXT`: the distribution over the next token, and what sampling does to it."""
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import JsonOpt, PrecisionOpt, TextArg, model_command
+from .generate import CandidatesOpt, TopKOpt, TopPOpt, read_prompt
+
+
+@model_command
+def next_token(
+    text: TextArg = None,
+    temperature: Annotated[float, typer.Option(
+        "--temperature", rich_help_panel="Sampling",
+        help="Show softmax(logits / T); 0 puts all probability on the argmax (greedy).")] = 1.0,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    candidates: Annotated[int, typer.Option(
+        "--candidates", "-k", min=1, help="How many of the most likely tokens to list.")] = 10,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    *,
+    spec,
+) -> None:
+    """The model's distribution over the token after TEXT: the most likely tokens with
+    their logits and probabilities (softmax of the logits).
+
+    With --temperature, --top-k or --top-p it also shows what sampling would do, in the
+    order generate applies them: the probability at temperature T (softmax(logits / T)),
+    whether top-k (the K largest logits, ties kept) and top-p (the most likely tokens
+    whose probability at T first reaches P) keep each token, and the final probability
+    after the cut tokens are dropped and the rest renormalised. At --temperature 0 the
+    cuts are judged at T = 1 and all probability goes to the argmax.
+
+    A text longer than the context length is cropped to its last tokens, as generate's
+    first step sees it. JSON: result.candidates (rank, id, token, logit, prob,
+    tempered_prob, kept, final_prob), result.entropy (nats), result.greedy,
+    result.kept_tokens and result.kept_mass (over the whole vocabulary).
+
+    Examples:
+
+      tfx next "Hello, I am"
+
+      tfx next "Hello, I am" --temperature 0.7 --top-k 5 --top-p 0.9
+    """
+    from ..core.generate import Sampling, next_token as run_next
+    from ..render.emit import emit
+
+    prompt = read_prompt(text)
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    emit(run_next(spec, prompt, sampling=sampling, n_candidates=candidates),
+         json=json_out, precision=precision)

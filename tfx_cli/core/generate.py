@@ -1,0 +1,444 @@
+"""Decoding: the next-token distribution, sampling filters, the generation loop, logit lens.
+
+Read top to bottom: sampling settings and filters (pure functions of one logits row),
+the per-step record, the decoding loop with its KV cache, then the three stages
+(`generate`, `next_token`, `lens`) that commands call.
+
+Greedy decoding is seed 004's `generate_text_simple`: feed the last `context_length`
+tokens, take the argmax of the last position's logits, append, repeat. With the KV cache
+(the default) the prompt is fed once and each later step feeds only the newest token; the
+keys and values of earlier positions come from the cache, so the logits are the same (a
+test holds them within 1e-5) and each step costs one position instead of the whole text.
+
+When the text outgrows the context, seed 004 crops it to the last `context_length`
+tokens. Every position then shifts by one each step, so cached keys (computed at their
+old positions) are stale: from that step on each step recomputes the cropped window
+without the cache, exactly as `--no-cache` does.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..errors import ConfigError, InputTextError, RangeError, UsageError
+from .model import KVCache, Transformer
+from .trace import Result, Trace, check_globs
+
+
+# -- sampling ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is picked from a logits row.
+
+    temperature 0 is greedy (argmax, seed 004). Otherwise the logits are divided by the
+    temperature, cut by top-k (keep the k largest logits; ties with the k-th are kept),
+    then by top-p (keep the most likely tokens until their probability reaches p; ties
+    with the last one kept are kept), renormalised and sampled. The order is HF's.
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def check_sampling(sampling: Sampling, vocab_size: int | None = None) -> None:
+    """One-line errors for impossible settings; the vocabulary check needs the model."""
+    t, k, p = sampling.temperature, sampling.top_k, sampling.top_p
+    if not math.isfinite(t) or t < 0:
+        raise UsageError(f"--temperature {t} must be 0 (greedy) or positive; "
+                         "try 0.7 for mild sampling")
+    if k is not None and k < 1:
+        raise UsageError(f"--top-k {k} must be at least 1 (1 is greedy)")
+    if k is not None and vocab_size is not None and k > vocab_size:
+        raise RangeError(f"--top-k {k} is larger than the vocabulary ({vocab_size} tokens); "
+                         f"use at most {vocab_size}, or leave --top-k out to keep every token")
+    if p is not None and not (math.isfinite(p) and 0 < p <= 1):
+        raise UsageError(f"--top-p {p} must be in (0, 1]: the probability mass to keep, "
+                         "e.g. 0.9")
+
+
+def top_k_mask(logits: torch.Tensor, k: int | None) -> torch.Tensor:
+    """(V,) bool: the k largest logits, plus any tied with the k-th."""
+    if k is None or k >= logits.shape[-1]:
+        return torch.ones_like(logits, dtype=torch.bool)
+    kth = torch.topk(logits, k).values[-1]
+    return logits >= kth
+
+
+def top_p_mask(probs: torch.Tensor, p: float | None) -> torch.Tensor:
+    """(V,) bool: the most likely tokens whose mass first reaches p (the nucleus).
+
+    Kept by threshold (every token at least as likely as the last one needed), so ties
+    never depend on sort order. The most likely token is always kept.
+    """
+    if p is None or p >= 1:
+        return torch.ones_like(probs, dtype=torch.bool)
+    sorted_probs = torch.sort(probs, descending=True).values  # (V,)
+    cumulative = torch.cumsum(sorted_probs, 0)
+    before = torch.cat([cumulative.new_zeros(1), cumulative[:-1]])  # mass ahead of each
+    needed = int((before < p).sum().clamp(min=1))
+    threshold = sorted_probs[min(needed, int((probs > 0).sum())) - 1]
+    return probs >= threshold
+
+
+def tempered_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) in float64; T = 0 puts all mass on the argmax."""
+    logits = logits.double()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(), logits.shape[-1]).double()
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def filter_logits(logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """One logits row (V,) -> (sampling distribution (V,) float64, kept (V,) bool).
+
+    The distribution is zero outside `kept` and sums to 1 over it. With temperature 0
+    the cuts are judged on softmax(logits) and the distribution is the argmax alone.
+    """
+    logits = logits.double()
+    kept = top_k_mask(logits, sampling.top_k)
+    judge_t = sampling.temperature or 1.0
+    probs = torch.softmax(logits.masked_fill(~kept, float("-inf")) / judge_t, dim=-1)
+    kept &= top_p_mask(probs, sampling.top_p)
+    if sampling.greedy:
+        return tempered_probs(logits, 0), kept
+    probs = probs.masked_fill(~kept, 0.0)
+    return probs / probs.sum(), kept
+
+
+def choose(logits: torch.Tensor, sampling: Sampling,
+           generator: torch.Generator | None) -> tuple[int, float]:
+    """Pick the next id; returns (id, its probability under the sampling distribution)."""
+    if sampling.greedy:
+        return int(logits.argmax()), 1.0  # the first of tied maxima, as torch.argmax
+    probs, _ = filter_logits(logits, sampling)
+    next_id = int(torch.multinomial(probs, 1, generator=generator))
+    return next_id, float(probs[next_id])
+
+
+# -- one decoding step -------------------------------------------------------------
+@dataclass
+class Step:
+    """What one decoding step saw and chose. Probabilities are softmax(logits) (T = 1)."""
+
+    position: int  # index of the new token in the full id list
+    id: int
+    logit: float
+    prob: float
+    sample_prob: float  # under the sampling distribution (1.0 when greedy)
+    entropy: float  # nats, of softmax(logits) over the whole vocabulary
+    candidates: list[tuple[int, float, float]]  # (id, prob, logit), most likely first
+    fed: int  # positions the model computed this step (1 with a warm cache)
+    context: int  # positions attended to (fed + cached)
+
+
+def describe(logits: torch.Tensor, n_candidates: int) -> tuple[float, list, torch.Tensor]:
+    """Entropy (nats), the top candidates and softmax(logits) (float64) of one row."""
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    probs = log_probs.exp()
+    entropy = float(-(probs * log_probs).nan_to_num().sum())  # 0·log 0 counts as 0
+    k = min(n_candidates, logits.shape[-1])
+    top = torch.topk(logits, k) if k else None
+    candidates = [] if top is None else [
+        (int(i), float(probs[i]), float(v)) for v, i in zip(top.values, top.indices)]
+    return entropy, candidates, probs
+
+
+@dataclass
+class Decoded:
+    ids: list[int]  # prompt + new tokens
+    steps: list[Step] = field(default_factory=list)
+    trace: Trace = field(default_factory=Trace)  # "step.{i}.<name>"
+    logits: list[torch.Tensor] = field(default_factory=list)  # per step, when kept
+    stopped: str = "max_new_tokens"
+    cache_used: bool = True
+
+
+def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> tuple:
+    """Logits (V,) of the last position, how many positions were fed, and the context.
+
+    With a cache, feed only what it lacks; a single new token may see every cached key,
+    so it needs no mask. Past the context length, recompute the cropped window uncached.
+    """
+    C = model.cfg.context_length
+    window_start = max(0, len(ids) - C)
+    if cache is not None and window_start == 0:
+        new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
+        keep = None if len(new) == 1 else "auto"
+        logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
+        return logits[0, -1], len(new), cache.length
+    window = ids[window_start:]  # seed 004: idx[:, -context_size:]
+    logits = model(torch.tensor([window]), head="last")
+    return logits[0, -1], len(window), len(window)
+
+
+def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
+           sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
+           use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
+           should_stop: Callable[[list[int]], bool] | None = None,
+           on_step: Callable[[Step, list[int]], None] | None = None,
+           keep_logits: bool = False) -> Decoded:
+    """Append up to `max_new_tokens` ids to `prompt`; one Step per new token.
+
+    select: trace names (globs) recorded at every step as "step.{i}.<name>".
+    should_stop(ids): called after each token; True ends decoding early.
+    """
+    ids = list(prompt)
+    # A bidirectional model's earlier positions would change as tokens are added, so a
+    # cache cannot hold them: recompute every step.
+    use_cache = use_cache and model.cfg.causal
+    cache = None
+    if use_cache:
+        cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens))
+    out = Decoded(ids=ids, cache_used=use_cache)
+    with torch.inference_mode():
+        for i in range(max_new_tokens):
+            step_trace = Trace()
+            with model.record(select, step_trace) if select else nullcontext():
+                logits, fed, context = _forward_last(model, ids, cache)
+            next_id, sample_prob = choose(logits, sampling, generator)
+            entropy, candidates, probs = describe(logits, n_candidates)
+            step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
+                        prob=float(probs[next_id]), sample_prob=sample_prob, entropy=entropy,
+                        candidates=candidates, fed=fed, context=context)
+            for name in step_trace.names():
+                # clone: recorded keys and values may be views into the cache's buffers
+                out.trace.add(f"step.{i}.{name}", step_trace.raw(name).clone(),
+                              step_trace.dims(name))
+            if keep_logits:
+                out.logits.append(logits.clone())
+            ids.append(next_id)
+            out.steps.append(step)
+            if on_step is not None:
+                on_step(step, ids)
+            if should_stop is not None and should_stop(ids):
+                out.stopped = "stop"
+                break
+    return out
+
+
+# -- streaming text ----------------------------------------------------------------
+class TextTracker:
+    """The continuation as text while ids arrive: what is safe to show, and the stop.
+
+    Byte-level BPE can split one character over two tokens, so text ending in U+FFFD is
+    held back until the next token completes it; text that could be the start of a stop
+    string is held back until it is clearly not.
+    """
+
+    def __init__(self, decode_ids: Callable[[list[int]], str], n_prompt: int,
+                 stops: Sequence[str] = ()):
+        self.decode_ids, self.n_prompt = decode_ids, n_prompt
+        self.stops = [s for s in stops if s]
+        self.text = ""  # the continuation so far, cut at a stop string when one appears
+        self.shown = 0  # characters of self.text already handed out
+        self.stopped = False
+
+    def update(self, ids: list[int]) -> str:
+        """Take the id list after a step; return the new text safe to show."""
+        text = self.decode_ids(ids[self.n_prompt:])
+        hits = [text.find(s) for s in self.stops if s in text]
+        if hits:
+            self.text, self.stopped = text[:min(hits)], True
+            return self.flush()
+        self.text = text
+        safe = len(text.rstrip("\ufffd"))
+        for stop in self.stops:
+            for k in range(min(len(stop) - 1, safe), 0, -1):
+                if stop.startswith(text[safe - k:safe]):
+                    safe -= k
+                    break
+        return self._take(safe)
+
+    def flush(self) -> str:
+        return self._take(len(self.text))
+
+    def _take(self, upto: int) -> str:
+        if upto <= self.shown:
+            return ""
+        chunk, self.shown = self.text[self.shown:upto], upto
+        return chunk
+
+
+# -- stages ------------------------------------------------------------------------
+EMPTY_PROMPT = ("the prompt has no tokens; a GPT predicts each token from the ones before "
+                "it, so it needs at least one to start from, e.g. \"Hello\"")
+
+
+def need_head(loaded, command: str) -> None:
+    if not loaded.cfg.lm_head:
+        raise ConfigError(f"{loaded.cfg.name} has no output head (lm_head), so it predicts no "
+                          f"tokens and `tfx {command}` cannot run it; use a GPT config, e.g. "
+                          "--config gpt2, or --weights smollm2")
+
+
+def prompt_ids(loaded, text: str) -> list[int]:
+    """The prompt's ids, whole: decoding crops to the context itself (seed 004)."""
+    ids = loaded.tokenizer.encode(text)
+    if not ids:
+        raise InputTextError(EMPTY_PROMPT)
+    too_big = [i for i in ids if i >= loaded.cfg.vocab_size]
+    if too_big:
+        raise InputTextError(f"token id {too_big[0]} is outside the model's vocabulary of "
+                             f"{loaded.cfg.vocab_size}; use the tokenizer that matches the model")
+    return ids
+
+
+def step_json(step: Step, piece: Callable[[int], str]) -> dict:
+    return {"position": step.position, "id": step.id, "token": piece(step.id),
+            "logit": step.logit, "prob": step.prob, "sample_prob": step.sample_prob,
+            "entropy": step.entropy, "fed": step.fed, "context": step.context,
+            "candidates": [{"id": i, "token": piece(i), "prob": p, "logit": v}
+                           for i, p, v in step.candidates]}
+
+
+def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
+             use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
+             stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
+             progress=None) -> Result:
+    """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text."""
+    from . import stages
+
+    if max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens {max_new_tokens} must be at least 1")
+    check_sampling(sampling)  # fail before loading anything
+    loaded = stages.load(spec, text=text, progress=progress)
+    need_head(loaded, "generate")
+    check_sampling(sampling, loaded.cfg.vocab_size)
+    if select:
+        check_globs(select, loaded.model.tap_names())
+    ids = prompt_ids(loaded, text)
+    # Sampling draws from its own generator, seeded after the weights were built, so the
+    # weights never depend on whether (or how much) we sample.
+    generator = torch.Generator().manual_seed(spec.seed)
+    tracker = TextTracker(loaded.tokenizer.decode, len(ids), stops)
+
+    def on_step(step: Step, ids_now: list[int]) -> None:
+        chunk = tracker.update(ids_now)
+        if chunk and on_text is not None:
+            on_text(chunk)
+
+    decoded = decode(loaded.model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                     generator=generator, use_cache=use_cache, n_candidates=n_candidates,
+                     select=select, should_stop=lambda _ids: tracker.stopped, on_step=on_step)
+    rest = tracker.flush()
+    if rest and on_text is not None:
+        on_text(rest)
+
+    def piece(i: int) -> str:
+        return loaded.tokenizer.pieces([i])[0]
+
+    scalars = {
+        "text": text + tracker.text,
+        "completion": tracker.text,
+        "ids": decoded.ids,
+        "prompt_ids": ids,
+        "new_ids": decoded.ids[len(ids):],
+        "stopped": decoded.stopped,
+        "settings": {"max_new_tokens": max_new_tokens, "temperature": sampling.temperature,
+                     "top_k": sampling.top_k, "top_p": sampling.top_p,
+                     "decoding": "greedy" if sampling.greedy else "sample",
+                     "seed": spec.seed, "stop": list(stops), "cache": decoded.cache_used,
+                     "candidates": n_candidates, "context_length": loaded.cfg.context_length},
+        "steps": [step_json(s, piece) for s in decoded.steps],
+    }
+    return stages.result("generate", loaded, text, ids, decoded.trace, scalars)
+
+
+def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
+               n_candidates: int = 10) -> Result:
+    """The distribution over the token after `text`, and what the sampling filters do."""
+    from . import stages
+
+    check_sampling(sampling)
+    loaded = stages.load(spec, text=text)
+    need_head(loaded, "next")
+    check_sampling(sampling, loaded.cfg.vocab_size)
+    ids = prompt_ids(loaded, text)
+    cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1].double()  # (V,)
+    entropy, top, probs = describe(logits, n_candidates)
+    tempered = tempered_probs(logits, sampling.temperature)
+    final, kept = filter_logits(logits, sampling)
+    pieces = loaded.tokenizer.pieces([i for i, _, _ in top])
+    rows = [{"rank": r + 1, "id": i, "token": tok, "logit": v, "prob": p,
+             "tempered_prob": float(tempered[i]), "kept": bool(kept[i]),
+             "final_prob": float(final[i])}
+            for r, ((i, p, v), tok) in enumerate(zip(top, pieces))]
+    greedy = int(logits.argmax())
+    scalars = {
+        "position": len(ids),
+        "context": len(cropped),
+        "entropy": entropy,
+        "greedy": {"id": greedy, "token": loaded.tokenizer.pieces([greedy])[0],
+                   "prob": float(probs[greedy])},
+        "kept_tokens": int(kept.sum()),
+        "kept_mass": float(tempered[kept].sum()),
+        "settings": {"temperature": sampling.temperature, "top_k": sampling.top_k,
+                     "top_p": sampling.top_p, "candidates": n_candidates},
+        "candidates": rows,
+    }
+    return stages.result("next", loaded, text, ids, Trace(), scalars)
+
+
+LENS_NORM_HELP = {
+    "layernorm": "ln_f, the final LayerNorm with its learned scale and shift",
+    "rmsnorm": "ln_f, the final RMSNorm with its learned scale",
+}
+
+
+def lens(spec, text: str, *, truncate: bool = False) -> Result:
+    """Logit lens: read every layer's residual stream through the model's own output.
+
+    Row "embed" is embed.out; row i is blocks.{i}.resid_out. Each goes through ln_f (with
+    its learned weights) and lm_head, exactly as the last layer does, so the last row is
+    the model's real output. Post-LN models have no ln_f: their blocks already end in a
+    LayerNorm, so the head reads each row directly.
+    """
+    from . import stages
+
+    loaded = stages.load(spec, text=text)
+    need_head(loaded, "lens")
+    ids = stages.encode(loaded, text, truncate=truncate)
+    model, cfg = loaded.model, loaded.cfg
+    names = ["embed.out"] + [f"blocks.{i}.resid_out" for i in range(cfg.n_layers)]
+    trace = stages.run(loaded, ids, names + ["logits"], validate=False)
+    top_ids, top_probs, next_probs = [], [], []
+    with torch.inference_mode():
+        for name in names:
+            resid = trace.raw(name)[None]  # (1, T, C)
+            normed = model.ln_f(resid) if model.ln_f is not None else resid
+            probs = torch.softmax(model.lm_head(normed)[0].double(), dim=-1)  # (T, V)
+            best = probs.max(dim=-1)
+            top_ids.append(best.indices.tolist())
+            top_probs.append(best.values.tolist())
+            # how likely this layer finds the token that actually comes next
+            next_probs.append(probs[torch.arange(len(ids) - 1), ids[1:]].tolist())
+        real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
+    norm = (LENS_NORM_HELP[cfg.norm] if model.ln_f is not None
+            else "none: post-LN blocks already end in a LayerNorm, so lm_head reads them as they are")
+    scalars = {
+        "layers": ["embed"] + [str(i) for i in range(cfg.n_layers)],
+        "sources": names,
+        "norm": norm,
+        "top_ids": top_ids,
+        "top_tokens": [loaded.tokenizer.pieces(row) for row in top_ids],
+        "top_probs": top_probs,
+        "next_token_probs": next_probs,
+        "output_top_ids": real.indices.tolist(),  # the model's own logits: equal to the last row
+    }
+    return stages.result("lens", loaded, text, ids, Trace(), scalars)
+
+
+__all__ = ["Sampling", "check_sampling", "top_k_mask", "top_p_mask", "filter_logits",
+           "tempered_probs", "choose", "Step", "describe", "decode", "Decoded",
+           "TextTracker", "generate", "next_token", "lens", "EMPTY_PROMPT"]
