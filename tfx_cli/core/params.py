@@ -94,7 +94,7 @@ def _embedding_rows(cfg: ModelConfig) -> list[Row]:
                         0, "position_embedding", "a fixed table, not a parameter"))
     elif cfg.positional == "rope":
         rows.append(Row("rope", "rotary positions", None, 0, "position_embedding",
-                        "rotates q and k by angles computed on the fly; no parameters"))
+                        "q and k rotated by computed angles"))
     if cfg.token_types:
         rows.append(Row("embed.type_emb.weight", "token-type embedding", (cfg.token_types, C),
                         cfg.token_types * C, "token_type_embedding"))
@@ -149,6 +149,10 @@ class ParamCount:
         return out
 
 
+def _blocks_label(n_layers: int, per_block: int) -> str:
+    return f"{n_layers} block{'s' if n_layers != 1 else ''} × {per_block:,}"
+
+
 def _sum_parts(rows: list[Row]) -> dict[str, int]:
     parts: dict[str, int] = {}
     for row in rows:
@@ -159,8 +163,8 @@ def _sum_parts(rows: list[Row]) -> dict[str, int]:
 def count_params(cfg: ModelConfig) -> ParamCount:
     block = block_rows(cfg)
     per_block = sum(r.count for r in block)
-    blocks = Row("blocks", f"{cfg.n_layers} blocks × {per_block:,}", None,
-                 per_block * cfg.n_layers, "blocks", f"{per_block:,} per block")
+    blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
+                 per_block * cfg.n_layers, "blocks")
     rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
     shared = cfg.vocab_size * cfg.d_model if cfg.lm_head and cfg.tie_embeddings else 0
     return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
@@ -235,8 +239,8 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
     C = cfg.d_model
     block = block_flop_rows(cfg, T)
     per_block = sum(r.count for r in block)
-    rows = [Row("blocks", f"{cfg.n_layers} blocks × {per_block:,}", None,
-                per_block * cfg.n_layers, "blocks", f"{per_block:,} per block per token")]
+    rows = [Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
+                per_block * cfg.n_layers, "blocks")]
     if cfg.lm_head:  # tied or not, the head multiplies by a (V, C) matrix
         rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
                         f"(1, {C})·({C}, {cfg.vocab_size})"))
