@@ -15,4 +15,5 @@ COMMANDS = [
     ("generate", "generate", "generate"),
     ("next", "next", "next_token"),
     ("lens", "lens", "lens"),
+    ("report", "report", "report"),
 ]

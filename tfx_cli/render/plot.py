@@ -1,0 +1,513 @@
+"""`--plot FILE`: draw a command's Result as a PNG or SVG with matplotlib.
+
+The plot reads the very Result the terminal view and the JSON read: no second forward
+pass, no numbers of its own. matplotlib is an optional extra (`tfx-cli[plot]`), imported
+only here and only when --plot is given, with the Agg backend so no display is needed.
+
+One drawing per command, chosen by `Result.command` (then `Result.view`):
+
+  attend     one heat map per head, token labels on both axes, one shared colour bar
+  posenc     the sinusoid stripes: positions down, dimensions across
+  embed      each (T, C) tensor as a heat map, tokens down
+  layernorm  per-token mean and variance, before and after normalisation
+  lens       layers x positions, shaded by the top token's probability, token text inside
+  trace      the one selected tensor: 1-D bars, 2-D heat map, (H, ., .) a grid of heads
+
+Files are written beside their final name and moved into place with os.replace, so a
+failed or interrupted draw never leaves half a file, and nothing is overwritten without
+--force (`check_output_path`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..core.trace import Result
+from ..errors import MissingPackageError, OutputFileError, SelectError, UsageError
+
+PLOT_SUFFIXES = (".png", ".svg")
+INSTALL = "pip install 'tfx-cli[plot]' (or pip install matplotlib)"
+MAX_LABELS = 40        # an axis with more tokens than this labels every k-th one
+MAX_PANELS = 64        # heads drawn before the grid would be unreadable
+TOKEN_DIMS = ("T", "S")
+DIM_NAMES = {"T": "query position", "S": "key position", "C": "dimension", "P": "position",
+             "R": "frequency", "F": "ffn unit", "D": "head dim", "V": "vocabulary",
+             "H": "head", "L": "layer"}
+
+
+# ---------------------------------------------------------------- output files
+
+def check_output_path(path, force: bool = False, *, suffixes: Sequence[str] = PLOT_SUFFIXES,
+                      option: str = "--plot") -> Path:
+    """The output file, once we know it can be written: right extension, parent folder
+    present and writable, and either new or --force given. Call it before any work."""
+    path = Path(path).expanduser()
+    suffix = path.suffix.lower()
+    if suffix not in suffixes:
+        wanted = " or ".join(suffixes)
+        got = f"'{path.suffix}'" if path.suffix else "no extension"
+        raise UsageError(f"{option} {path}: unsupported file type ({got}); "
+                         f"name the file with {wanted}")
+    if path.is_dir():
+        raise OutputFileError(f"{option} {path} is a folder; give a file name such as "
+                              f"{path / ('plot' + suffixes[0])}")
+    if (path.exists() or path.is_symlink()) and not force:
+        raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
+                              "or choose another name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputFileError(f"cannot write {path}: the folder {parent} does not exist; "
+                              "create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {path}: the folder {parent} is not writable; "
+                              "choose another place")
+    return path
+
+
+@contextmanager
+def atomic_output(path: Path, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary path in `path`'s folder; on success move it onto `path`.
+
+    Same folder, so os.replace is atomic: readers see the old file or the new one, never
+    half of one. The temporary file is removed if writing fails.
+    """
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=".tmp")
+    except OSError as exc:
+        raise OutputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        if path.exists() and not force:  # appeared while we were drawing
+            raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
+                                  "or choose another name")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plot is an ordinary file
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---------------------------------------------------------------- matplotlib
+
+def require_matplotlib():
+    """pyplot on the Agg backend, or MissingPackageError with the install command."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingPackageError(f"--plot needs matplotlib; install it with {INSTALL}") from None
+    matplotlib.use("Agg", force=True)  # files only: never open a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_result(result: Result, path, force: bool = False) -> Path:
+    """Draw `result` into `path` (.png or .svg). Returns the path written."""
+    path = check_output_path(path, force)
+    plt = require_matplotlib()
+    draw = PLOTTERS.get(result.command) or PLOTTERS.get(result.view or "") or plot_trace
+    with warnings.catch_warnings():
+        # a token whose glyph the font lacks draws as a box; that is not worth a warning
+        warnings.simplefilter("ignore", UserWarning)
+        fig = draw(result, plt)
+        try:
+            with atomic_output(path, force) as tmp:
+                fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=110,
+                            bbox_inches="tight", metadata=_metadata(path))
+        finally:
+            plt.close(fig)
+    return path
+
+
+def _metadata(path: Path) -> dict:
+    # No creation date: the same command gives the same file.
+    if path.suffix.lower() == ".svg":
+        return {"Date": None, "Creator": "tfx"}
+    return {"Software": "tfx"}
+
+
+PlotFn = Callable[[Result, object], object]
+PLOTTERS: dict[str, PlotFn] = {}
+
+
+def plotter(*names: str):
+    def add(fn: PlotFn) -> PlotFn:
+        for name in names:
+            PLOTTERS[name] = fn
+        return fn
+
+    return add
+
+
+# ---------------------------------------------------------------- labels and grids
+
+def tex_safe(text: str) -> str:
+    """matplotlib reads $...$ as maths; a token like "$" must print as itself."""
+    return text.replace("\\", "\\\\").replace("$", r"\$")
+
+
+def tokens_of(result: Result) -> list[str] | None:
+    from ..core.tokenizers import visible
+
+    tokens = (result.input or {}).get("tokens")
+    return [tex_safe(visible(t)) for t in tokens] if tokens is not None else None
+
+
+def axis_tokens(dim: str, size: int, tokens: Sequence[str] | None) -> list[str] | None:
+    if dim in TOKEN_DIMS and tokens is not None and len(tokens) == size:
+        return list(tokens)
+    return None
+
+
+def label_axis(ax, axis: str, labels: Sequence[str] | None, size: int, fontsize: float) -> None:
+    """Token labels on one axis (every k-th beyond MAX_LABELS), else plain positions."""
+    set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
+    if labels is None:
+        return
+    step = max(1, math.ceil(size / MAX_LABELS))
+    ticks = list(range(0, size, step))
+    rotation = 90 if axis == "x" else 0
+    set_ticks(ticks, [labels[i] for i in ticks], fontsize=fontsize, rotation=rotation)
+
+
+def token_fontsize(n: int) -> float:
+    return 9 if n <= 12 else 7 if n <= 24 else 5
+
+
+def grid_shape(n: int) -> tuple[int, int]:
+    """(rows, cols) near square with the fewest empty cells: 8 -> 2x4, 12 -> 3x4."""
+    if n <= 3:
+        return 1, n
+    first = math.ceil(math.sqrt(n))
+    best = min(range(first, first + 3), key=lambda c: (math.ceil(n / c) * c - n, c))
+    return math.ceil(n / best), best
+
+
+def finite_limits(arrays: Sequence[np.ndarray]) -> tuple[float, float]:
+    values = np.concatenate([a[np.isfinite(a)].ravel() for a in arrays])
+    if values.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(values.min()), float(values.max())
+    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+
+
+def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, str],
+                 tokens: Sequence[str] | None, cmap: str, title: str,
+                 colorbar_label: str, vlimits: tuple[float, float] | None = None,
+                 cols: int | None = None):
+    """Many (rows, cols) matrices on one shared colour scale, one colour bar for all.
+
+    Masked cells (-inf, NaN) stay blank rather than take the lowest colour.
+    """
+    if len(panels) > MAX_PANELS:
+        raise UsageError(f"--plot would draw {len(panels)} panels; select fewer heads or "
+                         f"layers (at most {MAX_PANELS})")
+    n_rows, n_cols = grid_shape(len(panels)) if cols is None else (
+        math.ceil(len(panels) / cols), cols)
+    T, S = panels[0][1].shape
+    cell = min(4.2, max(2.4, 0.22 * max(T, S)))  # inches per panel
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 1.2, cell * n_rows + 0.6),
+                             squeeze=False, layout="constrained")
+    vmin, vmax = vlimits or finite_limits([m for _, m in panels])
+    row_labels = axis_tokens(dims[0], T, tokens)
+    col_labels = axis_tokens(dims[1], S, tokens)
+    fontsize = token_fontsize(max(T, S))
+    image = None
+    for ax, (name, matrix) in zip(axes.flat, panels):
+        shown = np.ma.masked_invalid(matrix)
+        image = ax.imshow(shown, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(tex_safe(name), fontsize=10)
+        label_axis(ax, "y", row_labels, T, fontsize)
+        label_axis(ax, "x", col_labels, S, fontsize)
+        ax.tick_params(length=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_axis_off()
+    for ax in axes[:, 0]:
+        ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]), fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]), fontsize=8)
+    fig.colorbar(image, ax=axes, label=colorbar_label, shrink=0.9)
+    fig.suptitle(tex_safe(title), fontsize=12)
+    return fig
+
+
+def describe(result: Result) -> str:
+    """'gpt124m · seed 123' or 'weights minilm': which model the figure shows."""
+    model = result.model or {}
+    name = model.get("name") or model.get("config") or "model"
+    if model.get("weights"):
+        return f"{name} · weights {model['weights']}"
+    return f"{name} · random weights, seed {model.get('seed')}" if "seed" in model else name
+
+
+def _names(result: Result, pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    return [n for n in result.tensors.names() if rx.fullmatch(n)]
+
+
+def _layer_of(name: str) -> str:
+    match = re.match(r"blocks\.(\d+)\.", name)
+    return f"layer {match.group(1)} · " if match else ""
+
+
+# ---------------------------------------------------------------- attend
+
+@plotter("attend")
+def plot_attention(result: Result, plt):
+    names = _names(result, r".*attn\.pattern") or _names(result, r".*attn\.(masked|scaled|scores)")
+    if not names:
+        return plot_matrices(result, plt, result.tensors.names())
+    heads = (result.result or {}).get("head")
+    panels = []
+    for name in names:
+        array = result.tensors.array(name)  # (H, T, S)
+        indices = [heads] if isinstance(heads, int) and 0 <= heads < len(array) else range(len(array))
+        panels += [(f"{_layer_of(name)}head {h}", array[h]) for h in indices]
+    is_pattern = names[0].endswith("pattern")
+    cols = len(panels) // len(names) if len(names) > 1 else None  # one row per layer
+    leaf = names[0].rsplit(".", 1)[-1]
+    return heatmap_grid(plt, panels, dims=("T", "S"), tokens=tokens_of(result),
+                        cmap="viridis" if is_pattern else "magma",
+                        vlimits=None, cols=cols,
+                        title=f"attention {leaf} · {describe(result)}",
+                        colorbar_label="attention weight" if is_pattern else leaf)
+
+
+# ---------------------------------------------------------------- posenc and embed
+
+@plotter("posenc")
+def plot_posenc(result: Result, plt):
+    names = [n for n in result.tensors.names() if result.tensors.array(n).ndim == 2]
+    if not names:
+        return plot_trace(result, plt)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names) + 1, 5),
+                             squeeze=False, layout="constrained")
+    image = None
+    for ax, name in zip(axes.flat, names):
+        table = result.tensors.array(name)  # (P, C): one row per position
+        dims = result.tensors.dims(name)
+        bound = float(np.nanmax(np.abs(table[np.isfinite(table)]))) if np.isfinite(table).any() else 1.0
+        image = ax.imshow(table, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(f"{tex_safe(name)} {tuple(table.shape)}", fontsize=10)
+        ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]))
+        ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]))
+        label_axis(ax, "y", axis_tokens(dims[0], table.shape[0], tokens_of(result)),
+                   table.shape[0], token_fontsize(table.shape[0]))
+        fig.colorbar(image, ax=ax, shrink=0.9)
+    fig.suptitle(f"positional encoding · {describe(result)}", fontsize=12)
+    return fig
+
+
+@plotter("embed")
+def plot_embed(result: Result, plt):
+    names = [n for n in result.tensors.names() if result.tensors.array(n).ndim == 2]
+    return plot_matrices(result, plt, names, title=f"embeddings · {describe(result)}")
+
+
+def plot_matrices(result: Result, plt, names: list[str], *, title: str | None = None):
+    """Each 2-D tensor as its own heat map, stacked, each with its own colour bar."""
+    names = [n for n in names if result.tensors.array(n).ndim == 2]
+    if not names:
+        raise UsageError("--plot found no matrix to draw in this result")
+    tokens = tokens_of(result)
+    fig, axes = plt.subplots(len(names), 1, squeeze=False, layout="constrained",
+                             figsize=(9, min(24, 2.0 + 3.2 * len(names))))
+    for ax, name in zip(axes[:, 0], names):
+        array, dims = result.tensors.array(name), result.tensors.dims(name)
+        draw_matrix(ax, fig, name, array, dims, tokens)
+    fig.suptitle(tex_safe(title or describe(result)), fontsize=12)
+    return fig
+
+
+def draw_matrix(ax, fig, name: str, array: np.ndarray, dims: Sequence[str],
+                tokens: Sequence[str] | None) -> None:
+    finite = array[np.isfinite(array)]
+    diverging = finite.size and finite.min() < 0 < finite.max()
+    if diverging:
+        bound = float(np.abs(finite).max())
+        limits = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+    else:
+        limits = dict(cmap="viridis")
+    image = ax.imshow(np.ma.masked_invalid(array), aspect="auto", interpolation="nearest",
+                      **limits)
+    ax.set_title(f"{tex_safe(name)} ({', '.join(dims)}) {tuple(array.shape)}", fontsize=10)
+    ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]), fontsize=8)
+    ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]), fontsize=8)
+    label_axis(ax, "y", axis_tokens(dims[0], array.shape[0], tokens), array.shape[0],
+               token_fontsize(array.shape[0]))
+    label_axis(ax, "x", axis_tokens(dims[1], array.shape[1], tokens), array.shape[1],
+               token_fontsize(array.shape[1]))
+    fig.colorbar(image, ax=ax, shrink=0.9)
+
+
+# ---------------------------------------------------------------- layernorm
+
+def norm_groups(result: Result) -> list[str]:
+    """Prefixes of recorded norms ('blocks.0.ln1', 'ln_f'), in forward order."""
+    groups: list[str] = []
+    for name in result.tensors.names():
+        prefix, _, leaf = name.rpartition(".")
+        if leaf in ("mean", "var", "normed", "in") and prefix not in groups:
+            groups.append(prefix)
+    return groups
+
+
+def norm_stats(result: Result, prefix: str) -> dict[str, np.ndarray]:
+    """Per-token mean and variance over C, before and after normalisation (biased var,
+    as LayerNorm uses). 'Before' prefers the recorded taps; 'after' is the normed rows."""
+    tr = result.tensors
+    stats: dict[str, np.ndarray] = {}
+    if f"{prefix}.in" in tr:
+        x = tr.array(f"{prefix}.in").astype(np.float64)  # (T, C)
+        stats["mean before"], stats["var before"] = x.mean(-1), x.var(-1)
+    if f"{prefix}.mean" in tr:
+        stats["mean before"] = tr.array(f"{prefix}.mean")
+    if f"{prefix}.var" in tr:
+        stats["var before"] = tr.array(f"{prefix}.var")
+    after = f"{prefix}.normed" if f"{prefix}.normed" in tr else f"{prefix}.out"
+    if after in tr:
+        y = tr.array(after).astype(np.float64)  # (T, C)
+        stats["mean after"], stats["var after"] = y.mean(-1), y.var(-1)
+    return stats
+
+
+@plotter("layernorm")
+def plot_layernorm(result: Result, plt):
+    groups = [g for g in norm_groups(result) if norm_stats(result, g)]
+    if not groups:
+        return plot_trace(result, plt)
+    groups = groups[:6]  # more rows than this is a wall of bars
+    tokens = tokens_of(result) or []
+    fig, axes = plt.subplots(len(groups), 2, squeeze=False, layout="constrained",
+                             figsize=(11, 3.2 * len(groups) + 0.6))
+    for row, prefix in zip(axes, groups):
+        stats = norm_stats(result, prefix)
+        for ax, what in zip(row, ("mean", "var")):
+            before, after = stats.get(f"{what} before"), stats.get(f"{what} after")
+            n = len(before if before is not None else after)
+            x = np.arange(n)
+            if before is not None:
+                ax.bar(x - 0.2, before, width=0.4, label="before", color="#4c72b0")
+            if after is not None:
+                ax.bar(x + 0.2, after, width=0.4, label="after", color="#dd8452")
+            if what == "var":
+                values = np.concatenate([v for v in (before, after) if v is not None])
+                if values.min() > 0 and values.max() / values.min() > 50:
+                    ax.set_yscale("log")  # raw variances dwarf the normalised 1.0
+            ax.axhline(0.0 if what == "mean" else 1.0, color="grey", lw=0.8, ls="--")
+            ax.set_title(f"{tex_safe(prefix)} · {'mean' if what == 'mean' else 'variance'} "
+                         "per token", fontsize=10)
+            ax.legend(fontsize=8)
+            labels = axis_tokens("T", n, tokens)
+            if labels is not None:
+                label_axis(ax, "x", labels, n, token_fontsize(n))
+            else:
+                ax.set_xlabel("position")
+    fig.suptitle(f"layer norm before and after · {describe(result)}", fontsize=12)
+    return fig
+
+
+# ---------------------------------------------------------------- lens
+
+def lens_table(result: Result) -> tuple[np.ndarray, list[list[str]] | None, list[str]]:
+    """(layers x positions top probability, token text per cell or None, row names)."""
+    res = result.result or {}
+    tr = result.tensors
+    probs = None
+    for name in tr.names():
+        if tr.dims(name) == ("L", "T") and re.search(r"prob", name):
+            probs = tr.array(name)
+            break
+    texts = res.get("top_tokens")
+    if probs is None and res.get("top_probs") is not None:
+        probs = np.asarray(res["top_probs"], dtype=np.float64)
+    if probs is None:
+        raise UsageError("--plot: this lens result holds no top-token probabilities")
+    rows = res.get("layers") or list(range(len(probs)))
+    return np.asarray(probs, dtype=np.float64), texts, [str(r) for r in rows]
+
+
+@plotter("lens")
+def plot_lens(result: Result, plt):
+    from ..core.tokenizers import visible
+
+    probs, texts, rows = lens_table(result)  # (L, T)
+    n_layers, T = probs.shape
+    fig, ax = plt.subplots(figsize=(min(30, 1.5 + 0.9 * T), min(30, 1.5 + 0.45 * n_layers)),
+                           layout="constrained")
+    image = ax.imshow(probs, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto",
+                      interpolation="nearest")
+    if texts is not None and T <= 48:
+        fontsize = 7 if T <= 16 else 5
+        for i in range(n_layers):
+            for j in range(T):
+                text = tex_safe(visible(str(texts[i][j])))[:10]
+                ax.text(j, i, text, ha="center", va="center", fontsize=fontsize,
+                        color="white" if probs[i, j] > 0.55 else "black")
+    ax.set_yticks(range(n_layers), [tex_safe(r) for r in rows], fontsize=8)
+    ax.set_ylabel("layer")
+    label_axis(ax, "x", axis_tokens("T", T, tokens_of(result)), T, token_fontsize(T))
+    ax.set_xlabel("input position")
+    fig.colorbar(image, ax=ax, label="top-token probability", shrink=0.9)
+    ax.set_title(f"logit lens · {describe(result)}", fontsize=12)
+    return fig
+
+
+# ---------------------------------------------------------------- trace
+
+@plotter("trace")
+def plot_trace(result: Result, plt):
+    names = result.tensors.names()
+    if len(names) != 1:
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        raise SelectError(f"--plot draws one tensor but {len(names)} are selected "
+                          f"({shown}); pass --select with one name, e.g. "
+                          "--select blocks.0.attn.pattern")
+    name = names[0]
+    array, dims = result.tensors.array(name), result.tensors.dims(name)
+    tokens = tokens_of(result)
+    if array.ndim == 3 and dims[0] == "H":
+        panels = [(f"head {h}", array[h]) for h in range(array.shape[0])]
+        lo, hi = finite_limits([array])
+        diverging = lo < 0 < hi  # scores and values: blue below zero, red above
+        bound = max(-lo, hi)
+        return heatmap_grid(plt, panels, dims=dims[1:], tokens=tokens,
+                            cmap="RdBu_r" if diverging else "viridis",
+                            vlimits=(-bound, bound) if diverging else (lo, hi),
+                            title=f"{name} ({', '.join(dims)}) · {describe(result)}",
+                            colorbar_label=name.rsplit(".", 1)[-1])
+    if array.ndim > 2:
+        raise UsageError(f"--plot draws 1-D and 2-D tensors (or heads of one); {name} is "
+                         f"({', '.join(dims)}) {tuple(array.shape)}")
+    if array.ndim == 2:
+        return plot_matrices(result, plt, [name])
+    fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(array) + 1.5), 3.5), layout="constrained")
+    values = np.nan_to_num(array.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    ax.bar(np.arange(len(array)), values, color="#4c72b0")
+    labels = axis_tokens(dims[0], len(array), tokens) if dims else None
+    if labels is not None:
+        label_axis(ax, "x", labels, len(array), token_fontsize(len(array)))
+    ax.set_xlabel(DIM_NAMES.get(dims[0], dims[0]) if dims else "")
+    ax.set_title(f"{tex_safe(name)} ({', '.join(dims)}) · {describe(result)}", fontsize=10)
+    return fig
