@@ -23,6 +23,10 @@ PrecisionOpt = Annotated[int, typer.Option("--precision", min=0, max=12,
                                            help="Decimals shown in tables.")]
 FullOpt = Annotated[bool, typer.Option("--full", help="Show whole matrices, not head and tail.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")]
+PlotOpt = Annotated[Optional[Path], typer.Option(
+    "--plot", metavar="FILE", show_default=False,
+    help="Also draw the result into FILE (.png or .svg); needs matplotlib: "
+         "pip install 'tfx-cli[plot]'.")]
 TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
 

@@ -120,6 +120,24 @@ def require_matplotlib():
     return plt
 
 
+def check_plot(path, force: bool = False) -> None:
+    """What a command calls first when --plot is given: fail before any work if the file
+    cannot be written or matplotlib is missing."""
+    if path is not None:
+        check_output_path(path, force)
+        require_matplotlib()
+
+
+def plot_to(result: Result, path, force: bool = False) -> None:
+    """Draw `result` into `path` when --plot was given, and say so on stderr."""
+    if path is None:
+        return
+    from .emit import info
+
+    written = plot_result(result, path, force)
+    info(f"wrote {written}")
+
+
 def plot_result(result: Result, path, force: bool = False) -> Path:
     """Draw `result` into `path` (.png or .svg). Returns the path written."""
     path = check_output_path(path, force)
@@ -165,10 +183,15 @@ def tex_safe(text: str) -> str:
     return text.replace("\\", "\\\\").replace("$", r"\$")
 
 
-def tokens_of(result: Result) -> list[str] | None:
+def tokens_of(result: Result, key: str | None = None) -> list[str] | None:
+    """The input's tokens made visible and safe for matplotlib; `key="kv"` gives the
+    cross-attention keys' text."""
     from ..core.tokenizers import visible
 
-    tokens = (result.input or {}).get("tokens")
+    data = result.input or {}
+    if key is not None:
+        data = data.get(key) or {}
+    tokens = data.get("tokens")
     return [tex_safe(visible(t)) for t in tokens] if tokens is not None else None
 
 
@@ -213,7 +236,7 @@ def finite_limits(arrays: Sequence[np.ndarray]) -> tuple[float, float]:
 def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, str],
                  tokens: Sequence[str] | None, cmap: str, title: str,
                  colorbar_label: str, vlimits: tuple[float, float] | None = None,
-                 cols: int | None = None):
+                 cols: int | None = None, key_tokens: Sequence[str] | None = None):
     """Many (rows, cols) matrices on one shared colour scale, one colour bar for all.
 
     Masked cells (-inf, NaN) stay blank rather than take the lowest colour.
@@ -229,7 +252,7 @@ def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, 
                              squeeze=False, layout="constrained")
     vmin, vmax = vlimits or finite_limits([m for _, m in panels])
     row_labels = axis_tokens(dims[0], T, tokens)
-    col_labels = axis_tokens(dims[1], S, tokens)
+    col_labels = axis_tokens(dims[1], S, key_tokens or tokens)
     fontsize = token_fontsize(max(T, S))
     image = None
     for ax, (name, matrix) in zip(axes.flat, panels):
@@ -272,32 +295,42 @@ def _layer_of(name: str) -> str:
 
 # ---------------------------------------------------------------- attend
 
+ATTN_PREFERENCE = ("pattern", "masked", "scaled", "scores", "context", "q", "k", "v")
+
+
 @plotter("attend")
 def plot_attention(result: Result, plt):
-    names = _names(result, r".*attn\.pattern") or _names(result, r".*attn\.(masked|scaled|scores)")
-    if not names:
+    """The pattern (or the first recorded stage) of every head, on one colour scale."""
+    by_leaf = {n.rsplit(".", 1)[-1]: n for n in result.tensors.names()
+               if result.tensors.dims(n)[:1] == ("H",)}
+    leaf = next((leaf for leaf in ATTN_PREFERENCE if leaf in by_leaf), None)
+    if leaf is None:
         return plot_matrices(result, plt, result.tensors.names())
-    heads = (result.result or {}).get("head")
-    panels = []
-    for name in names:
-        array = result.tensors.array(name)  # (H, T, S)
-        indices = [heads] if isinstance(heads, int) and 0 <= heads < len(array) else range(len(array))
-        panels += [(f"{_layer_of(name)}head {h}", array[h]) for h in indices]
-    is_pattern = names[0].endswith("pattern")
-    cols = len(panels) // len(names) if len(names) > 1 else None  # one row per layer
-    leaf = names[0].rsplit(".", 1)[-1]
-    return heatmap_grid(plt, panels, dims=("T", "S"), tokens=tokens_of(result),
-                        cmap="viridis" if is_pattern else "magma",
-                        vlimits=None, cols=cols,
+    name = by_leaf[leaf]
+    array, dims = result.tensors.array(name), result.tensors.dims(name)  # (H, T, S)
+    heads = (result.result or {}).get("heads") or list(range(len(array)))
+    if len(heads) != len(array):
+        heads = list(range(len(array)))
+    panels = [(f"{_layer_of(name)}head {h}", array[k]) for k, h in enumerate(heads)]
+    lo, hi = finite_limits([array])
+    diverging = lo < 0 < hi
+    bound = max(-lo, hi)
+    return heatmap_grid(plt, panels, dims=dims[1:], tokens=tokens_of(result),
+                        key_tokens=tokens_of(result, "kv"),
+                        cmap="RdBu_r" if diverging else "viridis",
+                        vlimits=(-bound, bound) if diverging else (min(lo, 0.0), hi),
                         title=f"attention {leaf} · {describe(result)}",
-                        colorbar_label="attention weight" if is_pattern else leaf)
+                        colorbar_label="attention weight" if leaf == "pattern" else leaf)
 
 
 # ---------------------------------------------------------------- posenc and embed
 
 @plotter("posenc")
 def plot_posenc(result: Result, plt):
-    names = [n for n in result.tensors.names() if result.tensors.array(n).ndim == 2]
+    tr = result.tensors
+    # the table itself (sinusoidal, learned); for RoPE the cos and sin it rotates by
+    names = [n for n in ("posenc.table", "posenc.cos", "posenc.sin") if n in tr] or \
+        [n for n in tr.names() if tr.array(n).ndim == 2]
     if not names:
         return plot_trace(result, plt)
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names) + 1, 5),
@@ -374,21 +407,24 @@ def norm_groups(result: Result) -> list[str]:
 
 
 def norm_stats(result: Result, prefix: str) -> dict[str, np.ndarray]:
-    """Per-token mean and variance over C, before and after normalisation (biased var,
-    as LayerNorm uses). 'Before' prefers the recorded taps; 'after' is the normed rows."""
+    """Per-token statistics over C, before and after normalisation: mean and (biased)
+    variance for LayerNorm; mean and mean square for RMSNorm, which divides by the root
+    of the mean square. 'Before' prefers the recorded taps; 'after' is the normed rows."""
     tr = result.tensors
+    rms = (result.model or {}).get("norm") == "rmsnorm"
+    second = (lambda x: (x ** 2).mean(-1)) if rms else (lambda x: x.var(-1))
     stats: dict[str, np.ndarray] = {}
     if f"{prefix}.in" in tr:
         x = tr.array(f"{prefix}.in").astype(np.float64)  # (T, C)
-        stats["mean before"], stats["var before"] = x.mean(-1), x.var(-1)
+        stats["mean before"], stats["var before"] = x.mean(-1), second(x)
     if f"{prefix}.mean" in tr:
         stats["mean before"] = tr.array(f"{prefix}.mean")
-    if f"{prefix}.var" in tr:
+    if f"{prefix}.var" in tr:  # RMSNorm's var tap holds the mean square
         stats["var before"] = tr.array(f"{prefix}.var")
     after = f"{prefix}.normed" if f"{prefix}.normed" in tr else f"{prefix}.out"
     if after in tr:
         y = tr.array(after).astype(np.float64)  # (T, C)
-        stats["mean after"], stats["var after"] = y.mean(-1), y.var(-1)
+        stats["mean after"], stats["var after"] = y.mean(-1), second(y)
     return stats
 
 
@@ -399,6 +435,7 @@ def plot_layernorm(result: Result, plt):
         return plot_trace(result, plt)
     groups = groups[:6]  # more rows than this is a wall of bars
     tokens = tokens_of(result) or []
+    rms = (result.model or {}).get("norm") == "rmsnorm"
     fig, axes = plt.subplots(len(groups), 2, squeeze=False, layout="constrained",
                              figsize=(11, 3.2 * len(groups) + 0.6))
     for row, prefix in zip(axes, groups):
@@ -416,8 +453,8 @@ def plot_layernorm(result: Result, plt):
                 if values.min() > 0 and values.max() / values.min() > 50:
                     ax.set_yscale("log")  # raw variances dwarf the normalised 1.0
             ax.axhline(0.0 if what == "mean" else 1.0, color="grey", lw=0.8, ls="--")
-            ax.set_title(f"{tex_safe(prefix)} · {'mean' if what == 'mean' else 'variance'} "
-                         "per token", fontsize=10)
+            label = "mean" if what == "mean" else "mean square" if rms else "variance"
+            ax.set_title(f"{tex_safe(prefix)} · {label} per token", fontsize=10)
             ax.legend(fontsize=8)
             labels = axis_tokens("T", n, tokens)
             if labels is not None:
