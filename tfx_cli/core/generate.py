@@ -273,9 +273,13 @@ EMPTY_PROMPT = ("the prompt has no tokens; a GPT predicts each token from the on
                 "it, so it needs at least one to start from, e.g. \"Hello\"")
 
 
-def need_head(loaded, command: str) -> None:
-    if not loaded.cfg.lm_head:
-        raise ConfigError(f"{loaded.cfg.name} has no output head (lm_head), so it predicts no "
+def need_head(spec, command: str) -> None:
+    """Refuse, before loading any weights, a model that cannot predict tokens."""
+    from .stages import load_config
+
+    cfg = load_config(spec)
+    if not cfg.lm_head:
+        raise ConfigError(f"{cfg.name} has no output head (lm_head), so it predicts no "
                           f"tokens and `tfx {command}` cannot run it; use a GPT config, e.g. "
                           "--config gpt2, or --weights smollm2")
 
@@ -310,8 +314,8 @@ def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = 
     if max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens {max_new_tokens} must be at least 1")
     check_sampling(sampling)  # fail before loading anything
+    need_head(spec, "generate")
     loaded = stages.load(spec, text=text, progress=progress)
-    need_head(loaded, "generate")
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
         check_globs(select, loaded.model.tap_names())
@@ -359,8 +363,8 @@ def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0
     from . import stages
 
     check_sampling(sampling)
+    need_head(spec, "next")
     loaded = stages.load(spec, text=text)
-    need_head(loaded, "next")
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text)
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
@@ -406,8 +410,8 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
     """
     from . import stages
 
+    need_head(spec, "lens")
     loaded = stages.load(spec, text=text)
-    need_head(loaded, "lens")
     ids = stages.encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
     names = ["embed.out"] + [f"blocks.{i}.resid_out" for i in range(cfg.n_layers)]
@@ -425,7 +429,7 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
             next_probs.append(probs[torch.arange(len(ids) - 1), ids[1:]].tolist())
         real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
     norm = (LENS_NORM_HELP[cfg.norm] if model.ln_f is not None
-            else "none: post-LN blocks already end in a LayerNorm, so lm_head reads them as they are")
+            else "no final norm (post-LN: every block already ends in a LayerNorm)")
     scalars = {
         "layers": ["embed"] + [str(i) for i in range(cfg.n_layers)],
         "sources": names,
