@@ -23,7 +23,8 @@ def attend(
         "--head", show_default=False, help="One head (default: all).")] = None,
     mask: Annotated[Optional[Mask], typer.Option(
         "--mask", show_default=False,
-        help="causal or none (default: the config's). Applies to every layer up to --layer.",
+        help="causal or none (default: the config's; none with --kv). Applies to every "
+        "layer up to --layer.",
     )] = None,
     kv: Annotated[Optional[str], typer.Option(
         "--kv", show_default=False, metavar="TEXT",

@@ -304,7 +304,10 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
     kv_ids = encode(loaded, kv) if kv is not None else None
     T = len(ids)
     S = len(kv_ids) if kv_ids is not None else T
-    causal = cfg.causal if mask is None else mask == "causal"
+    if mask is None:  # cross-attention reads the whole other text (seed 001's decoder)
+        causal = cfg.causal and kv_ids is None
+    else:
+        causal = mask == "causal"
     if kv_ids is not None and causal and T != S:
         raise RangeError(f"a causal mask needs as many queries as keys, but TEXT has {T} "
                          f"tokens and --kv has {S}; pass --mask none for cross-attention")
