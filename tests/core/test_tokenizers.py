@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tfx_cli.core import tokenizers as tk
 from tfx_cli.core.tokenizers import (ByteTokenizer, get_tokenizer, find_package_file,
                                      gguf_metadata, visible, weights_tokenizer)
-from tfx_cli.errors import MissingPackageError, TokenizerError
+from tfx_cli.errors import InputTextError, MissingPackageError, TokenizerError
 
 CORPUS = Path(__file__).resolve().parents[2] / "samples" / "corpus.txt"
 
@@ -278,6 +278,14 @@ def test_not_a_gguf_file(tmp_path):
     path.write_bytes(b"NOPE" + bytes(20))
     with pytest.raises(TokenizerError, match="not a GGUF file"):
         get_tokenizer(str(path))
+
+
+@pytest.mark.parametrize("name", ["word", "char", "byte", "gpt2", "minilm", "smollm2"])
+def test_undecodable_command_line_bytes_are_an_input_error(name):
+    # Linux hands Python a non-UTF-8 argument byte 0xff as the lone surrogate U+DCFF.
+    tok = get_tokenizer(name, corpus_text="a b")
+    with pytest.raises(InputTextError, match="not valid UTF-8 \\(byte 0xff"):
+        tok.encode("a\udcffb")
 
 
 # -- resolving names -------------------------------------------------------------------

