@@ -6,7 +6,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import InputTextError
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 from .trace import split_list
 
 
@@ -48,6 +49,8 @@ def attend(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
     spec,
 ) -> None:
@@ -71,6 +74,9 @@ def attend(
     """
     from ..core import stages
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
 
     stages_shown = split_list(show)
     if inputs is not None:
@@ -86,5 +92,6 @@ def attend(
                                mask=mask.value if mask is not None else None, kv=kv,
                                valid_lens=valid_lens, explain=explain, query_pos=query_pos,
                                show=stages_shown)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full, show=tuple(stages_shown),
          extra={"explain": explain})
