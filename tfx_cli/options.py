@@ -129,6 +129,11 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
         else:
             text = data
         text = text.rstrip("\n")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable bytes in argv arrive as surrogates
+        raise InputTextError(f"the {what} is not valid UTF-8 (character {exc.start}); "
+                             "pass it through stdin with '-' and --encoding") from None
     if not text.strip():
         raise InputTextError(f"the {what} is empty; give at least one word, e.g. \"Hello\"")
     return text
