@@ -77,11 +77,15 @@ _MODEL_OPTIONS = {
     "corpus": (Optional[Path], typer.Option(
         "--corpus", help="Text file whose words form the word tokenizer's vocabulary "
         "(default: the input text).", show_default=False, rich_help_panel="Model")),
+    "encoding": (str, typer.Option(
+        "--encoding", help="Encoding of text read from stdin ('-').", rich_help_panel="Input")),
     "no_cache_weights": (bool, typer.Option(
         "--no-cache-weights", help="Do not read or write the dequantised-weights cache.",
         rich_help_panel="Model")),
 }
 _DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+_DEFAULTS["encoding"] = "utf-8"
+_INPUT = {"encoding": "utf-8"}  # set per invocation by @model_command, read by read_text
 
 
 def model_command(fn):
@@ -100,8 +104,16 @@ def model_command(fn):
     @functools.wraps(fn)
     def wrapper(**kwargs):
         spec_args = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
+        _INPUT["encoding"] = spec_args.pop("encoding")
         if "force" in kwargs:
             spec_args["force"] = kwargs["force"]
+        if spec_args["weights"]:
+            # loading real weights can take seconds: show progress on stderr (the core
+            # module stays torch-free on import and never prints itself)
+            from .core import weights
+            from .render.emit import progress
+
+            weights.default_progress = progress
         return fn(spec=ModelSpec(**spec_args), **kwargs)
 
     del wrapper.__wrapped__  # Typer must see the new signature, not fn's
@@ -110,8 +122,9 @@ def model_command(fn):
     return wrapper
 
 
-def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text") -> str:
+def read_text(text: Optional[str], *, encoding: Optional[str] = None, what: str = "text") -> str:
     """The TEXT argument, or standard input for '-'. Empty text is an error."""
+    encoding = encoding or _INPUT["encoding"]
     if text is None:
         raise InputTextError(f"no {what} given; pass it as an argument or '-' to read stdin")
     if text == "-":
