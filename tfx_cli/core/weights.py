@@ -556,41 +556,6 @@ def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
         tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path))
 
 
-def gguf_vocab(weights: str) -> dict:
-    """The tokenizer a GGUF file embeds, as plain data (for core.tokenizers).
-
-    Keys: model, pre, tokens, merges, token_types, bos, eos, add_bos, add_eos.
-    """
-    ckpt = resolve(weights)
-    if ckpt.kind != "gguf":
-        raise WeightsError(f"{ckpt.path} is not a GGUF file")
-    cached = _cache_read_json(ckpt, "vocab.json")
-    return cached if cached else _gguf_vocab(_gguf_reader(ckpt.path))
-
-
-def _gguf_vocab(reader) -> dict:
-    def strings(key):
-        field = reader.fields.get(key)
-        if field is None:
-            return []
-        # each element is one part of the field; decoding them directly is ~10x faster
-        # than field.contents() for 50k entries
-        return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-
-    types = reader.fields.get("tokenizer.ggml.token_type")
-    return {
-        "model": _field(reader, "tokenizer.ggml.model"),
-        "pre": _field(reader, "tokenizer.ggml.pre", "default"),
-        "tokens": strings("tokenizer.ggml.tokens"),
-        "merges": strings("tokenizer.ggml.merges"),
-        "token_types": [int(types.parts[i][0]) for i in types.data] if types is not None else [],
-        "bos": _field(reader, "tokenizer.ggml.bos_token_id"),
-        "eos": _field(reader, "tokenizer.ggml.eos_token_id"),
-        "add_bos": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        "add_eos": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
-    }
-
-
 def _unpermute(w, n_heads: int):
     """Undo llama.cpp's reordering of Q/K rows.
 
@@ -690,7 +655,7 @@ def _cache_read_json(ckpt: Checkpoint, name: str) -> dict | None:
         return None
 
 
-def _cache_write(folder: Path, state: dict, cfg: ModelConfig, vocab: dict) -> bool:
+def _cache_write(folder: Path, state: dict, cfg: ModelConfig) -> bool:
     """Write a whole entry into a temporary folder, then rename it into place."""
     from safetensors.torch import save_file
 
@@ -700,7 +665,6 @@ def _cache_write(folder: Path, state: dict, cfg: ModelConfig, vocab: dict) -> bo
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
         (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
-        (tmp / "vocab.json").write_text(json.dumps(vocab))
         os.rename(tmp, folder)  # atomic; fails if another process got there first
         return True
     except OSError:
@@ -721,6 +685,11 @@ def _cache_read_state(folder: Path) -> dict | None:
 
 
 # -- building the model -------------------------------------------------------------
+# The command layer may set this to render.emit.progress once, so every stage that loads
+# weights shows progress without passing it along; the core itself never prints.
+default_progress = None
+
+
 @contextmanager
 def _progress(progress, description: str) -> Iterator[Callable]:
     """`progress` is a context manager factory like render.emit.progress: called with a
@@ -821,7 +790,7 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     False; `progress` is an optional context-manager factory (see _progress).
     """
     ckpt = resolve(weights)
-    with _progress(progress, f"loading {ckpt.name}") as update:
+    with _progress(progress or default_progress, f"loading {ckpt.name}") as update:
         state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
         model = assemble(ckpt, cfg, state, src)
         if ckpt.kind == "gguf" and use_cache and not from_cache:
@@ -830,10 +799,10 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
                 update(None, "caching dequantised weights")
                 plain = {k: v for k, v in model.state_dict().items()
                          if not (cfg.tie_embeddings and k == "lm_head.weight")}
-                _cache_write(folder, plain, cfg, _gguf_vocab(_gguf_reader(ckpt.path)))
+                _cache_write(folder, plain, cfg)
     return model
 
 
 __all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
-           "load_state", "assemble", "gguf_vocab", "cache_root", "cache_key", "ALIASES",
+           "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
            "MINILM_INSTALL", "SMOLLM2_INSTALL"]
