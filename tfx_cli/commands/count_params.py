@@ -39,8 +39,9 @@ def count_params(config: ConfigOpt = None, heads: HeadsOpt = None, layers: Layer
                  json_out: JsonOpt = False) -> None:
     """Count parameters, weight memory and forward FLOPs per token, from the config alone.
 
-    Tied weights are counted once. FLOPs count matmuls only (a multiply-add is 2 FLOPs),
-    attention's QKᵀ and pattern·V included as the full T×T product.
+    Tied weights are counted once.
+    FLOPs count matmuls only; a multiply-add is 2 FLOPs.
+    Attention's QKᵀ and pattern·V are counted as the full T×T product.
 
     Examples:
 
@@ -76,7 +77,18 @@ def count_params(config: ConfigOpt = None, heads: HeadsOpt = None, layers: Layer
 
 
 def verify_with_model(cfg, analytic_total: int) -> dict:
-    """Build the model on torch's meta device (every shape, no storage) and compare."""
+    """Build the model on torch's meta device (every shape, no storage) and compare.
+
+    The meta device makes even gpt2-xl instant and free: parameter counts depend on
+    shapes only, and the modules are built by the same code as real ones.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from ..errors import MissingPackageError
+
+        raise MissingPackageError("--verify builds the model and needs torch: "
+                                  "pip install torch") from None
     from ..core.model import build_model
     from ..core.params import count_params
 
