@@ -1,10 +1,12 @@
 """`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 
 
 @model_command
 def embed(text: TextArg = None, json_out: JsonOpt = False, precision: PrecisionOpt = 3,
-          full: FullOpt = False, *, spec) -> None:
+          full: FullOpt = False, plot: PlotOpt = None, force: ForceOpt = False, *,
+          spec) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
     The model's input is embed.out = embed.tok + embed.pos (seed 001, steps 4-6); the
@@ -19,6 +21,11 @@ def embed(text: TextArg = None, json_out: JsonOpt = False, precision: PrecisionO
     """
     from ..core import stages
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
 
     text = read_text(text)
-    emit(stages.embed(spec, text), json=json_out, precision=precision, full=full)
+    result = stages.embed(spec, text)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

@@ -4,7 +4,8 @@ from typing import Annotated
 
 import typer
 
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 
 
 class Which(str, Enum):
@@ -24,6 +25,8 @@ def layernorm(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
     spec,
 ) -> None:
@@ -41,7 +44,11 @@ def layernorm(
     """
     from ..core import stages
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
 
     text = read_text(text)
-    emit(stages.layernorm(spec, text, layer=layer, which=which.value), json=json_out,
-         precision=precision, full=full)
+    result = stages.layernorm(spec, text, layer=layer, which=which.value)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

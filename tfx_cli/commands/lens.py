@@ -3,7 +3,8 @@ from typing import Annotated
 
 import typer
 
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 
 
 @model_command
@@ -14,6 +15,8 @@ def lens(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
     spec,
 ) -> None:
@@ -44,6 +47,9 @@ def lens(
     """
     from ..core.generate import lens as run_lens
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
 
-    emit(run_lens(spec, read_text(text), truncate=truncate), json=json_out,
-         precision=precision, full=full)
+    check_plot(plot, force)
+    result = run_lens(spec, read_text(text), truncate=truncate)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

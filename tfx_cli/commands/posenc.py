@@ -3,7 +3,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 
 
 @model_command
@@ -15,6 +16,8 @@ def posenc(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
     spec,
 ) -> None:
@@ -33,8 +36,12 @@ def posenc(
     """
     from ..core import stages
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
 
     if text is not None:
         text = read_text(text)
-    emit(stages.posenc(spec, text, length=length), json=json_out, precision=precision,
-         full=full)
+    result = stages.posenc(spec, text, length=length)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

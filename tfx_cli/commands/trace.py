@@ -3,7 +3,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
+                       TextArg, model_command, read_text)
 
 
 def split_list(values: Optional[List[str]]) -> List[str]:
@@ -25,6 +26,8 @@ def trace(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
     spec,
 ) -> None:
@@ -42,8 +45,12 @@ def trace(
     """
     from ..core import stages
     from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
 
     text = read_text(text)
     result = stages.trace(spec, text, split_list(select), truncate=truncate)
+    plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full,
          extra={"values": values})

@@ -38,7 +38,7 @@ INSTALL = "pip install 'tfx-cli[plot]' (or pip install matplotlib)"
 MAX_LABELS = 40        # an axis with more tokens than this labels every k-th one
 MAX_PANELS = 64        # heads drawn before the grid would be unreadable
 TOKEN_DIMS = ("T", "S")
-DIM_NAMES = {"T": "query position", "S": "key position", "C": "dimension", "P": "position",
+DIM_NAMES = {"T": "position", "S": "key position", "C": "dimension", "P": "position",
              "R": "frequency", "F": "ffn unit", "D": "head dim", "V": "vocabulary",
              "H": "head", "L": "layer"}
 
@@ -265,8 +265,9 @@ def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, 
         ax.tick_params(length=2)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_axis_off()
+    row_name = "query position" if tuple(dims) == ("T", "S") else DIM_NAMES.get(dims[0], dims[0])
     for ax in axes[:, 0]:
-        ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]), fontsize=8)
+        ax.set_ylabel(row_name, fontsize=8)
     for ax in axes[-1, :]:
         ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]), fontsize=8)
     fig.colorbar(image, ax=axes, label=colorbar_label, shrink=0.9)
