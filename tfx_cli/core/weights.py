@@ -26,9 +26,10 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -416,11 +417,11 @@ def _torch_checkpoint(path: Path) -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        what = next((line.strip() for line in str(exc).splitlines()
-                     if "GLOBAL" in line or "Unsupported" in line), "")
-        raise WeightsError(f"refusing to load {path}: it needs Python objects beyond tensors "
-                           f"{('(' + what + ') ') if what else ''}and tfx never unpickles code; "
-                           "convert it to safetensors") from None
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
+        raise WeightsError(f"refusing to load {path}: it holds Python objects beyond tensors"
+                           f"{what}, and tfx never unpickles code; convert it to "
+                           "safetensors") from None
     except Exception as exc:  # zip/pickle readers raise many types on bad bytes
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint "
@@ -499,7 +500,7 @@ def _gguf_reader(path: Path):
     try:
         reader = GGUFReader(path)
     except Exception as exc:  # truncation shows as ValueError, IndexError, struct errors ...
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
         raise WeightsError(f"cannot read GGUF file {path}: truncated or corrupted "
                            f"({type(exc).__name__}: {first})") from None
     _GGUF_MEMO.clear()
@@ -692,12 +693,21 @@ default_progress = None
 
 @contextmanager
 def _progress(progress, description: str) -> Iterator[Callable]:
-    """`progress` is a context manager factory like render.emit.progress: called with a
-    description, it yields update(fraction, text). None shows nothing."""
+    """`progress` is a context-manager factory like render.emit.progress: called with a
+    description, it yields update(fraction, text). It is opened at the first update, once
+    the checkpoint has proved readable, so a bad file fails with its one-line error and
+    no progress line before it. None shows nothing."""
     if progress is None:
         yield lambda fraction=None, text=None: None
         return
-    with progress(description) as update:
+    with ExitStack() as stack:
+        opened: list = []
+
+        def update(fraction=None, text=None):
+            if not opened:
+                opened.append(stack.enter_context(progress(description)))
+            opened[0](fraction, text)
+
         yield update
 
 
@@ -705,7 +715,7 @@ def _shape_error(ckpt: Checkpoint, ours: str, theirs: str, got, want) -> Weights
     where = ours if theirs == ours else f"{theirs} (tfx {ours})"
     return WeightsError(f"{ckpt.path}: tensor {where} has shape {list(got)} but the "
                         f"architecture needs {list(want)}; the weights do not match the "
-                        "config")
+                        "config that came with them")
 
 
 def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
@@ -764,7 +774,6 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
     they came from the dequantised-weights cache."""
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
-        update(None, f"reading {ckpt.path.name}")
         state = _read_safetensors(_safetensors_files(ckpt))
         state, src = _HF_MAPS[_hf_family(ckpt, hf)](state, cfg)
         return state, src, False

