@@ -13,7 +13,7 @@ import typer
 from ..errors import RangeError, UsageError
 from ..options import ForceOpt, ModelSpec, TextArg, model_command, read_text
 
-OutputOpt = Annotated[Path, typer.Option(
+OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,
     metavar="FILE.html")]
 ShowLayersOpt = Annotated[Optional[str], typer.Option(
@@ -57,7 +57,7 @@ def parse_layers(value: Optional[str], n_layers: int) -> list[int]:
 
 
 @model_command
-def report(text: TextArg = None, output: OutputOpt = ..., show_layers: ShowLayersOpt = None,
+def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
            top_k: TopKOpt = 5, truncate: TruncateOpt = False, force: ForceOpt = False,
            spec: ModelSpec = None) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
@@ -80,6 +80,8 @@ def report(text: TextArg = None, output: OutputOpt = ..., show_layers: ShowLayer
     from ..render.emit import info, warn
     from ..render.plot import atomic_output, check_output_path
 
+    if output is None:
+        raise UsageError("no output file given; pass --output FILE.html (-o FILE.html)")
     text = read_text(text)
     path = check_output_path(output, force, suffixes=(".html", ".htm"), option="--output")
     started = time.perf_counter()

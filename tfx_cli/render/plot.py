@@ -149,8 +149,10 @@ def plot_result(result: Result, path, force: bool = False) -> Path:
         fig = draw(result, plt)
         try:
             with atomic_output(path, force) as tmp:
+                # constrained layout already fits the labels; bbox_inches="tight"
+                # would draw the whole figure a second time
                 fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=110,
-                            bbox_inches="tight", metadata=_metadata(path))
+                            metadata=_metadata(path))
         finally:
             plt.close(fig)
     return path
