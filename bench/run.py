@@ -1,0 +1,691 @@
+"""Side-by-side speed and memory of tfx against HF transformers and TransformerLens.
+
+    python bench/run.py                  # the full run (about 15 minutes on 2 cores)
+    python bench/run.py --smoke          # tiny sizes, seconds
+    python bench/run.py --cases forward,record --sizes 1024 --rounds 2
+
+Every measurement runs in a fresh process (a "case"), so each case pays its own imports
+and its peak RSS (ru_maxrss, read by the parent with os.wait4) is its own. Rounds go
+through the cases in a rotated order, so slow drift of the machine (thermal, page cache)
+spreads over all of them instead of landing on one. The table shows medians; ratios are
+tfx over its peer, read next to the targets printed with them.
+
+All three models get the SAME random weights: the parent builds tfx's gpt124m from
+--seed once, saves its state dict, and every case loads that file, renaming for HF
+(Conv1D, fused c_attn) and TransformerLens (per-head W_Q/W_K/W_V/W_O).
+
+Peers that are not installed are reported as missing, not as errors. The peers need
+`pip install -r bench/requirements.txt` (transformer_lens 3.9; 4.x dropped HookedTransformer).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MARK = "BENCH_RESULT "  # a worker's last stdout line: MARK + JSON
+
+TEXT = "When you play game of thrones"
+
+
+# -- sizes ---------------------------------------------------------------------------
+def bench_config(smoke: bool):
+    """gpt124m (seed 004's GPT-2 small shape), or a tiny model for --smoke."""
+    from tfx_cli.core.config import PRESETS, ModelConfig
+
+    if smoke:
+        return ModelConfig(vocab_size=512, context_length=64, d_model=64, n_heads=4,
+                           n_layers=2, qkv_bias=False, name="smoke")
+    return PRESETS["gpt124m"]
+
+
+def forward_flops(cfg, T: int) -> float:
+    """Multiply-adds x 2 of one forward over T tokens: every linear, plus QK^T and PV over
+    the full T x T square (no causal saving), plus the output head. Norms, GELU and
+    softmax are left out: they are memory-bound and small beside the matmuls."""
+    C, F, L = cfg.d_model, cfg.d_ff, cfg.n_layers
+    kv = cfg.n_kv_heads * cfg.head_dim
+    per_layer = 2 * T * (C * C + 2 * C * kv + C * C + 2 * C * F)  # q, k, v, out, fc1, fc2
+    attention = 2 * 2 * T * T * C  # QK^T and PV
+    head = 2 * T * C * cfg.vocab_size
+    return L * (per_layer + attention) + head
+
+
+def input_ids(cfg, T: int):
+    import torch
+
+    return torch.randint(0, cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0))
+
+
+# -- loading one state dict into each peer --------------------------------------------
+def tfx_model(cfg, weights: str):
+    """tfx with the bench weights. Built on the meta device: no init to throw away."""
+    from safetensors.torch import load_file
+
+    from tfx_cli.core.model import build_model
+
+    model = build_model(cfg, device="meta")
+    model.load_state_dict(load_file(weights), assign=True)
+    return model.eval()
+
+
+def _linear_t(sd, name):
+    return sd[f"{name}.weight"].t().contiguous()  # nn.Linear (out, in) -> (in, out)
+
+
+def hf_model(cfg, weights: str, attn: str):
+    """transformers' GPT2LMHeadModel with tfx's weights (attn: "sdpa" or "eager")."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    sd = load_file(weights)
+    hf_cfg = GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.context_length,
+                        n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+                        n_inner=cfg.d_ff, activation_function="gelu_new",
+                        layer_norm_epsilon=cfg.ln_eps, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    with torch.device("meta"):
+        model = GPT2LMHeadModel._from_config(hf_cfg, attn_implementation=attn)
+    C = cfg.d_model
+    out = {"transformer.wte.weight": sd["embed.tok_emb.weight"],
+           "transformer.wpe.weight": sd["embed.pos_emb.weight"],
+           "transformer.ln_f.weight": sd["ln_f.scale"], "transformer.ln_f.bias": sd["ln_f.shift"],
+           "lm_head.weight": sd["lm_head.weight"]}
+    for i in range(cfg.n_layers):
+        p, h = f"blocks.{i}", f"transformer.h.{i}"
+        qkv = [_linear_t(sd, f"{p}.attn.{w}") for w in ("W_query", "W_key", "W_value")]
+        qkv_bias = ([sd[f"{p}.attn.{w}.bias"] for w in ("W_query", "W_key", "W_value")]
+                    if cfg.qkv_bias else [torch.zeros(3 * C)])
+        out.update({
+            f"{h}.ln_1.weight": sd[f"{p}.ln1.scale"], f"{h}.ln_1.bias": sd[f"{p}.ln1.shift"],
+            f"{h}.attn.c_attn.weight": torch.cat(qkv, dim=1),  # Conv1D is (in, out)
+            f"{h}.attn.c_attn.bias": torch.cat(qkv_bias),
+            f"{h}.attn.c_proj.weight": _linear_t(sd, f"{p}.attn.out_proj"),
+            f"{h}.attn.c_proj.bias": sd[f"{p}.attn.out_proj.bias"],
+            f"{h}.ln_2.weight": sd[f"{p}.ln2.scale"], f"{h}.ln_2.bias": sd[f"{p}.ln2.shift"],
+            f"{h}.mlp.c_fc.weight": _linear_t(sd, f"{p}.ffn.fc1"),
+            f"{h}.mlp.c_fc.bias": sd[f"{p}.ffn.fc1.bias"],
+            f"{h}.mlp.c_proj.weight": _linear_t(sd, f"{p}.ffn.fc2"),
+            f"{h}.mlp.c_proj.bias": sd[f"{p}.ffn.fc2.bias"],
+        })
+    model.load_state_dict(out, assign=True, strict=True)
+    return model.eval()
+
+
+def tl_model(cfg, weights: str):
+    """TransformerLens' HookedTransformer with tfx's weights (per-head matrices)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    sd = load_file(weights)
+    C, H, D, V = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.vocab_size
+    tl_cfg = HookedTransformerConfig(
+        n_layers=cfg.n_layers, d_model=C, n_ctx=cfg.context_length, d_head=D, n_heads=H,
+        d_mlp=cfg.d_ff, d_vocab=V, act_fn="gelu_new", normalization_type="LN",
+        eps=cfg.ln_eps, positional_embedding_type="standard", default_prepend_bos=False,
+        device="cpu", seed=0)
+    model = HookedTransformer(tl_cfg)
+    out = {"embed.W_E": sd["embed.tok_emb.weight"], "pos_embed.W_pos": sd["embed.pos_emb.weight"],
+           "ln_final.w": sd["ln_f.scale"], "ln_final.b": sd["ln_f.shift"],
+           "unembed.W_U": _linear_t(sd, "lm_head"), "unembed.b_U": torch.zeros(V)}
+    for i in range(cfg.n_layers):
+        p, b = f"blocks.{i}", f"blocks.{i}"
+        for w, tl in (("W_query", "Q"), ("W_key", "K"), ("W_value", "V")):
+            out[f"{b}.attn.W_{tl}"] = _linear_t(sd, f"{p}.attn.{w}").view(C, H, D).permute(1, 0, 2)
+            bias = sd.get(f"{p}.attn.{w}.bias")
+            out[f"{b}.attn.b_{tl}"] = bias.view(H, D) if bias is not None else torch.zeros(H, D)
+        out.update({
+            f"{b}.ln1.w": sd[f"{p}.ln1.scale"], f"{b}.ln1.b": sd[f"{p}.ln1.shift"],
+            f"{b}.ln2.w": sd[f"{p}.ln2.scale"], f"{b}.ln2.b": sd[f"{p}.ln2.shift"],
+            f"{b}.attn.W_O": _linear_t(sd, f"{p}.attn.out_proj").view(H, D, C),
+            f"{b}.attn.b_O": sd[f"{p}.attn.out_proj.bias"],
+            f"{b}.mlp.W_in": _linear_t(sd, f"{p}.ffn.fc1"), f"{b}.mlp.b_in": sd[f"{p}.ffn.fc1.bias"],
+            f"{b}.mlp.W_out": _linear_t(sd, f"{p}.ffn.fc2"), f"{b}.mlp.b_out": sd[f"{p}.ffn.fc2.bias"],
+        })
+    missing, unexpected = model.load_state_dict(out, strict=False)
+    assert not unexpected, unexpected
+    params = {n for n, _ in model.named_parameters()}
+    assert not params & set(missing), sorted(params & set(missing))[:5]
+    return model.eval()
+
+
+# -- what each case runs ---------------------------------------------------------------
+def run_forward(cfg, weights, peer: str, mode: str, T: int, repeats: int) -> dict:
+    """Plain forward ("plain") or a forward keeping every intermediate ("record")."""
+    import torch
+
+    ids = input_ids(cfg, T)
+    if peer == "tfx":
+        model = tfx_model(cfg, weights)
+
+        def once():
+            if mode == "plain":
+                return model(ids)
+            with model.record(["*"]) as trace:
+                model(ids)
+            return trace
+    elif peer == "hf":
+        model = hf_model(cfg, weights, "sdpa" if mode == "plain" else "eager")
+
+        def once():
+            if mode == "plain":
+                return model(ids).logits
+            # every hidden state and attention pattern HF can give back
+            return model(ids, output_attentions=True, output_hidden_states=True)
+    else:
+        model = tl_model(cfg, weights)
+
+        def once():
+            if mode == "plain":
+                return model(ids)
+            return model.run_with_cache(ids)
+
+    times, kept = [], None
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first is warm-up
+            kept = None  # drop the last run's tensors before the next one
+            t0 = time.perf_counter()
+            kept = once()
+            times.append(time.perf_counter() - t0)
+    return {"times": times[1:], "first_s": times[0], "n_recorded": _count(kept)}
+
+
+def _count(kept) -> int | None:
+    """How many tensors a record run kept (a sanity check that all were recorded)."""
+    if hasattr(kept, "names"):  # tfx Trace
+        return len(kept.names())
+    if kept is None or hasattr(kept, "shape"):
+        return None
+    if isinstance(kept, tuple) and len(kept) == 2:  # TL (logits, cache)
+        return len(kept[1])
+    n = 0
+    for key in ("hidden_states", "attentions"):
+        n += len(getattr(kept, key, None) or ())
+    return n
+
+
+def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats: int) -> dict:
+    """Greedy decoding with a KV cache; tokens/s counts new tokens over the whole call."""
+    import torch
+
+    ids = input_ids(cfg, prompt)
+    if peer == "tfx":
+        model = tfx_model(cfg, weights)
+        gen = _tfx_generate(model, cfg)
+    elif peer == "hf":
+        model = hf_model(cfg, weights, "sdpa")
+
+        def gen(ids, n):
+            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                 use_cache=True, attention_mask=torch.ones_like(ids))
+            return out[0, ids.shape[1]:].tolist()
+    else:
+        model = tl_model(cfg, weights)
+
+        def gen(ids, n):
+            out = model.generate(ids, max_new_tokens=n, do_sample=False, stop_at_eos=False,
+                                 use_past_kv_cache=True, verbose=False)
+            return out[0, ids.shape[1]:].tolist()
+
+    times, new = [], []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            new = gen(ids, new_tokens)
+            times.append(time.perf_counter() - t0)
+    return {"times": times[1:], "first_s": times[0], "tokens": new,
+            "tok_per_s": [new_tokens / t for t in times[1:]]}
+
+
+def _tfx_generate(model, cfg):
+    """tfx's own decoding loop when core/generate.py offers one, else the model's cache."""
+    import torch
+
+    from tfx_cli.core.model import KVCache
+
+    try:
+        from tfx_cli.core import generate as core_generate
+    except ImportError:
+        core_generate = None
+    greedy = getattr(core_generate, "greedy_ids", None)
+    if greedy is not None:
+        return lambda ids, n: list(greedy(model, ids[0].tolist(), n))[-n:]
+
+    def gen(ids, n):
+        cache = KVCache(cfg, batch=1, max_len=ids.shape[1] + n)
+        logits = model(ids, cache=cache, head="last")  # (1, 1, V)
+        new = []
+        for _ in range(n):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+            new.append(int(nxt))
+            if len(new) < n:
+                logits = model(nxt, cache=cache, head="last")
+        return new
+
+    return gen
+
+
+def run_matmul(n: int, repeats: int) -> dict:
+    """GFLOP/s of one large fp32 square matmul: the arithmetic bound of this machine."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        times.append(time.perf_counter() - t0)
+    return {"times": times[1:], "gflops": [2 * n ** 3 / t / 1e9 for t in times[1:]]}
+
+
+def run_parity(cfg, weights, peers: list[str]) -> dict:
+    """Max |logit difference| of each peer against tfx: proof the weights were mapped."""
+    import torch
+
+    ids = input_ids(cfg, min(16, cfg.context_length))
+    with torch.inference_mode():
+        ref = tfx_model(cfg, weights)(ids)
+        diffs = {}
+        if "hf" in peers:
+            diffs["hf"] = (hf_model(cfg, weights, "eager")(ids).logits - ref).abs().max().item()
+        if "tl" in peers:
+            diffs["tl"] = (tl_model(cfg, weights)(ids) - ref).abs().max().item()
+    return {"max_abs_logit_diff": diffs}
+
+
+def worker(args) -> None:
+    """One case in this process; prints MARK + JSON as its last line."""
+    import torch
+
+    torch.set_grad_enabled(False)
+    cfg = bench_config(args.smoke)
+    spec = json.loads(args.worker)
+    kind = spec["kind"]
+    if kind == "forward":
+        out = run_forward(cfg, args.weights, spec["peer"], spec["mode"], spec["T"], args.repeats)
+    elif kind == "generate":
+        out = run_generate(cfg, args.weights, spec["peer"], spec["new"], spec["prompt"],
+                           args.repeats)
+    elif kind == "matmul":
+        out = run_matmul(spec["n"], max(args.repeats, 3))
+    elif kind == "parity":
+        out = run_parity(cfg, args.weights, spec["peers"])
+    elif kind == "save":
+        save_weights(cfg, spec["seed"], args.weights)
+        out = {"text_ids": text_ids(TEXT)}
+    else:
+        raise SystemExit(f"unknown case kind {kind}")
+    out["threads"] = torch.get_num_threads()
+    print(MARK + json.dumps(out), flush=True)
+
+
+# -- the parent: plan, run, aggregate ---------------------------------------------------
+@dataclass
+class Case:
+    name: str  # table row
+    group: str  # matmul | forward | record | generate | startup | parity
+    peer: str  # tfx | hf | tl | python
+    spec: dict | None = None  # worker spec; None for a shell command
+    argv: list[str] | None = None  # a whole command, timed from outside
+    T: int | None = None
+    runs: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def tfx_argv() -> list[str]:
+    exe = Path(sys.executable).with_name("tfx")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "tfx_cli"]
+
+
+HF_ATTEND = """\
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(123)
+model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="eager").eval()
+ids = torch.tensor([{ids}])  # "{text}" in GPT-2's BPE
+with torch.inference_mode():
+    attentions = model(ids, output_attentions=True).attentions
+print([tuple(a.shape) for a in attentions][0])
+"""
+
+
+def text_ids(text: str) -> list[int]:
+    from tfx_cli.core.tokenizers import get_tokenizer
+
+    return get_tokenizer("gpt2", default="gpt2", corpus_text=None, corpus_path=None).encode(text)
+
+
+def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list[Case]:
+    sizes = [16] if args.smoke else args.sizes
+    cases: list[Case] = []
+    if "matmul" in cases_wanted:
+        n = 256 if args.smoke else 2048
+        cases.append(Case(f"matmul {n}x{n}", "matmul", "torch", {"kind": "matmul", "n": n}))
+    for group, mode in (("forward", "plain"), ("record", "record")):
+        if group not in cases_wanted:
+            continue
+        for T in sizes:
+            for peer in peers:
+                label = {"tfx": "tfx", "hf": "HF sdpa" if mode == "plain" else "HF eager+outputs",
+                         "tl": "TL" if mode == "plain" else "TL run_with_cache"}[peer]
+                cases.append(Case(f"{group} T={T} {label}", group, peer,
+                                  {"kind": "forward", "peer": peer, "mode": mode, "T": T}, T=T))
+    if "generate" in cases_wanted:
+        new, prompt = (4, 4) if args.smoke else (args.new_tokens, 8)
+        for peer in peers:
+            cases.append(Case(f"generate {new} tok {peer}", "generate", peer,
+                              {"kind": "generate", "peer": peer, "new": new, "prompt": prompt}))
+    if "startup" in cases_wanted:
+        tfx = tfx_argv()
+        py = sys.executable
+        cases += [
+            Case("python -c 'import typer, rich'", "startup", "python",
+                 argv=[py, "-c", "import typer, rich"]),
+            Case("tfx --help", "startup", "tfx", argv=tfx + ["--help"]),
+            Case("tfx tokenize", "startup", "tfx", argv=tfx + ["tokenize", TEXT]),
+            Case("tfx count-params", "startup", "tfx",
+                 argv=tfx + ["count-params", "--config", "gpt124m"]),
+        ]
+        if not args.smoke:
+            cases.append(Case("tfx attend", "startup", "tfx",
+                              argv=tfx + ["attend", TEXT, "--config", "gpt124m"]))
+            if "hf" in peers:
+                script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
+                cases.append(Case("HF attentions script", "startup", "hf",
+                                  argv=[py, "-c", script]))
+    return cases
+
+
+def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, float]:
+    """(wall seconds, exit code, stdout, stderr tail, peak RSS MB) of one child process."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                cwd=ROOT)
+        deadline = t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        rss_mb = usage.ru_maxrss / 1024  # Linux reports KiB
+        return (wall, proc.returncode, out.read().decode(errors="replace"),
+                err.read().decode(errors="replace")[-400:], rss_mb)
+
+
+def run_case(case: Case, args, repeats_cmd: int) -> None:
+    if case.argv is not None:
+        for _ in range(repeats_cmd):
+            wall, code, _, err, rss = run_process(case.argv, args.timeout)
+            if code != 0:
+                case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
+                return
+            case.runs.append({"times": [wall], "maxrss_mb": rss})
+        return
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(case.spec),
+            "--weights", args.weights, "--repeats", str(args.repeats)]
+    if args.smoke:
+        argv.append("--smoke")
+    wall, code, out, err, rss = run_process(argv, args.timeout)
+    lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
+    if code != 0 or not lines:
+        case.errors.append(f"exit {code}: {' | '.join(err.strip().splitlines()[-3:])}")
+        return
+    result = json.loads(lines[-1][len(MARK):])
+    result.update(maxrss_mb=rss, process_s=wall)
+    case.runs.append(result)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def summarise(case: Case) -> dict:
+    times = [t for r in case.runs for t in r.get("times", ())]
+    out = {"name": case.name, "group": case.group, "peer": case.peer, "T": case.T,
+           "median_s": median(times), "n": len(times), "times": times,
+           "maxrss_mb": median([r["maxrss_mb"] for r in case.runs]) if case.runs else None,
+           "errors": case.errors}
+    if case.group == "generate" and case.runs:
+        out["tok_per_s"] = median([x for r in case.runs for x in r["tok_per_s"]])
+        out["tokens"] = case.runs[0]["tokens"]
+    if case.group == "matmul" and case.runs:
+        out["gflops"] = median([x for r in case.runs for x in r["gflops"]])
+    if case.runs and "n_recorded" in case.runs[0]:
+        out["n_recorded"] = case.runs[0]["n_recorded"]
+    if case.group == "parity" and case.runs:
+        out["max_abs_logit_diff"] = case.runs[0]["max_abs_logit_diff"]
+    return out
+
+
+def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
+    """The team's targets as tfx / peer ratios (a missing case gives value None)."""
+    def t(name):
+        row = rows.get(name)
+        return row["median_s"] if row and row["median_s"] else None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    out = []
+
+    def add(what, value, op, limit):
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        out.append({"target": what, "value": value, "op": op, "limit": limit, "met": met})
+
+    base = t("python -c 'import typer, rich'")
+    for name in ("tfx --help", "tfx tokenize", "tfx count-params"):
+        add(f"{name} / import typer,rich", ratio(t(name), base), "<=", 1.5)
+    add("tfx attend / HF attentions script", ratio(t("tfx attend"), t("HF attentions script")),
+        "<=", 0.5)
+    T = max(sizes)
+    gflops = (rows.get(next((k for k in rows if k.startswith("matmul")), ""), {}) or {}).get("gflops")
+    bound = forward_flops(cfg, T) / (gflops * 1e9) if gflops else None
+    add(f"forward T={T} tfx / arithmetic bound", ratio(t(f"forward T={T} tfx"), bound), "<=", 1.1)
+    add(f"forward T={T} tfx / HF sdpa", ratio(t(f"forward T={T} tfx"), t(f"forward T={T} HF sdpa")),
+        "<=", 1.0)
+    rec = f"record T={T}"
+    add(f"{rec} tfx / TL run_with_cache",
+        ratio(t(f"{rec} tfx"), t(f"{rec} TL run_with_cache")), "<=", 0.8)
+    add(f"{rec} tfx / HF eager+outputs",
+        ratio(t(f"{rec} tfx"), t(f"{rec} HF eager+outputs")), "<=", 1.0)
+    rss = lambda n: (rows.get(n) or {}).get("maxrss_mb")  # noqa: E731
+    add(f"{rec} peak RSS tfx / TL", ratio(rss(f"{rec} tfx"), rss(f"{rec} TL run_with_cache")),
+        "<=", 0.8)
+    tok = lambda p: (rows.get(next((k for k in rows if k.startswith("generate") and k.endswith(p)), ""))
+                     or {}).get("tok_per_s")  # noqa: E731
+    add("generate tok/s tfx / HF", ratio(tok("tfx"), tok("hf")), ">=", 1.3)
+    add("generate tok/s tfx / TL", ratio(tok("tfx"), tok("tl")), ">=", 5.0)
+    return out
+
+
+def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> None:
+    gflops = next((r.get("gflops") for r in rows.values() if r["group"] == "matmul"), None)
+    w = max(len(n) for n in rows) + 2
+    print(f"\n{'case':<{w}}{'median':>10}{'n':>4}{'peak RSS':>11}  vs tfx / note", file=file)
+    for name, r in rows.items():
+        if r["group"] == "parity":
+            continue
+        if r["errors"] and not r["n"]:
+            print(f"{name:<{w}}{'-':>10}{0:>4}{'-':>11}  failed: {r['errors'][0][:60]}", file=file)
+            continue
+        med = f"{r['median_s']:.3f}s"
+        note = ""
+        if r["group"] == "matmul":
+            note = f"{r['gflops']:.1f} GFLOP/s"
+        elif r["group"] == "generate":
+            note = f"{r['tok_per_s']:.1f} tok/s"
+        elif r["group"] in ("forward", "record") and r["peer"] == "tfx" and gflops:
+            bound = forward_flops(cfg, r["T"]) / (gflops * 1e9)
+            note = f"bound {bound:.3f}s ({forward_flops(cfg, r['T']) / 1e9:.0f} GFLOP)"
+        if r.get("n_recorded"):
+            note += f" kept {r['n_recorded']}"
+        if r["peer"] != "tfx" and r["group"] in ("forward", "record", "generate"):
+            mine = _tfx_row(rows, r)
+            if mine and mine["median_s"]:
+                if r["group"] == "generate":
+                    note += f"  tfx/peer tok/s {mine['tok_per_s'] / r['tok_per_s']:.2f}x"
+                else:
+                    note += (f"  tfx/peer time {mine['median_s'] / r['median_s']:.2f}x, "
+                             f"RSS {mine['maxrss_mb'] / r['maxrss_mb']:.2f}x")
+        print(f"{name:<{w}}{med:>10}{r['n']:>4}{r['maxrss_mb']:>9.0f}MB  {note}", file=file)
+    parity = rows.get("parity")
+    if parity and parity.get("max_abs_logit_diff"):
+        print(f"\nsame weights check, max |logit - tfx|: {parity['max_abs_logit_diff']}", file=file)
+    print(f"\n{'target':<44}{'value':>8}  {'limit':<8} met", file=file)
+    for tg in tgts:
+        v = "-" if tg["value"] is None else f"{tg['value']:.2f}"
+        met = {True: "yes", False: "NO", None: "n/a"}[tg["met"]]
+        print(f"{tg['target']:<44}{v:>8}  {tg['op']} {tg['limit']:<5} {met}", file=file)
+
+
+def _tfx_row(rows, r):
+    for other in rows.values():
+        if other["peer"] == "tfx" and other["group"] == r["group"] and other["T"] == r["T"]:
+            return other
+    return None
+
+
+def available(peer: str) -> bool:
+    module = {"hf": "transformers", "tl": "transformer_lens"}[peer]
+    probe = subprocess.run([sys.executable, "-c", f"import importlib.util as u; "
+                            f"raise SystemExit(u.find_spec({module!r}) is None)"])
+    return probe.returncode == 0
+
+
+def save_weights(cfg, seed: int, path: str) -> None:
+    """tfx's random weights for `seed`, once, for every case to load."""
+    from safetensors.torch import save_file
+
+    from tfx_cli.core.model import build_model
+
+    model = build_model(cfg, seed)
+    if cfg.tie_embeddings:
+        raise SystemExit("the bench config must have an untied head")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds)")
+    ap.add_argument("--out", default=None, help="JSON results (default bench/results.json; "
+                    "bench/results-smoke.json with --smoke)")
+    ap.add_argument("--rounds", type=int, default=None, help="passes over all cases (default 3)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed runs inside each case process, after one warm-up (default 2)")
+    ap.add_argument("--sizes", default="128,512,1024", help="sequence lengths T")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
+    ap.add_argument("--peers", default="tfx,hf,tl", help="which of tfx,hf,tl to run")
+    ap.add_argument("--cases", default="matmul,forward,record,generate,startup,parity",
+                    help="which groups to run")
+    ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--weights", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        args.repeats = args.repeats if args.repeats is not None else 2
+        worker(args)
+        return 0
+
+    sys.path.insert(0, str(ROOT))
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.rounds = args.rounds or (1 if args.smoke else 3)
+    args.repeats = args.repeats or (1 if args.smoke else 2)
+    peers = [p for p in args.peers.split(",") if p]
+    missing = [p for p in peers if p != "tfx" and not available(p)]
+    for p in missing:
+        print(f"bench: peer {p} is not installed; skipping it "
+              "(pip install -r bench/requirements.txt)", file=sys.stderr)
+    peers = [p for p in peers if p not in missing]
+    wanted = set(args.cases.split(","))
+    cfg = bench_config(args.smoke)
+    out_path = Path(args.out or HERE / ("results-smoke.json" if args.smoke else "results.json"))
+
+    tmp = tempfile.mkdtemp(prefix="tfx-bench-")
+    args.weights = str(Path(tmp) / "weights.safetensors")
+    try:
+        # in a child: this parent stays free of torch, so its children's ru_maxrss,
+        # which starts from the forked parent's, is not inflated by it
+        save = Case("save", "save", "tfx", {"kind": "save", "seed": args.seed})
+        run_case(save, args, 1)
+        if save.errors:
+            raise SystemExit(f"bench: could not build the weights: {save.errors[0]}")
+        cases = plan(args, peers, wanted, save.runs[0]["text_ids"])
+        started = time.perf_counter()
+        for rnd in range(args.rounds):
+            shift = rnd * max(1, len(cases) // args.rounds)
+            order = cases[shift:] + cases[:shift]
+            if rnd % 2:
+                order.reverse()
+            for i, case in enumerate(order):
+                print(f"\r[round {rnd + 1}/{args.rounds}] {i + 1}/{len(order)} {case.name:<40}",
+                      end="", file=sys.stderr, flush=True)
+                if not case.errors:
+                    run_case(case, args, repeats_cmd=args.repeats + 1)
+        print(file=sys.stderr)
+        if "parity" in wanted and len(peers) > 1:
+            parity = Case("parity", "parity", "tfx", {"kind": "parity", "peers": peers})
+            run_case(parity, args, 1)
+            cases.append(parity)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    rows = {c.name: summarise(c) for c in cases}
+    sizes = [16] if args.smoke else args.sizes
+    tgts = targets(rows, cfg, sizes)
+    print_table(rows, tgts, cfg, sizes)
+    gen_rows = [r for r in rows.values() if r["group"] == "generate" and r.get("tokens")]
+    same_tokens = len({tuple(r["tokens"]) for r in gen_rows}) <= 1
+    if not same_tokens:
+        print("warning: the peers generated different tokens", file=sys.stderr)
+    doc = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
+                       "cpus": os.cpu_count(), "torch": _version("torch"),
+                       "transformers": _version("transformers"),
+                       "transformer_lens": _version("transformer_lens")},
+           "config": cfg.to_dict(), "rounds": args.rounds, "repeats": args.repeats,
+           "sizes": sizes, "wall_s": round(time.perf_counter() - started, 1),
+           "generate_same_tokens": same_tokens, "cases": rows, "targets": tgts}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nwrote {out_path}", file=sys.stderr)
+    return 0
+
+
+def _version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name.replace("_", "-"))
+    except PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""bench/run.py --smoke runs end to end on a tiny model and writes its JSON.
+
+Timings are not checked (they depend on the machine); only that every case ran and that
+the table, the targets and the file came out.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # a few child processes, each importing torch
+def test_bench_smoke_writes_results(tmp_path):
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--peers", "tfx",
+         "--cases", "forward,record,generate", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    cases = doc["cases"]
+    assert {"forward T=16 tfx", "record T=16 tfx"} <= set(cases)
+    for row in cases.values():
+        assert not row["errors"], row
+        assert row["median_s"] > 0 and row["maxrss_mb"] > 0
+    generated = [row for row in cases.values() if row["group"] == "generate"]
+    assert generated and len(generated[0]["tokens"]) == 4
+    recorded = cases["record T=16 tfx"]["n_recorded"]
+    assert recorded >= 50  # every tap of a 2-layer model, not just the logits
+    assert "target" in proc.stdout and any(t["target"].startswith("forward") for t in doc["targets"])
