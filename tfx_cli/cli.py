@@ -6,9 +6,10 @@ import os
 import sys
 from typing import Annotated, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
+
+from ._clicks import ABORT, CLICK_ERROR, EXIT, NO_ARGS_HELP, USAGE_ERROR
 
 from . import __version__
 from .errors import TfxError
@@ -52,18 +53,19 @@ class TfxGroup(TyperGroup):
             if DEBUG["on"]:
                 raise
             _fail(exc.message, exc.exit_code)
-        except click.exceptions.NoArgsIsHelpError as exc:
-            click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-            sys.exit(2)
-        except click.UsageError as exc:
+        except NO_ARGS_HELP:
+            sys.exit(2)  # the help was already printed
+        except USAGE_ERROR as exc:
             hint = ""
             if exc.ctx is not None:
                 hint = f" (see `{exc.ctx.command_path} --help`)"
             _fail(exc.format_message() + hint, 2)
-        except click.ClickException as exc:
+        except CLICK_ERROR as exc:
             _fail(exc.format_message(), exc.exit_code)
-        except (click.Abort, KeyboardInterrupt):
+        except ABORT + (KeyboardInterrupt,):
             _fail("interrupted", 130)
+        except EXIT as exc:
+            rv = exc.exit_code
         except BrokenPipeError:
             _quiet_broken_pipe()
         except OSError as exc:
@@ -95,7 +97,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

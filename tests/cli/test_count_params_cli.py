@@ -99,8 +99,6 @@ def test_heads_that_do_not_divide_d_model(tmp_path):
     assert result.exit_code == 2 and "after overrides" in result.stderr
 
 
-@pytest.mark.xfail(strict=False, reason="cli.py catches click.UsageError; typer 0.29 raises "
-                   "the exceptions of its vendored typer._click, which end as exit 1")
 def test_bad_option_values_exit_2():
     for args in (["--layers", "0"], ["--seq-len", "0"], ["--heads", "x"]):
         result = runner.invoke(app, ["count-params", *args])
