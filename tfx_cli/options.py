@@ -100,13 +100,18 @@ def model_command(fn):
     extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                                annotation=Annotated[typ, opt], default=_DEFAULTS[name])
              for name, (typ, opt) in _MODEL_OPTIONS.items()]
+    own_force = any(p.name == "force" for p in own)
+    if not own_force:
+        extra.append(inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                       annotation=Annotated[bool, typer.Option(
+                                           "--force", help="Build the model even if it may "
+                                           "not fit in memory.", rich_help_panel="Model")]))
 
     @functools.wraps(fn)
     def wrapper(**kwargs):
         spec_args = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
         _INPUT["encoding"] = spec_args.pop("encoding")
-        if "force" in kwargs:
-            spec_args["force"] = kwargs["force"]
+        spec_args["force"] = kwargs["force"] if own_force else kwargs.pop("force")
         if spec_args["weights"]:
             # loading real weights can take seconds: show progress on stderr (the core
             # module stays torch-free on import and never prints itself)

@@ -60,6 +60,7 @@ def load(spec, *, text: str | None = None, progress=None) -> Loaded:
     key = (cfg, spec.weights, None if spec.weights else spec.seed, spec.no_cache_weights)
     if key not in _CACHE:
         _CACHE.clear()  # one model per process is plenty
+        check_memory(cfg, force=spec.force)
         if spec.weights:
             from .weights import load_weights
 
@@ -71,6 +72,29 @@ def load(spec, *, text: str | None = None, progress=None) -> Loaded:
     info = {"config": cfg.name, "weights": spec.weights,
             "seed": None if spec.weights else spec.seed, **cfg.to_dict()}
     return Loaded(cfg, _CACHE[key], tokenizer, info)
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def check_memory(cfg: ModelConfig, *, force: bool = False) -> None:
+    """Refuse, before allocating, a model whose fp32 weights would not fit in memory."""
+    from .params import estimate_bytes
+
+    need, free = estimate_bytes(cfg), available_memory()
+    if free is not None and need > 0.9 * free and not force:
+        raise ResourceError(f"this model needs about {need / 2**30:.1f} GiB for its weights "
+                            f"but only {free / 2**30:.1f} GiB of memory is free; choose a "
+                            "smaller config, or pass --force to try anyway")
 
 
 def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
