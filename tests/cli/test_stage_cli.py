@@ -233,6 +233,7 @@ def test_attend_view_labels_and_explain_text():
     (["attend", SENTENCE, *TOY, "--show", "bogus"], "--show 'bogus'"),
     (["attend", SENTENCE, "--inputs", ROOT / "samples" / "seed000.json"], "not both"),
     (["attend", "--inputs", "no/such/file.json"], "no such file"),
+    (["attend", "--inputs", ROOT / "samples" / "seed000.json", "--kv", "a"], "--kv does not"),
     (["layernorm", SENTENCE, *TOY, "--which", "ln_f"], "ln_f"),
     (["layernorm", SENTENCE, *TOY, "--layer", 3], "--layer 3"),
     (["ffn", SENTENCE, *TOY, "--layer", 1], "--layer 1"),

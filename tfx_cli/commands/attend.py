@@ -82,6 +82,12 @@ def attend(
     if inputs is not None:
         if text is not None:
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
+        model_only = {"--kv": kv, "--valid-lens": valid_lens, "--mask": mask,
+                      "--layer": layer or None, "--head": head}
+        given = [name for name, value in model_only.items() if value is not None]
+        if given:
+            raise InputTextError(f"{given[0]} does not apply to --inputs: the file is one "
+                                 "head of one layer, and its mask and scale are keys in it")
         result = stages.attend_inputs(inputs, explain=explain, query_pos=query_pos,
                                       show=stages_shown)
     else:
