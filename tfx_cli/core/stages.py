@@ -10,7 +10,8 @@ from typing import Iterable
 
 import torch
 
-from ..errors import ConfigError, InputTextError, RangeError, SelectError, WeightsError
+from ..errors import (ConfigError, InputTextError, RangeError, ResourceError, SelectError,
+                      WeightsError)
 from .config import ModelConfig, resolve_config, with_overrides
 from .model import Transformer, build_model
 from .trace import Result, Trace, check_globs
