@@ -162,7 +162,12 @@ def model_view_html(data: dict) -> str:
     return f"""
 <section id="model-view"><h2>Model view</h2>
   <p class="note">{len(data['layers'])} layers × {data['heads']} heads; each map is one head's
-  attention pattern (rows: queries, columns: keys), colour 0 → 1. Click a head to open it below.</p>
+  attention pattern (rows: queries, columns: keys). Click a head to open it below.</p>
+  <label class="note">colour <select id="colour-scale">
+    <option value="sqrt" selected>√weight, 0 → 1 (small weights visible)</option>
+    <option value="linear">weight, 0 → 1</option>
+    <option value="row">weight ÷ row maximum</option>
+  </select></label>
   <div class="scroll"><table id="model-grid" data-layers="{len(data['layers'])}"
   data-heads="{data['heads']}"><thead><tr><th></th>{heads}</tr></thead>
   <tbody>{''.join(rows)}</tbody></table></div>
@@ -237,6 +242,11 @@ def layernorm_html(result: Result, tokens: Sequence[str]) -> str:
 </section>"""
 
 
+def probability(p: float) -> str:
+    """0.412, or 2.1e-05 for the tiny ones a random model spreads over 50k tokens."""
+    return f"{p:.3f}" if p >= 0.0005 else f"{p:.1e}"
+
+
 def next_tokens_html(rows, tokens: Sequence[str]) -> str:
     if not rows:
         return ""
@@ -246,7 +256,7 @@ def next_tokens_html(rows, tokens: Sequence[str]) -> str:
     for t, preds in enumerate(rows):
         cells = "".join(f'<td style="{shade(p, 0.0, 1.0)}" title="id {i}">'
                         f'<span class="tokname">{esc(piece)}</span> <span class="prob">'
-                        f"{p:.3f}</span></td>" for piece, i, p in preds)
+                        f"{probability(p)}</span></td>" for piece, i, p in preds)
         body.append(f"<tr><td class='pos'>{t}</td><th>{esc(tokens[t])}</th>{cells}</tr>")
     return f"""
 <section id="next-tokens"><h2>Next-token top-{k}</h2>
@@ -371,7 +381,20 @@ SCRIPT = r"""
     const a = STOPS[k], b = STOPS[k + 1], u = (f - a[0]) / (b[0] - a[0]);
     LUT.push([0, 1, 2].map(c => Math.round(a[c + 1] + u * (b[c + 1] - a[c + 1]))));
   }
-  function colour(q) { return LUT[Math.min(255, Math.round(q * 255 / SCALE))]; }
+  // colour of a stored weight q (0..SCALE); rowMax for the "row" scale
+  const scaleSelect = document.getElementById("colour-scale");
+  function colour(q, rowMax) {
+    const mode = scaleSelect ? scaleSelect.value : "linear";
+    let f = q / SCALE;
+    if (mode === "sqrt") f = Math.sqrt(f);
+    else if (mode === "row") f = rowMax > 0 ? q / rowMax : 0;
+    return LUT[Math.min(255, Math.round(f * 255))];
+  }
+  function rowMax(layer, h, i) {
+    let m = 0;
+    for (let j = 0; j < S; j++) m = Math.max(m, weight(layer, h, i, j));
+    return m;
+  }
 
   // the exact decimal string of a stored integer: 1234 -> "0.1234"
   function fixed(q) {
@@ -383,8 +406,8 @@ SCRIPT = r"""
   function drawThumb(canvas) {
     const layer = +canvas.dataset.layer, h = +canvas.dataset.head;
     const ctx = canvas.getContext("2d"), img = ctx.createImageData(S, T);
-    for (let i = 0; i < T; i++) for (let j = 0; j < S; j++) {
-      const rgb = colour(weight(layer, h, i, j)), p = 4 * (i * S + j);
+    for (let i = 0; i < T; i++) for (let j = 0, m = rowMax(layer, h, i); j < S; j++) {
+      const rgb = colour(weight(layer, h, i, j), m), p = 4 * (i * S + j);
       img.data[p] = rgb[0]; img.data[p + 1] = rgb[1]; img.data[p + 2] = rgb[2]; img.data[p + 3] = 255;
     }
     ctx.putImageData(img, 0, 0);
@@ -404,8 +427,8 @@ SCRIPT = r"""
 
   function drawHead(layer, h, hi, hj) {
     ctx.clearRect(0, 0, canvas.width, canvas.height);
-    for (let i = 0; i < T; i++) for (let j = 0; j < S; j++) {
-      const rgb = colour(weight(layer, h, i, j));
+    for (let i = 0; i < T; i++) for (let j = 0, m = rowMax(layer, h, i); j < S; j++) {
+      const rgb = colour(weight(layer, h, i, j), m);
       ctx.fillStyle = "rgb(" + rgb.join(",") + ")";
       ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
     }
@@ -456,6 +479,10 @@ SCRIPT = r"""
     c.addEventListener("click", () => select(+c.dataset.layer, +c.dataset.head));
   });
   canvas.addEventListener("mousemove", hover);
+  if (scaleSelect) scaleSelect.addEventListener("change", () => {
+    document.querySelectorAll("canvas.thumb").forEach(drawThumb);
+    if (current) drawHead(current.layer, current.head);
+  });
   select(data.layers[0], 0);
   document.body.dataset.ready = "1";
 })();
