@@ -171,12 +171,16 @@ def embed(spec, text: str) -> Result:
     """Token embedding rows, positional rows and their sum (seed 001, steps 4-6)."""
     loaded = load(spec, text=text)
     ids = encode(loaded, text)
-    # stop_after=0: the embedding sum is the input of block 0, so no later block runs
-    tr = run(loaded, ids, ["embed.*"], stop_after=0)
-    stats = {name: _row_stats(tr.raw(name)) for name in tr.names() if tr.dims(name) == ("T", "C")}
     cfg = loaded.cfg
+    parts = [name for name in ("embed.tok", "embed.pos", "embed.token_type")
+             if name in loaded.model.taps]
+    # stop_after=0: the embedding sum is the input of block 0, so no later block runs.
+    # BERT's norm of the sum has its own view: `tfx layernorm --which embed`.
+    tr = run(loaded, ids, parts + ["embed.out"], stop_after=0)
+    stats = {name: _row_stats(tr.raw(name)) for name in tr.names()}
+    total = " + ".join(name.split(".")[1] for name in parts)
     scalars = {"positional": cfg.positional, "d_model": cfg.d_model, "n_tokens": len(ids),
-               "rows": stats}
+               "out": f"LayerNorm({total})" if cfg.embed_norm else total, "rows": stats}
     if cfg.positional == "rope":
         scalars["note"] = ("rotary positions are applied to q and k inside attention, not "
                            "added here; see `tfx posenc` and `tfx attend --show q,k`")

@@ -86,7 +86,8 @@ def embed_view(result: Result, console: Console, opts: ViewOptions) -> None:
     axes = {"T": _tokens(result)}
     titles = {"embed.tok": "embed.tok  token embedding rows",
               "embed.pos": "embed.pos  positional rows",
-              "embed.out": "embed.out  = the sum, the model's input"}
+              "embed.token_type": "embed.token_type  segment rows",
+              "embed.out": f"embed.out = {info.get('out', 'the sum')}"}
     for name in result.tensors.names():
         _print(console, *tensor_view(name, result.tensors, opts, console.width, axes,
                                      title=titles.get(name)))
