@@ -87,12 +87,16 @@ def _linear_t(sd, name):
 
 
 def hf_model(cfg, weights: str, attn: str):
-    """transformers' GPT2LMHeadModel with tfx's weights (attn: "sdpa" or "eager")."""
+    """transformers' GPT2LMHeadModel with tfx's weights (attn: "sdpa" or "eager").
+
+    The renaming is generate_bench.py's, so both benches load HF the same way."""
     import torch
-    from safetensors.torch import load_file
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    sd = load_file(weights)
+    sys.path.insert(0, str(HERE))
+    from generate_bench import hf_gpt2_state_dict
+
+    state = hf_gpt2_state_dict(tfx_model(cfg, weights))  # shares tfx's tensors, no copy
     hf_cfg = GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.context_length,
                         n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
                         n_inner=cfg.d_ff, activation_function="gelu_new",
@@ -101,29 +105,7 @@ def hf_model(cfg, weights: str, attn: str):
                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
     with torch.device("meta"):
         model = GPT2LMHeadModel._from_config(hf_cfg, attn_implementation=attn)
-    C = cfg.d_model
-    out = {"transformer.wte.weight": sd["embed.tok_emb.weight"],
-           "transformer.wpe.weight": sd["embed.pos_emb.weight"],
-           "transformer.ln_f.weight": sd["ln_f.scale"], "transformer.ln_f.bias": sd["ln_f.shift"],
-           "lm_head.weight": sd["lm_head.weight"]}
-    for i in range(cfg.n_layers):
-        p, h = f"blocks.{i}", f"transformer.h.{i}"
-        qkv = [_linear_t(sd, f"{p}.attn.{w}") for w in ("W_query", "W_key", "W_value")]
-        qkv_bias = ([sd[f"{p}.attn.{w}.bias"] for w in ("W_query", "W_key", "W_value")]
-                    if cfg.qkv_bias else [torch.zeros(3 * C)])
-        out.update({
-            f"{h}.ln_1.weight": sd[f"{p}.ln1.scale"], f"{h}.ln_1.bias": sd[f"{p}.ln1.shift"],
-            f"{h}.attn.c_attn.weight": torch.cat(qkv, dim=1),  # Conv1D is (in, out)
-            f"{h}.attn.c_attn.bias": torch.cat(qkv_bias),
-            f"{h}.attn.c_proj.weight": _linear_t(sd, f"{p}.attn.out_proj"),
-            f"{h}.attn.c_proj.bias": sd[f"{p}.attn.out_proj.bias"],
-            f"{h}.ln_2.weight": sd[f"{p}.ln2.scale"], f"{h}.ln_2.bias": sd[f"{p}.ln2.shift"],
-            f"{h}.mlp.c_fc.weight": _linear_t(sd, f"{p}.ffn.fc1"),
-            f"{h}.mlp.c_fc.bias": sd[f"{p}.ffn.fc1.bias"],
-            f"{h}.mlp.c_proj.weight": _linear_t(sd, f"{p}.ffn.fc2"),
-            f"{h}.mlp.c_proj.bias": sd[f"{p}.ffn.fc2.bias"],
-        })
-    model.load_state_dict(out, assign=True, strict=True)
+    model.load_state_dict(state, assign=True, strict=True)
     return model.eval()
 
 
@@ -196,14 +178,15 @@ def run_forward(cfg, weights, peer: str, mode: str, T: int, repeats: int) -> dic
                 return model(ids)
             return model.run_with_cache(ids)
 
-    times, kept = [], None
+    times, cpu, kept = [], [], None
     with torch.inference_mode():
         for _ in range(repeats + 1):  # the first is warm-up
             kept = None  # drop the last run's tensors before the next one
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             kept = once()
             times.append(time.perf_counter() - t0)
-    return {"times": times[1:], "first_s": times[0], "n_recorded": _count(kept)}
+            cpu.append(time.process_time() - c0)
+    return {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "n_recorded": _count(kept)}
 
 
 def _count(kept) -> int | None:
@@ -243,13 +226,14 @@ def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats:
                                  use_past_kv_cache=True, verbose=False)
             return out[0, ids.shape[1]:].tolist()
 
-    times, new = [], []
+    times, cpu, new = [], [], []
     with torch.inference_mode():
         for _ in range(repeats + 1):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             new = gen(ids, new_tokens)
             times.append(time.perf_counter() - t0)
-    return {"times": times[1:], "first_s": times[0], "tokens": new,
+            cpu.append(time.process_time() - c0)
+    return {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "tokens": new,
             "tok_per_s": [new_tokens / t for t in times[1:]]}
 
 
@@ -287,12 +271,14 @@ def run_matmul(n: int, repeats: int) -> dict:
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     out = torch.empty(n, n)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats + 1):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         torch.matmul(a, b, out=out)
         times.append(time.perf_counter() - t0)
-    return {"times": times[1:], "gflops": [2 * n ** 3 / t / 1e9 for t in times[1:]]}
+        cpu.append(time.process_time() - c0)
+    return {"times": times[1:], "cpu": cpu[1:],
+            "gflops": [2 * n ** 3 / t / 1e9 for t in times[1:]]}
 
 
 def run_parity(cfg, weights, peers: list[str]) -> dict:
@@ -413,8 +399,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
     return cases
 
 
-def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, float]:
-    """(wall seconds, exit code, stdout, stderr tail, peak RSS MB) of one child process."""
+def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, float, float]:
+    """(wall s, exit code, stdout, stderr tail, peak RSS MB, CPU s) of one child process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -435,23 +421,24 @@ def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, 
         err.seek(0)
         rss_mb = usage.ru_maxrss / 1024  # Linux reports KiB
         return (wall, proc.returncode, out.read().decode(errors="replace"),
-                err.read().decode(errors="replace")[-400:], rss_mb)
+                err.read().decode(errors="replace")[-400:], rss_mb,
+                usage.ru_utime + usage.ru_stime)
 
 
 def run_case(case: Case, args, repeats_cmd: int) -> None:
     if case.argv is not None:
         for _ in range(repeats_cmd):
-            wall, code, _, err, rss = run_process(case.argv, args.timeout)
+            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout)
             if code != 0:
                 case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
                 return
-            case.runs.append({"times": [wall], "maxrss_mb": rss})
+            case.runs.append({"times": [wall], "cpu": [cpu], "maxrss_mb": rss})
         return
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(case.spec),
             "--weights", args.weights, "--repeats", str(args.repeats)]
     if args.smoke:
         argv.append("--smoke")
-    wall, code, out, err, rss = run_process(argv, args.timeout)
+    wall, code, out, err, rss, _ = run_process(argv, args.timeout)
     lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
     if code != 0 or not lines:
         case.errors.append(f"exit {code}: {' | '.join(err.strip().splitlines()[-3:])}")
@@ -467,8 +454,10 @@ def median(xs):
 
 def summarise(case: Case) -> dict:
     times = [t for r in case.runs for t in r.get("times", ())]
+    cpu = [t for r in case.runs for t in r.get("cpu", ())]
     out = {"name": case.name, "group": case.group, "peer": case.peer, "T": case.T,
            "median_s": median(times), "n": len(times), "times": times,
+           "cpu_median_s": median(cpu), "cpu": cpu,
            "maxrss_mb": median([r["maxrss_mb"] for r in case.runs]) if case.runs else None,
            "errors": case.errors}
     if case.group == "generate" and case.runs:
@@ -484,57 +473,72 @@ def summarise(case: Case) -> dict:
 
 
 def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
-    """The team's targets as tfx / peer ratios (a missing case gives value None)."""
-    def t(name):
-        row = rows.get(name)
-        return row["median_s"] if row and row["median_s"] else None
-
-    def ratio(a, b):
-        return a / b if a is not None and b else None
-
-    out = []
-
-    def add(what, value, op, limit):
-        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
-        out.append({"target": what, "value": value, "op": op, "limit": limit, "met": met})
-
-    base = t("python -c 'import typer, rich'")
-    for name in ("tfx --help", "tfx tokenize", "tfx count-params"):
-        add(f"{name} / import typer,rich", ratio(t(name), base), "<=", 1.5)
-    add("tfx attend / HF attentions script", ratio(t("tfx attend"), t("HF attentions script")),
-        "<=", 0.5)
+    """The team's targets as tfx / peer ratios, from wall time ("value") and from CPU
+    time ("cpu_value": steadier when other processes share the cores). None: not run."""
     T = max(sizes)
-    gflops = (rows.get(next((k for k in rows if k.startswith("matmul")), ""), {}) or {}).get("gflops")
-    bound = forward_flops(cfg, T) / (gflops * 1e9) if gflops else None
-    add(f"forward T={T} tfx / arithmetic bound", ratio(t(f"forward T={T} tfx"), bound), "<=", 1.1)
-    add(f"forward T={T} tfx / HF sdpa", ratio(t(f"forward T={T} tfx"), t(f"forward T={T} HF sdpa")),
-        "<=", 1.0)
+    matmul = next((r for r in rows.values() if r["group"] == "matmul"), None)
+    gen = {r["peer"]: r for r in rows.values() if r["group"] == "generate"}
     rec = f"record T={T}"
-    add(f"{rec} tfx / TL run_with_cache",
-        ratio(t(f"{rec} tfx"), t(f"{rec} TL run_with_cache")), "<=", 0.8)
-    add(f"{rec} tfx / HF eager+outputs",
-        ratio(t(f"{rec} tfx"), t(f"{rec} HF eager+outputs")), "<=", 1.0)
-    rss = lambda n: (rows.get(n) or {}).get("maxrss_mb")  # noqa: E731
-    add(f"{rec} peak RSS tfx / TL", ratio(rss(f"{rec} tfx"), rss(f"{rec} TL run_with_cache")),
-        "<=", 0.8)
-    tok = lambda p: (rows.get(next((k for k in rows if k.startswith("generate") and k.endswith(p)), ""))
-                     or {}).get("tok_per_s")  # noqa: E731
-    add("generate tok/s tfx / HF", ratio(tok("tfx"), tok("hf")), ">=", 1.3)
-    add("generate tok/s tfx / TL", ratio(tok("tfx"), tok("tl")), ">=", 5.0)
+
+    def ratio(a, b, key, invert=False):
+        x, y = (rows.get(a) or {}).get(key), (rows.get(b) or {}).get(key)
+        if not x or not y:
+            return None
+        return y / x if invert else x / y
+
+    def bound_ratio(key):
+        mine = (rows.get(f"forward T={T} tfx") or {}).get(key)
+        if not mine or not matmul or not matmul.get(key):
+            return None
+        n = int(matmul["name"].split()[1].split("x")[0])
+        seconds_per_flop = matmul[key] / (2 * n ** 3)  # wall or CPU seconds per FLOP
+        return mine / (forward_flops(cfg, T) * seconds_per_flop)
+
+    def gen_ratio(peer, key):
+        if "tfx" not in gen or peer not in gen:
+            return None
+        return ratio(gen["tfx"]["name"], gen[peer]["name"], key, invert=True)
+
+    base = "python -c 'import typer, rich'"
+    plan = [(f"{n} / import typer,rich", lambda k, n=n: ratio(n, base, k), "<=", 1.5)
+            for n in ("tfx --help", "tfx tokenize", "tfx count-params")]
+    plan += [
+        ("tfx attend / HF attentions script",
+         lambda k: ratio("tfx attend", "HF attentions script", k), "<=", 0.5),
+        (f"forward T={T} tfx / arithmetic bound", bound_ratio, "<=", 1.1),
+        (f"forward T={T} tfx / HF sdpa",
+         lambda k: ratio(f"forward T={T} tfx", f"forward T={T} HF sdpa", k), "<=", 1.0),
+        (f"{rec} tfx / TL run_with_cache",
+         lambda k: ratio(f"{rec} tfx", f"{rec} TL run_with_cache", k), "<=", 0.8),
+        (f"{rec} tfx / HF eager+outputs",
+         lambda k: ratio(f"{rec} tfx", f"{rec} HF eager+outputs", k), "<=", 1.0),
+        (f"{rec} peak RSS tfx / TL",
+         lambda k: ratio(f"{rec} tfx", f"{rec} TL run_with_cache", "maxrss_mb"), "<=", 0.8),
+        ("generate tok/s tfx / HF", lambda k: gen_ratio("hf", k), ">=", 1.3),
+        ("generate tok/s tfx / TL", lambda k: gen_ratio("tl", k), ">=", 5.0),
+    ]
+    out = []
+    for what, fn, op, limit in plan:
+        value, cpu_value = fn("median_s"), fn("cpu_median_s")
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        out.append({"target": what, "value": value, "cpu_value": cpu_value, "op": op,
+                    "limit": limit, "met": met})
     return out
 
 
 def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> None:
     gflops = next((r.get("gflops") for r in rows.values() if r["group"] == "matmul"), None)
     w = max(len(n) for n in rows) + 2
-    print(f"\n{'case':<{w}}{'median':>10}{'n':>4}{'peak RSS':>11}  vs tfx / note", file=file)
+    print(f"\n{'case':<{w}}{'wall':>9}{'cpu':>9}{'n':>4}{'peak RSS':>11}  note", file=file)
     for name, r in rows.items():
         if r["group"] == "parity":
             continue
         if r["errors"] and not r["n"]:
-            print(f"{name:<{w}}{'-':>10}{0:>4}{'-':>11}  failed: {r['errors'][0][:60]}", file=file)
+            print(f"{name:<{w}}{'-':>9}{'-':>9}{0:>4}{'-':>11}  failed: {r['errors'][0][:60]}",
+                  file=file)
             continue
         med = f"{r['median_s']:.3f}s"
+        cpu = f"{r['cpu_median_s']:.3f}s" if r.get("cpu_median_s") else "-"
         note = ""
         if r["group"] == "matmul":
             note = f"{r['gflops']:.1f} GFLOP/s"
@@ -553,15 +557,16 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
                 else:
                     note += (f"  tfx/peer time {mine['median_s'] / r['median_s']:.2f}x, "
                              f"RSS {mine['maxrss_mb'] / r['maxrss_mb']:.2f}x")
-        print(f"{name:<{w}}{med:>10}{r['n']:>4}{r['maxrss_mb']:>9.0f}MB  {note}", file=file)
+        print(f"{name:<{w}}{med:>9}{cpu:>9}{r['n']:>4}{r['maxrss_mb']:>9.0f}MB  {note}", file=file)
     parity = rows.get("parity")
     if parity and parity.get("max_abs_logit_diff"):
         print(f"\nsame weights check, max |logit - tfx|: {parity['max_abs_logit_diff']}", file=file)
-    print(f"\n{'target':<44}{'value':>8}  {'limit':<8} met", file=file)
+    print(f"\n{'target (tfx / peer)':<44}{'wall':>7}{'cpu':>7}  {'limit':<8} met (wall)",
+          file=file)
     for tg in tgts:
-        v = "-" if tg["value"] is None else f"{tg['value']:.2f}"
+        v, c = ("-" if x is None else f"{x:.2f}" for x in (tg["value"], tg["cpu_value"]))
         met = {True: "yes", False: "NO", None: "n/a"}[tg["met"]]
-        print(f"{tg['target']:<44}{v:>8}  {tg['op']} {tg['limit']:<5} {met}", file=file)
+        print(f"{tg['target']:<44}{v:>7}{c:>7}  {tg['op']} {tg['limit']:<5} {met}", file=file)
 
 
 def _tfx_row(rows, r):
@@ -595,7 +600,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds)")
     ap.add_argument("--out", default=None, help="JSON results (default bench/results.json; "
-                    "bench/results-smoke.json with --smoke)")
+                    "none with --smoke)")
     ap.add_argument("--rounds", type=int, default=None, help="passes over all cases (default 3)")
     ap.add_argument("--repeats", type=int, default=None,
                     help="timed runs inside each case process, after one warm-up (default 2)")
@@ -626,7 +631,7 @@ def main(argv=None) -> int:
     peers = [p for p in peers if p not in missing]
     wanted = set(args.cases.split(","))
     cfg = bench_config(args.smoke)
-    out_path = Path(args.out or HERE / ("results-smoke.json" if args.smoke else "results.json"))
+    out_path = Path(args.out) if args.out else None if args.smoke else HERE / "results.json"
 
     tmp = tempfile.mkdtemp(prefix="tfx-bench-")
     args.weights = str(Path(tmp) / "weights.safetensors")
@@ -672,9 +677,10 @@ def main(argv=None) -> int:
            "config": cfg.to_dict(), "rounds": args.rounds, "repeats": args.repeats,
            "sizes": sizes, "wall_s": round(time.perf_counter() - started, 1),
            "generate_same_tokens": same_tokens, "cases": rows, "targets": tgts}
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"\nwrote {out_path}", file=sys.stderr)
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"\nwrote {out_path}", file=sys.stderr)
     return 0
 
 
