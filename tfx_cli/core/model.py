@@ -112,18 +112,26 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     return x * cos + rotated_half * sin
 
 
+def embedding(n: int, d: int) -> nn.Embedding:
+    """nn.Embedding with PyTorch's default init, except on the meta device: there its
+    normal_ init would import torch._dynamo (seconds) to fill a tensor that has no data."""
+    if torch.empty(0).is_meta:  # inside `with torch.device("meta")`
+        return nn.Embedding(n, d, _weight=torch.empty(n, d))
+    return nn.Embedding(n, d)
+
+
 class Embed(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_emb = embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
-            self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model)
+            self.pos_emb = embedding(cfg.context_length, cfg.d_model)
         elif cfg.positional == "sinusoidal":
             self.register_buffer("pe", sinusoidal_table(cfg.context_length, cfg.d_model),
                                  persistent=False)
         if cfg.token_types:
-            self.type_emb = nn.Embedding(cfg.token_types, cfg.d_model)
+            self.type_emb = embedding(cfg.token_types, cfg.d_model)
         self.tok = Tap("T", "C")
         if cfg.positional in ("learned", "sinusoidal"):
             self.pos = Tap("T", "C")
