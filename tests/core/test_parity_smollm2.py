@@ -44,8 +44,12 @@ def hf(gguf_path):
 
 
 @pytest.fixture(scope="module")
-def ours(gguf_path, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def ours(gguf_path, cache):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(cache))
         cfg = checkpoint_config("smollm2")
@@ -94,8 +98,8 @@ def test_embedded_tokenizer_gives_transformers_ids(hf):
     assert ours.encode(PROMPT) == [504, 3575, 282, 4649, 314]
 
 
-def test_next_ranks_paris_first(gguf_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_next_ranks_paris_first(ours, cache, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))  # the entry `ours` wrote
     result = CliRunner().invoke(app, ["next", PROMPT, "--weights", "smollm2", "--json"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -103,8 +107,8 @@ def test_next_ranks_paris_first(gguf_path, tmp_path, monkeypatch):
     assert top["id"] == PARIS and top["rank"] in (0, 1)
 
 
-def test_generation_is_readable_english(gguf_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_generation_is_readable_english(ours, cache, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     result = CliRunner().invoke(app, ["generate", PROMPT, "--weights", "smollm2", "-n", "8",
                                       "--no-stream", "--json"])
     assert result.exit_code == 0, result.stderr
