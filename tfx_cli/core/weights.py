@@ -144,14 +144,11 @@ def checkpoint_config(weights: str) -> ModelConfig:
 def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
     data = _cache_read_json(ckpt, "config.json")
     try:
-        return ModelConfig(**data) if data else None
+        cfg = ModelConfig(**data) if data else None
     except (ConfigError, TypeError):
         return None  # a stale or damaged entry: read the source instead
-
-
-def checkpoint_tokenizer(weights: str) -> str:
-    """The tokenizer name or file that belongs to a checkpoint (for get_tokenizer)."""
-    return checkpoint_config(weights).tokenizer
+    # the entry may have been written under another name for the same file (alias/path)
+    return cfg and replace(cfg, tokenizer=ckpt.alias or str(ckpt.path))
 
 
 # -- HuggingFace folders ------------------------------------------------------------
@@ -668,8 +665,8 @@ def _cache_write(folder: Path, state: dict, cfg: ModelConfig) -> bool:
         (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
         os.rename(tmp, folder)  # atomic; fails if another process got there first
         return True
-    except OSError:
-        return False  # the cache only saves time: a read-only or full disk is no error
+    except Exception:  # noqa: BLE001 - the cache only saves time: a read-only or full
+        return False   # disk (OSError, or safetensors' own error) must not fail the command
     finally:
         if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -809,9 +806,11 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
                 plain = {k: v for k, v in model.state_dict().items()
                          if not (cfg.tie_embeddings and k == "lm_head.weight")}
                 _cache_write(folder, plain, cfg)
+    _GGUF_MEMO.clear()  # the model holds its own tensors now: let the file go
+    _TORCH_MEMO.clear()
     return model
 
 
-__all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
+__all__ = ["Checkpoint", "resolve", "checkpoint_config", "load_weights",
            "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
            "MINILM_INSTALL", "SMOLLM2_INSTALL"]
