@@ -408,3 +408,14 @@ def test_tiny_gpt2_runs_through_the_cli(gpt2_dir, tmp_path):
     with torch.inference_mode():
         want = hf(torch.tensor([list(b"Hi!")])).logits[0].numpy()
     assert np.abs(got - want).max() <= 1e-4
+
+
+def test_unwritable_cache_is_no_error(llama, tmp_path, monkeypatch):
+    _, hf = llama
+    path = tmp_path / "r.gguf"
+    gguf_from_llama(hf, path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache folder cannot be made
+    model = load_weights(str(path), checkpoint_config(str(path)))
+    assert not model.embed.tok_emb.weight.is_meta and blocker.read_text() == ""
