@@ -1,6 +1,8 @@
 """`tfx generate`, `tfx next`, `tfx lens` through the CLI: JSON on stdout only, one-line
 errors with exit 2, the book's ids."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -159,3 +161,30 @@ def test_lens_table():
     res = run("lens", "The cat sat on the", *SMALL)
     assert res.exit_code == 0, res.output
     assert "embed" in res.stdout and "lm_head" in res.stdout
+
+
+def gpt2_folder(path, **kw):
+    """A tiny HF GPT-2 folder (tests/core/checkpoint_makers.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
+    from checkpoint_makers import gpt2_folder as make
+
+    return make(path, **kw)
+
+
+def test_seed_moves_sampling_only(tmp_path):
+    """With real weights the seed only drives sampling: greedy ignores it entirely."""
+    folder = tmp_path / "tiny-gpt2"
+    gpt2_folder(folder, vocab_size=256)  # the byte tokenizer's size
+    base = ["generate", "Hello", "-n", 8, "--weights", folder, "--tokenizer", "byte",
+            "--no-cache-weights"]
+    greedy = [doc(*base, "--seed", s)["result"]["ids"] for s in (1, 2)]
+    assert greedy[0] == greedy[1]
+    sampled = [doc(*base, "--temperature", 3, "--seed", s)["result"]["ids"] for s in (1, 1, 2)]
+    assert sampled[0] == sampled[1] != sampled[2]
+
+
+def test_tokenizer_smaller_than_the_head_is_refused(tmp_path):
+    gpt2_folder(tmp_path / "tiny", vocab_size=300)
+    res = run("generate", "Hi", "--weights", tmp_path / "tiny", "--tokenizer", "byte",
+              "--no-cache-weights")
+    assert_usage_error(res, "300", "256", "--tokenizer")

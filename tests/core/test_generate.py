@@ -231,3 +231,23 @@ def test_lens_last_row_is_the_output(config):
 def test_book_ids_through_the_stage():
     res = generate(ModelSpec(config="gpt124m", seed=123), "Hello, I am", max_new_tokens=6)
     assert res.result["ids"] == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
+
+
+# -- against transformers --------------------------------------------------------------
+def test_greedy_matches_hf_generate_step_by_step(tmp_path):
+    from checkpoint_makers import gpt2_folder
+
+    from tfx_cli.core.weights import checkpoint_config, load_weights
+
+    hf = gpt2_folder(tmp_path / "tiny-gpt2", n_positions=32)
+    cfg = checkpoint_config(str(tmp_path / "tiny-gpt2"))
+    model = load_weights(str(tmp_path / "tiny-gpt2"), cfg, use_cache=False)
+    prompt = [5, 17, 99, 3]
+    ours = decode(model, prompt, max_new_tokens=12, keep_logits=True)
+    out = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long),
+                      max_new_tokens=12, min_new_tokens=12, do_sample=False, use_cache=True,
+                      pad_token_id=0, eos_token_id=None, output_logits=True,
+                      return_dict_in_generate=True)
+    assert ours.ids == out.sequences[0].tolist()
+    for a, b in zip(ours.logits, out.logits):
+        assert (a - b[0]).abs().max().item() < 1e-4

@@ -225,6 +225,13 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
     return out
 
 
+def greedy_ids(model: Transformer, prompt: Sequence[int], max_new_tokens: int, *,
+               use_cache: bool = True) -> list[int]:
+    """Prompt + greedy continuation, nothing else recorded (benchmarks, tests)."""
+    return decode(model, prompt, max_new_tokens=max_new_tokens, use_cache=use_cache,
+                  n_candidates=0).ids
+
+
 # -- streaming text ----------------------------------------------------------------
 class TextTracker:
     """The continuation as text while ids arrive: what is safe to show, and the stop.
@@ -284,6 +291,15 @@ def need_head(spec, command: str) -> None:
                           "--config gpt2, or --weights smollm2")
 
 
+def check_vocab(loaded) -> None:
+    """Every id the head can score must be one the tokenizer can write back as text."""
+    tok, n = loaded.tokenizer, loaded.cfg.vocab_size
+    if tok.vocab_size < n:
+        raise InputTextError(f"the model scores {n:,} tokens but the {tok.name} tokenizer "
+                             f"knows only {tok.vocab_size:,}, so a predicted token could not "
+                             "be shown; use the tokenizer that belongs to the model (--tokenizer)")
+
+
 def prompt_ids(loaded, text: str) -> list[int]:
     """The prompt's ids, whole: decoding crops to the context itself (seed 004)."""
     ids = loaded.tokenizer.encode(text)
@@ -316,6 +332,7 @@ def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = 
     check_sampling(sampling)  # fail before loading anything
     need_head(spec, "generate")
     loaded = stages.load(spec, text=text, progress=progress)
+    check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
         check_globs(select, loaded.model.tap_names())
@@ -365,6 +382,7 @@ def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0
     check_sampling(sampling)
     need_head(spec, "next")
     loaded = stages.load(spec, text=text)
+    check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text)
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
@@ -412,6 +430,7 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
 
     need_head(spec, "lens")
     loaded = stages.load(spec, text=text)
+    check_vocab(loaded)
     ids = stages.encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
     names = ["embed.out"] + [f"blocks.{i}.resid_out" for i in range(cfg.n_layers)]
@@ -444,5 +463,5 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
 
 
 __all__ = ["Sampling", "check_sampling", "top_k_mask", "top_p_mask", "filter_logits",
-           "tempered_probs", "choose", "Step", "describe", "decode", "Decoded",
+           "tempered_probs", "choose", "Step", "describe", "decode", "Decoded", "greedy_ids",
            "TextTracker", "generate", "next_token", "lens", "EMPTY_PROMPT"]
