@@ -47,7 +47,7 @@ def generate(
         "keys and values (same tokens; for comparison).")] = False,
     select: Annotated[Optional[List[str]], typer.Option(
         "--select", "-s", show_default=False, help="Record these trace names (globs) at every "
-        "step, as step.{i}.<name>: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
+        "step, as step.{i}.NAME: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
     no_stream: Annotated[bool, typer.Option(
         "--no-stream", help="Do not echo the text to stderr while it is produced.")] = False,
     json_out: JsonOpt = False,
@@ -75,7 +75,7 @@ def generate(
     continuation), result.completion, and result.steps[i] with position, id, token,
     prob (softmax of the logits), sample_prob (under the sampling settings), logit,
     entropy (nats, whole vocabulary) and candidates. --select adds per-step tensors to
-    "tensors" keyed step.{i}.<name>; with the cache, steps after the first record only the
+    "tensors" keyed step.{i}.NAME; with the cache, steps after the first record only the
     new position (T = 1) while keys and values span every position so far.
 
     Examples:
