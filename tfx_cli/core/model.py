@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .trace import Trace, compile_globs
+from .trace import Lazy, Trace, compile_globs
 
 
 class Tap(nn.Module):
@@ -39,6 +39,11 @@ class Tap(nn.Module):
         if self.trace is not None:
             self.trace.add(self.name, x[0].detach(), self.dims)
         return x
+
+    def lazy(self, compute, shape: Sequence[int]) -> None:
+        """Record a value computed only when the trace is read: compute() -> (B, ...)."""
+        if self.trace is not None:
+            self.trace.add(self.name, Lazy(lambda: compute()[0].detach(), shape[1:]), self.dims)
 
     @property
     def on(self) -> bool:
@@ -73,6 +78,11 @@ class Norm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = getattr(self, "in")(x)
+        if not (self.mean.on or self.var.on or self.normed.on):
+            # nothing inside is recorded: one fused kernel instead of six passes over x
+            if self.kind == "rmsnorm":
+                return self.out(F.rms_norm(x, (x.shape[-1],), self.scale, self.eps))
+            return self.out(F.layer_norm(x, (x.shape[-1],), self.scale, self.shift, self.eps))
         if self.kind == "rmsnorm":
             mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
@@ -183,13 +193,34 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
     `taps` has scores/scaled/masked/pattern taps (an Attention module, or the stand-alone
     ones `tfx attend --inputs` uses for hand-made matrices); None records nothing.
+
+    scaled and masked are one elementwise step from scores, so when scores is recorded
+    they are recorded lazily (computed again, identically, when read): a full trace keeps
+    two (T, S) matrices per layer instead of four, and the steps below can work in place.
     """
     tap = taps if taps is not None else _NO_TAPS
     attn_scores = tap.scores(queries @ keys.transpose(-2, -1))  # (..., T, S)
-    attn_scaled = tap.scaled(attn_scores / scale)
-    if keep is not None:
-        attn_scaled = attn_scaled.masked_fill(~keep, float("-inf"))
-    attn_weights = tap.pattern(torch.softmax(tap.masked(attn_scaled), dim=-1))
+    lazy = getattr(tap.scores, "on", False)
+
+    def scaled():
+        return attn_scores / scale
+
+    def masked():
+        return scaled() if keep is None else scaled().masked_fill_(~keep, float("-inf"))
+
+    if lazy:
+        tap.scaled.lazy(scaled, attn_scores.shape)
+        tap.masked.lazy(masked, attn_scores.shape)
+        attn_masked = masked()  # a fresh buffer nobody else holds
+    else:
+        attn_scaled = tap.scaled(scaled())
+        attn_masked = attn_scaled
+        if keep is not None:
+            in_place = not getattr(tap.scaled, "on", False)  # scaled kept: leave it alone
+            attn_masked = (attn_scaled.masked_fill_ if in_place
+                           else attn_scaled.masked_fill)(~keep, float("-inf"))
+        attn_masked = tap.masked(attn_masked)
+    attn_weights = tap.pattern(torch.softmax(attn_masked, dim=-1))
     return attn_weights @ values  # (..., T, Dv)
 
 
@@ -235,9 +266,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
                 kv_x: torch.Tensor | None = None, q_angles: torch.Tensor | None = None,
                 k_angles: torch.Tensor | None = None, cache: KVCache | None = None,
-                start: int = 0) -> torch.Tensor:
+                start: int = 0, is_causal: bool = False) -> torch.Tensor:
         """x: (B, T, C) queries' input; kv_x: keys/values' input (cross-attention), else x.
-        keep: (T, S) bool, True where a query may look; None means no mask at all."""
+        keep: (T, S) bool, True where a query may look; None means no mask at all.
+        is_causal: keep is exactly the square causal mask, which the fused kernel can
+        apply by skipping the hidden blocks instead of reading a mask."""
         kv_x = x if kv_x is None else kv_x
         queries = self._heads(self.W_query(x), self.n_heads)  # (B, H, T, D)
         keys = self._heads(self.W_key(kv_x), self.n_kv_heads)  # (B, Hkv, S, D)
@@ -263,7 +296,9 @@ class Attention(nn.Module):
             context_vec = explicit_attention(queries, keys, values, keep,
                                              math.sqrt(self.head_dim), taps=self)
         else:
-            context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=keep)
+            causal = is_causal and keep is not None
+            context_vec = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=None if causal else keep, is_causal=causal)
         self.context(context_vec)
         B, H, T, D = context_vec.shape
         concat = self.concat(context_vec.transpose(1, 2).reshape(B, T, H * D))  # (B, T, C)
@@ -387,9 +422,10 @@ class Transformer(nn.Module):
         positions = torch.arange(start, start + T)
         self.tokens.ids(ids)
         x = self.embed(ids, positions, token_type_ids)  # (B, T, C)
+        attn_kw: dict = {"cache": cache, "start": start}
         if isinstance(keep, str):
             keep = self.mask(T, start + T, start)
-        attn_kw: dict = {"cache": cache, "start": start}
+            attn_kw["is_causal"] = self.cfg.causal and start == 0  # square: query i, keys <= i
         if self.cfg.positional == "rope":
             angles = rope_angles(torch.arange(0, start + T), self.cfg.head_dim,
                                  self.cfg.rope_theta)

@@ -22,8 +22,21 @@ from ..errors import SelectError
 
 @dataclass
 class Entry:
-    value: Any  # torch.Tensor or np.ndarray, batch dimension already removed
+    value: Any  # torch.Tensor, np.ndarray or Lazy, batch dimension already removed
     dims: tuple[str, ...]
+
+
+class Lazy:
+    """A recorded value computed when first read, for intermediates that are one cheap
+    step from another recorded value (attention's scaled = scores / sqrt(D)): a full
+    trace then keeps one (T, S) matrix per step that needs it, not one per step."""
+
+    def __init__(self, compute, shape: tuple[int, ...]):
+        self.compute, self.shape = compute, tuple(shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
 
 
 class Trace:
@@ -54,10 +67,13 @@ class Trace:
         return tuple(self._entries[name].value.shape)
 
     def raw(self, name: str) -> Any:
-        return self._entries[name].value
+        entry = self._entries[name]
+        if isinstance(entry.value, Lazy):
+            entry.value = entry.value.compute()
+        return entry.value
 
     def array(self, name: str) -> np.ndarray:
-        value = self._entries[name].value
+        value = self.raw(name)
         if isinstance(value, np.ndarray):
             return value
         array = value.detach().cpu().numpy()  # a torch tensor, without importing torch
