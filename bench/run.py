@@ -153,7 +153,7 @@ def run_forward(cfg, weights, peer: str, mode: str, T: int, repeats: int) -> dic
     import torch
 
     ids = input_ids(cfg, T)
-    if peer == "tfx":
+    if peer in ("tfx", "base"):
         model = tfx_model(cfg, weights)
 
         def once():
@@ -208,7 +208,7 @@ def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats:
     import torch
 
     ids = input_ids(cfg, prompt)
-    if peer == "tfx":
+    if peer in ("tfx", "base"):
         model = tfx_model(cfg, weights)
         gen = _tfx_generate(model, cfg)
     elif peer == "hf":
@@ -369,7 +369,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
             continue
         for T in sizes:
             for peer in peers:
-                label = {"tfx": "tfx", "hf": "HF sdpa" if mode == "plain" else "HF eager+outputs",
+                label = {"tfx": "tfx", "base": "tfx@baseline",
+                         "hf": "HF sdpa" if mode == "plain" else "HF eager+outputs",
                          "tl": "TL" if mode == "plain" else "TL run_with_cache"}[peer]
                 cases.append(Case(f"{group} T={T} {label}", group, peer,
                                   {"kind": "forward", "peer": peer, "mode": mode, "T": T}, T=T))
@@ -392,6 +393,10 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         if not args.smoke:
             cases.append(Case("tfx attend", "startup", "tfx",
                               argv=tfx + ["attend", TEXT, "--config", "gpt124m"]))
+        if "base" in peers:
+            base = [py, "-m", "tfx_cli"]
+            cases += [Case(f"{c.name}@baseline", "startup", "base", argv=base + c.argv[len(tfx):])
+                      for c in cases if c.group == "startup" and c.peer == "tfx"]
             if "hf" in peers:
                 script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
                 cases.append(Case("HF attentions script", "startup", "hf",
@@ -399,12 +404,13 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
     return cases
 
 
-def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, float, float]:
+def run_process(argv: list[str], timeout: float,
+                env: dict | None = None) -> tuple[float, int, str, str, float, float]:
     """(wall s, exit code, stdout, stderr tail, peak RSS MB, CPU s) of one child process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                cwd=ROOT)
+                                cwd=ROOT, env=env)
         deadline = t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -426,9 +432,13 @@ def run_process(argv: list[str], timeout: float) -> tuple[float, int, str, str, 
 
 
 def run_case(case: Case, args, repeats_cmd: int) -> None:
+    env = None
+    if case.peer == "base":  # the same worker or command, importing tfx from the baseline
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [args.baseline, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     if case.argv is not None:
         for _ in range(repeats_cmd):
-            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout)
+            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout, env)
             if code != 0:
                 case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
                 return
@@ -438,7 +448,7 @@ def run_case(case: Case, args, repeats_cmd: int) -> None:
             "--weights", args.weights, "--repeats", str(args.repeats)]
     if args.smoke:
         argv.append("--smoke")
-    wall, code, out, err, rss, _ = run_process(argv, args.timeout)
+    wall, code, out, err, rss, _ = run_process(argv, args.timeout, env)
     lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
     if code != 0 or not lines:
         case.errors.append(f"exit {code}: {' | '.join(err.strip().splitlines()[-3:])}")
@@ -610,6 +620,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="matmul,forward,record,generate,startup,parity",
                     help="which groups to run")
     ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="another tfx source tree (e.g. a git worktree of an older commit) "
+                         "run as one more peer, 'base', to measure a change")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
@@ -624,7 +637,10 @@ def main(argv=None) -> int:
     args.rounds = args.rounds or (1 if args.smoke else 3)
     args.repeats = args.repeats or (1 if args.smoke else 2)
     peers = [p for p in args.peers.split(",") if p]
-    missing = [p for p in peers if p != "tfx" and not available(p)]
+    if args.baseline:
+        args.baseline = str(Path(args.baseline).resolve())
+        peers.insert(1, "base")
+    missing = [p for p in peers if p not in ("tfx", "base") and not available(p)]
     for p in missing:
         print(f"bench: peer {p} is not installed; skipping it "
               "(pip install -r bench/requirements.txt)", file=sys.stderr)
@@ -655,8 +671,9 @@ def main(argv=None) -> int:
                 if not case.errors:
                     run_case(case, args, repeats_cmd=args.repeats + 1)
         print(file=sys.stderr)
-        if "parity" in wanted and len(peers) > 1:
-            parity = Case("parity", "parity", "tfx", {"kind": "parity", "peers": peers})
+        others = [p for p in peers if p in ("hf", "tl")]
+        if "parity" in wanted and others:
+            parity = Case("parity", "parity", "tfx", {"kind": "parity", "peers": others})
             run_case(parity, args, 1)
             cases.append(parity)
     finally:
