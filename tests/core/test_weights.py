@@ -127,6 +127,15 @@ def test_pickle_with_code_is_refused_and_nothing_runs(tmp_path):
     assert not marker.exists()
 
 
+def test_nanogpt_state_with_a_non_tensor(tmp_path):
+    path = tmp_path / "odd.pt"
+    torch.save({"model": {"transformer.wte.weight": [1, 2]},
+                "model_args": {"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8,
+                               "vocab_size": 16, "bias": True}}, path)
+    with pytest.raises(WeightsError, match="is not a tensor"):
+        load_weights(str(path), checkpoint_config(str(path)))
+
+
 def test_torch_file_without_model_args(tmp_path):
     path = tmp_path / "state.pt"
     torch.save({"w": torch.zeros(2)}, path)

@@ -304,14 +304,14 @@ def _map_gpt2(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
         elif key == "wpe.weight":
             put("embed.pos_emb.weight", key, t)
         elif key.startswith("ln_f."):
-            put(f"ln_f.{_LN[parts[1]]}", key, t)
+            put(f"ln_f.{_ln(parts[1])}", key, t)
         elif key == "lm_head.weight":
             put("lm_head.weight", key, t)
         elif parts[0] == "h" and len(parts) >= 4:
             i, rest, leaf = parts[1], ".".join(parts[2:-1]), parts[-1]
             b = f"blocks.{i}"
             if rest in ("ln_1", "ln_2"):
-                put(f"{b}.ln{rest[-1]}.{_LN[leaf]}", key, t)
+                put(f"{b}.ln{rest[-1]}.{_ln(leaf)}", key, t)
             elif rest == "attn.c_attn":
                 # (C, 3C) weight or (3C,) bias: q, k, v side by side along the last axis
                 for name, part in zip(("W_query", "W_key", "W_value"),
@@ -333,6 +333,10 @@ def _map_gpt2(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
 _LN = {"weight": "scale", "bias": "shift", "gamma": "scale", "beta": "shift"}
 
 
+def _ln(leaf: str) -> str:
+    return _LN.get(leaf, leaf)  # an unknown leaf keeps its name and is reported unexpected
+
+
 def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
     state = _strip_prefix(state, ("bert.",))
     out, src = {}, {}
@@ -345,18 +349,18 @@ def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
     for key, t in state.items():
         parts = key.split(".")
         ours = key
-        if parts[0] == "embeddings":
-            if parts[1] == "position_ids":
-                continue  # a buffer of 0..P-1, not a parameter
+        if key == "embeddings.position_ids":
+            continue  # a buffer of 0..P-1, not a parameter
+        if parts[0] == "embeddings" and len(parts) == 3:
             if parts[1] == "LayerNorm":
-                ours = f"embed.ln.{_LN.get(parts[2], parts[2])}"
+                ours = f"embed.ln.{_ln(parts[2])}"
             elif parts[1] in embeds:
                 ours = f"{embeds[parts[1]]}.{parts[2]}"
         elif parts[:2] == ["encoder", "layer"] and len(parts) >= 5:
             inner, leaf = ".".join(parts[3:-1]), parts[-1]
             if inner in names:
                 mod = names[inner]
-                leaf = _LN.get(leaf, leaf) if mod in ("ln1", "ln2") else leaf
+                leaf = _ln(leaf) if mod in ("ln1", "ln2") else leaf
                 ours = f"blocks.{parts[2]}.{mod}.{leaf}"
         elif parts[0] == "pooler" and cfg.pooler:
             ours = key  # counted in the config, not run: checked, then set aside
@@ -454,12 +458,12 @@ def _map_nanogpt(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
         ours = ".".join(parts)
         if parts[0] in ("wte", "wpe"):
             ours = f"embed.{'tok' if parts[0] == 'wte' else 'pos'}_emb.weight"
-        elif parts[0] == "ln_f":
-            ours = f"ln_f.{_LN[parts[1]]}"
+        elif parts[0] == "ln_f" and len(parts) == 2:
+            ours = f"ln_f.{_ln(parts[1])}"
         elif parts[0] == "h" and len(parts) >= 4:
             b, rest, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
             if rest in ("ln_1", "ln_2"):
-                ours = f"{b}.ln{rest[-1]}.{_LN[leaf]}"
+                ours = f"{b}.ln{rest[-1]}.{_ln(leaf)}"
             elif rest == "attn.c_attn":
                 for name, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=0)):
                     out[f"{b}.attn.{name}.{leaf}"] = part
@@ -769,6 +773,8 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
                update: Callable = lambda fraction=None, text=None: None):
     """(state, src, from_cache): tensors in tfx names, their checkpoint names, and whether
     they came from the dequantised-weights cache."""
+    import torch
+
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
         state = _read_safetensors(_safetensors_files(ckpt))
@@ -776,6 +782,10 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
         return state, src, False
     if ckpt.kind == "torch":
         obj = _torch_checkpoint(ckpt.path)
+        odd = [k for k, v in obj["model"].items() if not isinstance(v, torch.Tensor)]
+        if odd:
+            raise WeightsError(f"{ckpt.path}: model entry {odd[0]!r} is not a tensor; the "
+                               "checkpoint is not a nanoGPT state dict")
         state, src = _map_nanogpt(obj["model"], cfg)
         return state, src, False
     folder = cache_dir(ckpt) if use_cache else None
