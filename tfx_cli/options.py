@@ -29,6 +29,12 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
          "pip install 'tfx-cli[plot]'.")]
 TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
+TruncateOpt = Annotated[bool, typer.Option(
+    "--truncate", help="Keep the last context-length tokens of a longer text (as seed 004's "
+    "generate crops its context); without it a text longer than the context is an error.")]
+
+
+SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ _MODEL_OPTIONS = {
         "--weights", "-w", help="Real weights: an HF folder, a .gguf file, a nanoGPT ckpt.pt, "
         "or an alias (minilm, smollm2).", show_default=False, rich_help_panel="Model")),
     "seed": (int, typer.Option("--seed", help="Seed for random weights (and sampling).",
-                               rich_help_panel="Model")),
+                               min=0, max=SEED_MAX, rich_help_panel="Model")),
     "heads": (Optional[int], typer.Option("--heads", min=1, help="Override the head count.",
                                           show_default=False, rich_help_panel="Model")),
     "layers": (Optional[int], typer.Option("--layers", min=1, help="Override the layer count.",

@@ -7,7 +7,7 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 from .trace import split_list
 
 
@@ -46,6 +46,7 @@ def attend(
         "--inputs", show_default=False, metavar="FILE.json",
         help="Your own matrices instead of a model: JSON with x, w_q, w_k, w_v (optional "
         "w_o, scale, mask, tokens). See samples/seed000.json.")] = None,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -83,7 +84,7 @@ def attend(
         if text is not None:
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
         model_only = {"--kv": kv, "--valid-lens": valid_lens, "--mask": mask,
-                      "--layer": layer or None, "--head": head}
+                      "--layer": layer or None, "--head": head, "--truncate": truncate or None}
         given = [name for name, value in model_only.items() if value is not None]
         if given:
             raise InputTextError(f"{given[0]} does not apply to --inputs: the file is one "
@@ -97,7 +98,7 @@ def attend(
         result = stages.attend(spec, text, layer=layer, head=head,
                                mask=mask.value if mask is not None else None, kv=kv,
                                valid_lens=valid_lens, explain=explain, query_pos=query_pos,
-                               show=stages_shown)
+                               show=stages_shown, truncate=truncate)
     plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full, show=tuple(stages_shown),
          extra={"explain": explain})

@@ -1,12 +1,12 @@
 """`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 @model_command
-def embed(text: TextArg = None, json_out: JsonOpt = False, precision: PrecisionOpt = 3,
-          full: FullOpt = False, plot: PlotOpt = None, force: ForceOpt = False, *,
-          spec) -> None:
+def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt = False,
+          precision: PrecisionOpt = 3, full: FullOpt = False, plot: PlotOpt = None,
+          force: ForceOpt = False, *, spec) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
     The model's input is embed.out = embed.tok + embed.pos (seed 001, steps 4-6); the
@@ -26,6 +26,6 @@ def embed(text: TextArg = None, json_out: JsonOpt = False, precision: PrecisionO
     check_plot(plot, force)
 
     text = read_text(text)
-    result = stages.embed(spec, text)
+    result = stages.embed(spec, text, truncate=truncate)
     plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

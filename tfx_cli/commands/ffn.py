@@ -3,13 +3,15 @@ from typing import Annotated
 
 import typer
 
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (FullOpt, JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command,
+                       read_text)
 
 
 @model_command
 def ffn(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -30,4 +32,5 @@ def ffn(
     from ..render.emit import emit
 
     text = read_text(text)
-    emit(stages.ffn(spec, text, layer=layer), json=json_out, precision=precision, full=full)
+    emit(stages.ffn(spec, text, layer=layer, truncate=truncate), json=json_out,
+         precision=precision, full=full)

@@ -4,7 +4,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import InputTextError
-from ..options import FullOpt, JsonOpt, PrecisionOpt, TextArg, model_command, read_text
+from ..options import (FullOpt, JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command,
+                       read_text)
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
@@ -50,6 +51,7 @@ def generate(
         "step, as step.{i}.NAME: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
     no_stream: Annotated[bool, typer.Option(
         "--no-stream", help="Do not echo the text to stderr while it is produced.")] = False,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -69,6 +71,7 @@ def generate(
     whole text; the tokens are the same). When the text outgrows the context length it is
     cropped to the last context-length tokens, as seed 004 does; from then on positions
     shift every step, so those steps recompute the cropped window without the cache.
+    A prompt that is already longer than the context is an error unless --truncate.
 
     The text streams to stderr while it is produced; stdout carries the step table, or
     with --json one document: result.ids (prompt and new ids), result.text (prompt plus
@@ -100,7 +103,7 @@ def generate(
     result = run_generate(spec, text, max_new_tokens=max_new_tokens, sampling=sampling,
                           use_cache=not no_cache, n_candidates=candidates,
                           select=list(select or ()), stops=list(stop or ()),
-                          on_text=stream.write if stream else None)
+                          on_text=stream.write if stream else None, truncate=truncate)
     if stream:
         stream.close()
     emit(result, json=json_out, precision=precision, full=full)

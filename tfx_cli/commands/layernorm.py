@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 class Which(str, Enum):
@@ -22,6 +22,7 @@ def layernorm(
     which: Annotated[Which, typer.Option(
         "--which", help="ln1 (before/after attention), ln2 (feed-forward), ln_f (final), "
         "embed (BERT's embedding norm).")] = Which.ln1,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -49,6 +50,6 @@ def layernorm(
     check_plot(plot, force)
 
     text = read_text(text)
-    result = stages.layernorm(spec, text, layer=layer, which=which.value)
+    result = stages.layernorm(spec, text, layer=layer, which=which.value, truncate=truncate)
     plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -1,17 +1,12 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from typing import Annotated
-
-import typer
-
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 @model_command
 def lens(
     text: TextArg = None,
-    truncate: Annotated[bool, typer.Option(
-        "--truncate", help="Keep the last context-length tokens of a longer text.")] = False,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,

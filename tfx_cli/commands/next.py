@@ -3,7 +3,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import JsonOpt, PrecisionOpt, TextArg, model_command
+from ..options import JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command
 from .generate import CandidatesOpt, TopKOpt, TopPOpt, read_prompt
 
 
@@ -17,6 +17,7 @@ def next_token(
     top_p: TopPOpt = None,
     candidates: Annotated[int, typer.Option(
         "--candidates", "-k", min=1, help="How many of the most likely tokens to list.")] = 10,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     *,
@@ -32,8 +33,8 @@ def next_token(
     after the cut tokens are dropped and the rest renormalised. At --temperature 0 the
     cuts are judged at T = 1 and all probability goes to the argmax.
 
-    A text longer than the context length is cropped to its last tokens, as generate's
-    first step sees it. JSON: result.candidates (rank, id, token, logit, prob,
+    A text longer than the context length is an error; with --truncate it is cropped to
+    its last tokens, as generate's first step sees it. JSON: result.candidates (rank, id, token, logit, prob,
     tempered_prob, kept, final_prob), result.entropy (nats), result.greedy,
     result.kept_tokens and result.kept_mass (over the whole vocabulary).
 
@@ -48,5 +49,5 @@ def next_token(
 
     prompt = read_prompt(text)
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
-    emit(run_next(spec, prompt, sampling=sampling, n_candidates=candidates),
+    emit(run_next(spec, prompt, sampling=sampling, n_candidates=candidates, truncate=truncate),
          json=json_out, precision=precision)

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 @model_command
@@ -13,6 +13,7 @@ def posenc(
     length: Annotated[Optional[int], typer.Option(
         "--length", "-n", show_default=False,
         help="Show positions 0..N-1 instead of a text's positions.")] = None,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -42,6 +43,6 @@ def posenc(
 
     if text is not None:
         text = read_text(text)
-    result = stages.posenc(spec, text, length=length)
+    result = stages.posenc(spec, text, length=length, truncate=truncate)
     plot_to(result, plot, force)  # the same Result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

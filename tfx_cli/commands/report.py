@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import RangeError, UsageError
-from ..options import ForceOpt, ModelSpec, TextArg, model_command, read_text
+from ..options import ForceOpt, ModelSpec, TextArg, TruncateOpt, model_command, read_text
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,
@@ -23,8 +23,6 @@ ShowLayersOpt = Annotated[Optional[str], typer.Option(
 TopKOpt = Annotated[int, typer.Option(
     "--top-k", min=0, max=50, help="Next-token predictions per position (causal models "
     "with an output head; 0 leaves them out).")]
-TruncateOpt = Annotated[bool, typer.Option(
-    "--truncate", help="Keep the last context-length tokens of a longer text.")]
 
 NORM_RX = r"(embed\.ln|blocks\.\d+\.ln[12]|ln_f)\.(mean|var)"
 LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so

@@ -4,7 +4,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, model_command, read_text)
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 def split_list(values: Optional[List[str]]) -> List[str]:
@@ -21,8 +21,7 @@ def trace(
         "'blocks.*.attn.pattern'. Default: everything.")] = None,
     values: Annotated[bool, typer.Option(
         "--values", help="Print the recorded values, not only names and shapes.")] = False,
-    truncate: Annotated[bool, typer.Option(
-        "--truncate", help="Keep the last context-length tokens of a longer text.")] = False,
+    truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,

@@ -303,11 +303,17 @@ def check_vocab(loaded) -> None:
                              "be shown; use the tokenizer that belongs to the model (--tokenizer)")
 
 
-def prompt_ids(loaded, text: str) -> list[int]:
-    """The prompt's ids, whole: decoding crops to the context itself (seed 004)."""
+def prompt_ids(loaded, text: str, *, truncate: bool = False) -> list[int]:
+    """The prompt's ids, whole: decoding crops to the context itself (seed 004). A prompt
+    longer than the context is an error unless `truncate` (--truncate) allows the crop."""
     ids = loaded.tokenizer.encode(text)
     if not ids:
         raise InputTextError(EMPTY_PROMPT)
+    limit = loaded.cfg.context_length
+    if len(ids) > limit and not truncate:
+        raise InputTextError(f"the prompt is {len(ids)} tokens but the context length is "
+                             f"{limit}; shorten it or pass --truncate to keep the last "
+                             f"{limit} tokens")
     too_big = [i for i in ids if i >= loaded.cfg.vocab_size]
     if too_big:
         raise InputTextError(f"token id {too_big[0]} is outside the model's vocabulary of "
@@ -326,7 +332,7 @@ def step_json(step: Step, piece: Callable[[int], str]) -> dict:
 def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
-             progress=None) -> Result:
+             progress=None, truncate: bool = False) -> Result:
     """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text."""
     from . import stages
 
@@ -339,7 +345,7 @@ def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = 
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
         check_globs(select, loaded.model.tap_names())
-    ids = prompt_ids(loaded, text)
+    ids = prompt_ids(loaded, text, truncate=truncate)
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
     generator = torch.Generator().manual_seed(spec.seed)
@@ -378,7 +384,7 @@ def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = 
 
 
 def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
-               n_candidates: int = 10) -> Result:
+               n_candidates: int = 10, truncate: bool = False) -> Result:
     """The distribution over the token after `text`, and what the sampling filters do."""
     from . import stages
 
@@ -387,7 +393,7 @@ def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0
     loaded = stages.load(spec, text=text)
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
-    ids = prompt_ids(loaded, text)
+    ids = prompt_ids(loaded, text, truncate=truncate)
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
     with torch.inference_mode():
         logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1].double()  # (V,)

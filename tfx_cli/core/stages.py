@@ -167,10 +167,10 @@ def _row_stats(rows: torch.Tensor) -> dict:
 
 
 # -- embed --------------------------------------------------------------------------
-def embed(spec, text: str) -> Result:
+def embed(spec, text: str, *, truncate: bool = False) -> Result:
     """Token embedding rows, positional rows and their sum (seed 001, steps 4-6)."""
     loaded = load(spec, text=text)
-    ids = encode(loaded, text)
+    ids = encode(loaded, text, truncate=truncate)
     cfg = loaded.cfg
     parts = [name for name in ("embed.tok", "embed.pos", "embed.token_type")
              if name in loaded.model.taps]
@@ -190,7 +190,8 @@ def embed(spec, text: str) -> Result:
 
 
 # -- posenc -------------------------------------------------------------------------
-def posenc(spec, text: str | None = None, *, length: int | None = None) -> Result:
+def posenc(spec, text: str | None = None, *, length: int | None = None,
+           truncate: bool = False) -> Result:
     """The positional table for TEXT's positions (or positions 0..length-1).
 
     sinusoidal: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same angle);
@@ -211,7 +212,7 @@ def posenc(spec, text: str | None = None, *, length: int | None = None) -> Resul
         loaded = load(spec, text=text)  # learned tables live in the weights
         cfg = loaded.cfg
     if text is not None:
-        ids = encode(loaded, text)
+        ids = encode(loaded, text, truncate=truncate)
         n = len(ids)
     else:
         n = length
@@ -317,7 +318,7 @@ def _one_head(tr: Trace, head: int) -> Trace:
 def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            explain: bool = False, query_pos: int | None = None,
-           show: Iterable[str] | None = None) -> Result:
+           show: Iterable[str] | None = None, truncate: bool = False) -> Result:
     """One layer's attention: q, k, v, QKᵀ, ÷√d_k, mask, softmax, ·V, concat, W_O.
 
     Only blocks 0..layer run and only block `layer`'s attention is recorded.
@@ -329,8 +330,8 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
     check_range("heads", head, cfg.n_heads, "--head")
     stages = [s for s in ATTN_STAGES if not s.endswith("_rot") or cfg.positional == "rope"]
     show = check_show(show, stages)
-    ids = encode(loaded, text)
-    kv_ids = encode(loaded, kv) if kv is not None else None
+    ids = encode(loaded, text, truncate=truncate)
+    kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
     T = len(ids)
     S = len(kv_ids) if kv_ids is not None else T
     if mask is None:  # cross-attention reads the whole other text (seed 001's decoder)
@@ -602,11 +603,12 @@ def attend_inputs(path, *, explain: bool = False, query_pos: int | None = None,
 
 
 # -- layernorm ------------------------------------------------------------------------
-def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1") -> Result:
+def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
+              truncate: bool = False) -> Result:
     """One normalisation: per-token mean and variance, normalised rows, γ, β, output."""
     loaded = load(spec, text=text)
     cfg, model = loaded.cfg, loaded.model
-    ids = encode(loaded, text)
+    ids = encode(loaded, text, truncate=truncate)
     valid = ["ln1", "ln2"] + (["ln_f"] if model.ln_f is not None else []) + \
         (["embed"] if cfg.embed_norm else [])
     if which not in valid:
@@ -651,12 +653,12 @@ def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1") -> Result:
 
 
 # -- ffn ------------------------------------------------------------------------------
-def ffn(spec, text: str, *, layer: int = 0) -> Result:
+def ffn(spec, text: str, *, layer: int = 0, truncate: bool = False) -> Result:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
     loaded = load(spec, text=text)
     cfg = loaded.cfg
     check_range("layers", layer, cfg.n_layers, "--layer")
-    ids = encode(loaded, text)
+    ids = encode(loaded, text, truncate=truncate)
     # what the FFN reads: the normalised stream (pre-LN) or the post-LN'd resid_mid
     source = f"blocks.{layer}.ln2.out" if cfg.norm_position == "pre" else \
         f"blocks.{layer}.resid_mid"
