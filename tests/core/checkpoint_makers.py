@@ -36,6 +36,9 @@ def gpt2_folder(path, *, n_layer=2, n_embd=32, n_head=4, vocab_size=1000, n_posi
     return model
 
 
+ROPE_THETA = 50000.0  # not the default, so a config reader that drops it fails the tests
+
+
 def llama_folder(path, *, layers=2, d=64, heads=4, kv_heads=2, d_ff=96, vocab_size=300,
                  tie=False, seed=0):
     need("transformers", "pip install transformers")
@@ -45,7 +48,7 @@ def llama_folder(path, *, layers=2, d=64, heads=4, kv_heads=2, d_ff=96, vocab_si
     cfg = LlamaConfig(hidden_size=d, intermediate_size=d_ff, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads,
                       vocab_size=vocab_size, max_position_embeddings=128, rms_norm_eps=1e-5,
-                      rope_theta=10000.0, tie_word_embeddings=tie,
+                      rope_theta=ROPE_THETA, tie_word_embeddings=tie,
                       attn_implementation="eager")
     model = LlamaForCausalLM(cfg).eval()
     _jiggle(model)
@@ -111,7 +114,7 @@ def gguf_from_llama(hf_model, path, *, qtype="F32", tokens=None, arch="llama", s
     w.add_head_count(c.num_attention_heads)
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(ROPE_THETA)
     w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
     w.add_vocab_size(c.vocab_size)
     if tokens is not None:

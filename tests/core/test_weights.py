@@ -86,6 +86,7 @@ def test_llama_folder_config(llama):
     assert (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.n_layers, cfg.d_ff) == (64, 4, 2, 2, 96)
     assert cfg.norm == "rmsnorm" and cfg.positional == "rope" and cfg.activation == "swiglu"
     assert not cfg.tie_embeddings and not cfg.qkv_bias and not cfg.proj_bias
+    assert cfg.rope_theta == 50000.0
 
 
 # -- nanoGPT ckpt.pt -----------------------------------------------------------------

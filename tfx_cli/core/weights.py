@@ -133,7 +133,7 @@ def checkpoint_config(weights: str) -> ModelConfig:
             cfg = _cached_config(ckpt) or _gguf_config(ckpt, _gguf_reader(ckpt.path))
         else:
             cfg = _nanogpt_config(ckpt, _torch_checkpoint(ckpt.path))
-    except (ConfigError, TypeError, ValueError, ZeroDivisionError) as exc:
+    except (ConfigError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
         # ModelConfig.validate, or a field of the wrong type in the checkpoint's metadata
         msg = getattr(exc, "message", None) or str(exc)
         raise WeightsError(f"{ckpt.path}: the checkpoint's architecture is not valid: "
@@ -173,6 +173,7 @@ def _read_json(path: Path) -> dict:
 
 def _hf_family(ckpt: Checkpoint, hf: dict) -> str:
     archs = hf.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs
     for arch in archs:
         if arch in ARCHITECTURES:
             return ARCHITECTURES[arch]
@@ -223,8 +224,12 @@ def _hf_config(ckpt: Checkpoint) -> ModelConfig:
             causal=False, token_types=hf.get("type_vocab_size", 2), embed_norm=True,
             lm_head=False, pooler=True, tokenizer=tokenizer)
     # llama
-    if hf.get("rope_scaling"):
-        raise WeightsError(f"{ckpt.path / 'config.json'}: rope_scaling is not supported")
+    # transformers 5 keeps rope_theta inside rope_parameters; older files at the top
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise WeightsError(f"{ckpt.path / 'config.json'}: rope scaling "
+                           f"{rope.get('rope_type', rope.get('type'))!r} is not supported")
+    theta = rope.get("rope_theta") or hf.get("rope_theta") or 10000.0
     d, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
     if hf.get("head_dim") not in (None, d // heads):
         raise WeightsError(f"{ckpt.path / 'config.json'}: head_dim {hf['head_dim']} is not "
@@ -241,7 +246,7 @@ def _hf_config(ckpt: Checkpoint) -> ModelConfig:
         n_kv_heads=hf.get("num_key_value_heads") or heads,
         n_layers=hf.get("num_hidden_layers", 32), d_ff=hf.get("intermediate_size", 11008),
         qkv_bias=bias, proj_bias=bias, norm="rmsnorm", ln_eps=hf.get("rms_norm_eps", 1e-6),
-        activation="swiglu", positional="rope", rope_theta=float(hf.get("rope_theta", 10000.0)),
+        activation="swiglu", positional="rope", rope_theta=float(theta),
         causal=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         tokenizer=tokenizer)
 
