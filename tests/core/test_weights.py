@@ -429,3 +429,17 @@ def test_unwritable_cache_is_no_error(llama, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache folder cannot be made
     model = load_weights(str(path), checkpoint_config(str(path)))
     assert not model.embed.tok_emb.weight.is_meta and blocker.read_text() == ""
+
+
+def test_reading_a_checkpoint_config_imports_no_torch(gpt2_dir, tmp_path):
+    # `tfx tokenize --weights` and the config step stay light: torch loads with tensors only
+    import subprocess
+    import sys
+
+    code = ("import sys; from tfx_cli.core import weights; "
+            f"weights.checkpoint_config({str(gpt2_dir[0])!r}); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
