@@ -271,9 +271,10 @@ def footer_html(data: dict) -> str:
     size = len(data["layers"]) * data["heads"] * data["T"] * data["S"]
     return f"""
 <footer><p>Storage: attention weights are kept as round(w × {SCALE}) in 16 bits
-(scale 1/{SCALE}, {size:,} weights), so every value shown is exact to {DECIMALS} decimals
-and equals <code>tfx trace … --select blocks.L.attn.pattern --json</code> rounded the same
-way. The page loads nothing from the network.</p></footer>"""
+(scale 1/{SCALE}, {size:,} weights), so every value shown is exact to {DECIMALS} decimals:
+it equals <code>tfx trace … --select 'blocks.*.attn.pattern' --json</code> rounded the same
+way (selecting one deeper layer alone runs the layers before it on the fused kernel, whose
+float32 results can differ in the last bit). The page loads nothing from the network.</p></footer>"""
 
 
 # ---------------------------------------------------------------- page
