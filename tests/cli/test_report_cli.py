@@ -129,7 +129,7 @@ def test_one_forward_pass(tmp_path, monkeypatch):
     result = run("report", TEXT, "-o", str(tmp_path / "r.html"), *SMALL)
     assert result.exit_code == 0, result.output
     (select,) = calls
-    assert "blocks.1.attn.pattern" in select and "logits" in select and "ln_f.var" in select
+    assert "blocks.1.attn.pattern" in select and "logits" in select and "ln_f.in" in select
 
 
 def test_output_file_rules(tmp_path):

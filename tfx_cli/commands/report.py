@@ -1,8 +1,9 @@
 """`tfx report TEXT -o FILE.html`: tokens, attention, layer norms and next tokens in one
 self-contained HTML page (no network, works from file://).
 
-One forward pass records every shown layer's attention pattern, the statistics entering
-every norm, and the logits; the page is built from that Result by render/report.py.
+One forward pass records every shown layer's attention pattern, the input of every norm
+(its mean and variance are taken here, so the norms keep their fused kernel) and the
+logits; the page is built from that Result by render/report.py.
 """
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ TopKOpt = Annotated[int, typer.Option(
     "--top-k", min=0, max=50, help="Next-token predictions per position (causal models "
     "with an output head; 0 leaves them out).")]
 
-NORM_RX = r"(embed\.ln|blocks\.\d+\.ln[12]|ln_f)\.(mean|var)"
+NORM_IN_RX = r"(embed\.ln|blocks\.\d+\.ln[12]|ln_f)\.in"  # norm statistics come from these
 LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so
 
 
@@ -92,7 +93,7 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
     layers = parse_layers(show_layers, loaded.cfg.n_layers)
     names = loaded.model.tap_names()
     select = [f"blocks.{layer}.attn.pattern" for layer in layers]
-    select += [n for n in names if re.fullmatch(NORM_RX, n)]
+    select += [n for n in names if re.fullmatch(NORM_IN_RX, n)]
     if loaded.cfg.causal and loaded.cfg.lm_head and top_k > 0 and "logits" in names:
         select.append("logits")
     pattern_bytes = 2 * len(layers) * loaded.cfg.n_heads * len(ids) ** 2

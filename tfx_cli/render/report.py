@@ -36,7 +36,9 @@ DECIMALS = 4
 SCALE = 10 ** DECIMALS  # stored integer = round(weight * SCALE)
 
 PATTERN_RX = re.compile(r"blocks\.(\d+)\.attn\.pattern")
-NORM_RX = re.compile(r"(embed\.ln|blocks\.(\d+)\.ln[12]|ln_f)\.(mean|var)")
+# What enters each norm. Recording `.in` (not `.mean`/`.var`) keeps the model's fused norm
+# kernel, so the attention weights come out bit for bit as `tfx trace` computes them.
+NORM_IN_RX = re.compile(r"(embed\.ln|blocks\.\d+\.ln[12]|ln_f)\.in")
 
 
 # ---------------------------------------------------------------- data
@@ -82,13 +84,18 @@ def page_data(result: Result) -> dict:
 
 
 def norm_rows(result: Result) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """[(norm name, {"mean": (T,), "var": (T,)})] in forward order."""
-    rows: dict[str, dict[str, np.ndarray]] = {}
+    """[(norm name, {"mean": (T,), "var": (T,)})] in forward order, over C of each norm's
+    input: mean and biased variance for LayerNorm, the mean square for RMSNorm (its only
+    statistic; stored under "var" as the model's own tap does)."""
+    rms = (result.model or {}).get("norm") == "rmsnorm"
+    rows = []
     for name in result.tensors.names():
-        match = NORM_RX.fullmatch(name)
+        match = NORM_IN_RX.fullmatch(name)
         if match:
-            rows.setdefault(match.group(1), {})[match.group(3)] = result.tensors.array(name)
-    return list(rows.items())
+            x = result.tensors.array(name).astype(np.float64)  # (T, C)
+            stats = {"var": (x ** 2).mean(-1)} if rms else {"mean": x.mean(-1), "var": x.var(-1)}
+            rows.append((match.group(1), stats))
+    return rows
 
 
 def next_tokens(logits: np.ndarray, k: int,
