@@ -2,7 +2,7 @@
 self-contained HTML page (no network, works from file://).
 
 One forward pass records every shown layer's attention pattern, the input of every norm
-(its mean and variance are taken here, so the norms keep their fused kernel) and the
+(the page takes its mean and variance, so the norms keep their fused kernel) and the
 logits; the page is built from that Result by render/report.py.
 """
 import time
