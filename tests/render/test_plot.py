@@ -71,8 +71,8 @@ def test_check_output_path_rules(tmp_path):
         check_output_path(tmp_path / "plot")
     with pytest.raises(OutputFileError, match="does not exist"):
         check_output_path(tmp_path / "missing" / "a.png")
-    with pytest.raises(OutputFileError, match="does not exist"):
-        check_output_path(existing / "a.png")  # a file where the folder should be
+    with pytest.raises(OutputFileError, match="is a file, not a folder"):
+        check_output_path(existing / "a.png")
     (tmp_path / "dir.png").mkdir()
     with pytest.raises(OutputFileError, match="is a folder"):
         check_output_path(tmp_path / "dir.png", force=True)

@@ -63,6 +63,9 @@ def check_output_path(path, force: bool = False, *, suffixes: Sequence[str] = PL
         raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
                               "or choose another name")
     parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputFileError(f"cannot write {path}: {parent} is a file, not a folder; "
+                              "choose another place")
     if not parent.is_dir():
         raise OutputFileError(f"cannot write {path}: the folder {parent} does not exist; "
                               "create it first")
