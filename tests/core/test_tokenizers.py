@@ -312,3 +312,11 @@ def test_default_and_weights_pick_the_tokenizer(tmp_path):
     ("\u00a0", "<U+00A0>"), ("e\u0301", "e\u0301"), ("👋🏽", "👋🏽"), ("[CLS]", "[CLS]")])
 def test_visible(piece, shown):
     assert visible(piece) == shown
+
+
+def test_byte_level_pieces_show_text_not_stand_in_characters():
+    from tfx_cli.core.tokenizers import byte_level_piece
+
+    assert byte_level_piece("ĠParis") == " Paris"
+    assert byte_level_piece("Ċ") == "\n"
+    assert byte_level_piece("Hello") == "Hello"

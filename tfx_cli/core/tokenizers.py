@@ -358,7 +358,48 @@ class HFTokenizer(Tokenizer):
         return self.tok.decode(ids, skip_special_tokens=False)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
-        return [self.tok.id_to_token(i) or f"<id {i}>" for i in self.check_ids(ids)]
+        out = []
+        for i in self.check_ids(ids):
+            piece = self.tok.id_to_token(i) or f"<id {i}>"
+            if self._byte_level and i not in self.special_ids:
+                piece = byte_level_piece(piece)
+            out.append(piece)
+        return out
+
+    @property
+    def _byte_level(self) -> bool:
+        # Byte-level BPE vocabularies (GPT-2, Llama 3, SmolLM2) spell bytes with stand-in
+        # characters ("Ġ" for a space); show the text the token stands for instead.
+        if not hasattr(self, "_is_byte_level"):
+            decoder = self.tok.decoder
+            self._is_byte_level = decoder is not None and "ByteLevel" in repr(decoder)
+        return self._is_byte_level
+
+
+def _byte_stand_ins() -> dict[str, int]:
+    """GPT-2's reversible byte -> printable character table, inverted.
+
+    Printable Latin-1 bytes stand for themselves; every other byte b is written as the
+    character 256 + n, n counting those bytes in order (so a space, 0x20, is 'Ġ')."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + n)] = b
+            n += 1
+    return table
+
+
+_BYTE_OF = _byte_stand_ins()
+
+
+def byte_level_piece(piece: str) -> str:
+    if not all(ch in _BYTE_OF for ch in piece):
+        return piece  # an added token written as plain text
+    return bytes_piece(bytes(_BYTE_OF[ch] for ch in piece))
 
 
 def hf_tokenizer_file(path: Path) -> Path:
