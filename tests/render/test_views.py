@@ -27,7 +27,7 @@ def widest(text):
     return max(len(line) for line in text.splitlines())
 
 
-def make_result(command="attend", heads=8, **kwargs):
+def make_result(command="probe", heads=8, **kwargs):
     rng = np.random.default_rng(0)
     trace = Trace()
     trace.add("tokens.ids", np.arange(5), "T")
@@ -46,7 +46,7 @@ def test_generic_view_shows_header_scalars_and_every_tensor():
     c = console()
     render(make_result(), c, ViewOptions())
     out = output(c)
-    assert "tfx attend" in out and "gpt124m" in out and "seed 123" in out
+    assert "tfx probe" in out and "gpt124m" in out and "seed 123" in out
     assert "'[CLS] When you play [SEP]'" in out  # markup-looking text prints literally
     assert "163,009,536" in out and "nan" in out and "[1, 2]" in out
     assert "per_token" not in out  # a long list is for --json
