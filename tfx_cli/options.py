@@ -30,7 +30,7 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
 TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
 TruncateOpt = Annotated[bool, typer.Option(
-    "--truncate", help="Keep the last context-length tokens of a longer text (as seed 004's "
+    "--truncate", help="Keep the last context-length tokens of a longer text (as LLMs-from-scratch's "
     "generate crops its context); without it a text longer than the context is an error.")]
 
 

@@ -9,7 +9,7 @@ def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt
           force: ForceOpt = False, *, spec) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
-    The model's input is embed.out = embed.tok + embed.pos (seed 001, steps 4-6); the
+    The model's input is embed.out = embed.tok + embed.pos (the hand-worked encoder tutorial, steps 4-6); the
     view adds each row's norm, mean and standard deviation. RoPE models add no position
     here (it rotates q and k inside attention; see `tfx posenc`).
 

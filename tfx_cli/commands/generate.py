@@ -11,7 +11,7 @@ EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones be
                 "it needs at least one token to start from, e.g. \"Hello\"")
 
 TemperatureOpt = Annotated[float, typer.Option(
-    "--temperature", help="0 is greedy (argmax, as seed 004's generate_text_simple); above 0 "
+    "--temperature", help="0 is greedy (argmax, as LLMs-from-scratch's generate_text_simple); above 0 "
     "samples from softmax(logits / T). Must not be negative.", rich_help_panel="Sampling")]
 TopKOpt = Annotated[Optional[int], typer.Option(
     "--top-k", show_default=False, rich_help_panel="Sampling",
@@ -61,7 +61,7 @@ def generate(
     """Continue PROMPT token by token and show each step: the token chosen, its
     probability and the most likely alternatives.
 
-    Greedy by default (--temperature 0), as seed 004's generate_text_simple; with
+    Greedy by default (--temperature 0), as LLMs-from-scratch's generate_text_simple; with
     --temperature above 0 it samples, from a generator seeded with --seed after the
     weights are built, so a seed repeats the same text exactly. Greedy output does not
     depend on --seed except through random weights.
@@ -69,7 +69,7 @@ def generate(
     A KV cache is on by default: the prompt is read once, then each step reads only the
     new token and takes earlier keys and values from the cache (--no-cache recomputes the
     whole text; the tokens are the same). When the text outgrows the context length it is
-    cropped to the last context-length tokens, as seed 004 does; from then on positions
+    cropped to the last context-length tokens, as LLMs-from-scratch does; from then on positions
     shift every step, so those steps recompute the cropped window without the cache.
     A prompt that is already longer than the context is an error unless --truncate.
 
