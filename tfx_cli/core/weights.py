@@ -68,22 +68,10 @@ class Checkpoint:
 
 # -- finding the checkpoint ---------------------------------------------------------
 def _package_file(alias: str) -> Path:
+    from .tokenizers import find_package_file
+
     module, pattern, install = ALIASES[alias]
-    package = module.replace("_", "-")
-    try:
-        spec = importlib.util.find_spec(module)  # finds the package without importing it
-    except (ImportError, ValueError):
-        spec = None
-    roots = list(spec.submodule_search_locations or []) if spec else []
-    if not roots:
-        raise MissingPackageError(f"--weights {alias} needs the package {package}; install it "
-                                  f"with `{install}`")
-    for root in roots:
-        found = sorted(Path(root).rglob(pattern), key=lambda p: (len(p.parts), str(p)))
-        if found:
-            return found[0]
-    raise MissingPackageError(f"the installed package {package} has no {pattern}; reinstall "
-                              f"it with `{install} --force-reinstall`")
+    return find_package_file(module, pattern, install=install)
 
 
 def _need_gguf(alias: str | None) -> None:
@@ -417,12 +405,18 @@ def _torch_checkpoint(path: Path) -> dict:
     if key in _TORCH_MEMO:
         return _TORCH_MEMO[key]
     import pickle
+    import warnings
 
     import torch
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # garbage bytes make torch warn about the protocol
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        if "Unsupported operand" in str(exc):  # not a pickle at all: damaged bytes
+            raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint (not "
+                               "a torch file); save it again with torch.save") from None
         found = re.search(r"GLOBAL (\S+)", str(exc))
         what = f" ({found.group(1)})" if found else ""
         raise WeightsError(f"refusing to load {path}: it holds Python objects beyond tensors"
