@@ -194,33 +194,27 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     `taps` has scores/scaled/masked/pattern taps (an Attention module, or the stand-alone
     ones `tfx attend --inputs` uses for hand-made matrices); None records nothing.
 
-    scaled and masked are one elementwise step from scores, so when scores is recorded
-    they are recorded lazily (computed again, identically, when read): a full trace keeps
-    two (T, S) matrices per layer instead of four, and the steps below can work in place.
+    scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
+    the trace computes it again, with the same operations and so the same numbers, when
+    it is read. A full trace then keeps one (T, S) matrix per layer (the pattern), not
+    four, and the forward pass below works in place on a single buffer.
     """
     tap = taps if taps is not None else _NO_TAPS
-    attn_scores = tap.scores(queries @ keys.transpose(-2, -1))  # (..., T, S)
-    lazy = getattr(tap.scores, "on", False)
+
+    def scores():
+        return queries @ keys.transpose(-2, -1)  # (..., T, S)
 
     def scaled():
-        return attn_scores / scale
+        return scores().div_(scale)
 
     def masked():
         return scaled() if keep is None else scaled().masked_fill_(~keep, float("-inf"))
 
-    if lazy:
-        tap.scaled.lazy(scaled, attn_scores.shape)
-        tap.masked.lazy(masked, attn_scores.shape)
-        attn_masked = masked()  # a fresh buffer nobody else holds
-    else:
-        attn_scaled = tap.scaled(scaled())
-        attn_masked = attn_scaled
-        if keep is not None:
-            in_place = not getattr(tap.scaled, "on", False)  # scaled kept: leave it alone
-            attn_masked = (attn_scaled.masked_fill_ if in_place
-                           else attn_scaled.masked_fill)(~keep, float("-inf"))
-        attn_masked = tap.masked(attn_masked)
-    attn_weights = tap.pattern(torch.softmax(attn_masked, dim=-1))
+    shape = (*queries.shape[:-1], keys.shape[-2])
+    for name, compute in (("scores", scores), ("scaled", scaled), ("masked", masked)):
+        if getattr(getattr(tap, name), "on", False):
+            getattr(tap, name).lazy(compute, shape)
+    attn_weights = tap.pattern(torch.softmax(masked(), dim=-1))
     return attn_weights @ values  # (..., T, Dv)
 
 
@@ -372,6 +366,23 @@ class Transformer(nn.Module):
             if isinstance(module, Tap):
                 module.name = name
                 self.taps[name] = module
+        # weights loaded later (load_state_dict, assign or copy) get the decoding layout too
+        self.register_load_state_dict_post_hook(_input_major_after_load)
+
+    def input_major(self) -> "Transformer":
+        """Store each Linear weight (in, out) in memory while its shape, name and values
+        stay nn.Linear's (out, in): F.linear computes x Wᵀ, and with Wᵀ contiguous the
+        matrix-vector product of a decoding step reads the weights in order, which is
+        faster here than the (out, in) layout. A head tied to the embedding keeps the
+        embedding's layout (its rows are looked up by token)."""
+        for module in self.modules():
+            if not isinstance(module, nn.Linear) or module.weight.is_meta:
+                continue
+            if module is getattr(self, "lm_head", None) and self.cfg.tie_embeddings:
+                continue
+            if module.weight.is_contiguous():
+                module.weight.data = module.weight.data.t().contiguous().t()
+        return self
 
     # -- recording --------------------------------------------------------------------
     def tap_names(self) -> list[str]:
@@ -445,6 +456,10 @@ class Transformer(nn.Module):
         return self.logits(self.lm_head(x))
 
 
+def _input_major_after_load(model: Transformer, _incompatible_keys) -> None:
+    model.input_major()
+
+
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None) -> Transformer:
     """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage."""
     if device == "meta":
@@ -452,7 +467,9 @@ def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None 
             return Transformer(cfg).eval()
     if seed is not None:
         torch.manual_seed(seed)
-    return Transformer(cfg).eval()
+    # PyTorch's init fills (out, in) weights in the order seed 004 relies on; the layout
+    # changes after, which copies the values and leaves the random stream alone
+    return Transformer(cfg).input_major().eval()
 
 
 def tap_names(cfg: ModelConfig) -> list[str]:
