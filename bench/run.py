@@ -10,9 +10,10 @@ through the cases in a rotated order, so slow drift of the machine (thermal, pag
 spreads over all of them instead of landing on one. The table shows medians; ratios are
 tfx over its peer, read next to the targets printed with them.
 
-All three models get the SAME random weights: the parent builds tfx's gpt124m from
---seed once, saves its state dict, and every case loads that file, renaming for HF
-(Conv1D, fused c_attn) and TransformerLens (per-head W_Q/W_K/W_V/W_O).
+All three models get the SAME random weights: tfx's gpt124m from --seed is saved once;
+HF and TransformerLens cases load that file, renamed for HF (Conv1D, fused c_attn) and
+TransformerLens (per-head W_Q/W_K/W_V/W_O); tfx cases build from the seed as the CLI does,
+which gives the same tensors. The parity case checks the logits agree.
 
 Peers that are not installed are reported as missing, not as errors. The peers need
 `pip install -r bench/requirements.txt` (transformer_lens 3.9; 4.x dropped HookedTransformer).
@@ -71,6 +72,13 @@ def input_ids(cfg, T: int):
 
 
 # -- loading one state dict into each peer --------------------------------------------
+def tfx_seeded(cfg, seed: int):
+    """tfx as the CLI builds it: random weights from the seed, the same the file holds."""
+    from tfx_cli.core.model import build_model
+
+    return build_model(cfg, seed)
+
+
 def tfx_model(cfg, weights: str):
     """tfx with the bench weights. Built on the meta device: no init to throw away."""
     from safetensors.torch import load_file
@@ -148,13 +156,13 @@ def tl_model(cfg, weights: str):
 
 
 # -- what each case runs ---------------------------------------------------------------
-def run_forward(cfg, weights, peer: str, mode: str, T: int, repeats: int) -> dict:
+def run_forward(cfg, weights, peer: str, mode: str, T: int, repeats: int, seed: int) -> dict:
     """Plain forward ("plain") or a forward keeping every intermediate ("record")."""
     import torch
 
     ids = input_ids(cfg, T)
     if peer in ("tfx", "base"):
-        model = tfx_model(cfg, weights)
+        model = tfx_seeded(cfg, seed)
 
         def once():
             if mode == "plain":
@@ -203,20 +211,24 @@ def _count(kept) -> int | None:
     return n
 
 
-def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats: int) -> dict:
+def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats: int,
+                 seed: int) -> dict:
     """Greedy decoding with a KV cache; tokens/s counts new tokens over the whole call."""
     import torch
 
     ids = input_ids(cfg, prompt)
     if peer in ("tfx", "base"):
-        model = tfx_model(cfg, weights)
+        model = tfx_seeded(cfg, seed)
         gen = _tfx_generate(model, cfg)
     elif peer == "hf":
         model = hf_model(cfg, weights, "sdpa")
 
         def gen(ids, n):
-            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                 use_cache=True, attention_mask=torch.ones_like(ids))
+            # no end-of-text token: exactly n tokens, none suppressed (min_new_tokens would
+            # hide the EOS id from the argmax and change the greedy path)
+            out = model.generate(ids, max_new_tokens=n, do_sample=False, use_cache=True,
+                                 attention_mask=torch.ones_like(ids), eos_token_id=None,
+                                 pad_token_id=0)
             return out[0, ids.shape[1]:].tolist()
     else:
         model = tl_model(cfg, weights)
@@ -281,13 +293,13 @@ def run_matmul(n: int, repeats: int) -> dict:
             "gflops": [2 * n ** 3 / t / 1e9 for t in times[1:]]}
 
 
-def run_parity(cfg, weights, peers: list[str]) -> dict:
+def run_parity(cfg, weights, peers: list[str], seed: int) -> dict:
     """Max |logit difference| of each peer against tfx: proof the weights were mapped."""
     import torch
 
     ids = input_ids(cfg, min(16, cfg.context_length))
     with torch.inference_mode():
-        ref = tfx_model(cfg, weights)(ids)
+        ref = tfx_seeded(cfg, seed)(ids)  # built from the seed, as in every tfx case
         diffs = {}
         if "hf" in peers:
             diffs["hf"] = (hf_model(cfg, weights, "eager")(ids).logits - ref).abs().max().item()
@@ -298,21 +310,26 @@ def run_parity(cfg, weights, peers: list[str]) -> dict:
 
 def worker(args) -> None:
     """One case in this process; prints MARK + JSON as its last line."""
+    spec = json.loads(args.worker)
+    if spec.get("peer") in ("tfx", "base"):
+        import tfx_cli.core  # noqa: F401 - its settings apply before torch loads, as in the CLI
     import torch
 
     torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = bench_config(args.smoke)
-    spec = json.loads(args.worker)
     kind = spec["kind"]
     if kind == "forward":
-        out = run_forward(cfg, args.weights, spec["peer"], spec["mode"], spec["T"], args.repeats)
+        out = run_forward(cfg, args.weights, spec["peer"], spec["mode"], spec["T"], args.repeats,
+                          args.seed)
     elif kind == "generate":
         out = run_generate(cfg, args.weights, spec["peer"], spec["new"], spec["prompt"],
-                           args.repeats)
+                           args.repeats, args.seed)
     elif kind == "matmul":
         out = run_matmul(spec["n"], max(args.repeats, 3))
     elif kind == "parity":
-        out = run_parity(cfg, args.weights, spec["peers"])
+        out = run_parity(cfg, args.weights, spec["peers"], args.seed)
     elif kind == "save":
         save_weights(cfg, spec["seed"], args.weights)
         out = {"text_ids": text_ids(TEXT)}
@@ -331,6 +348,7 @@ class Case:
     spec: dict | None = None  # worker spec; None for a shell command
     argv: list[str] | None = None  # a whole command, timed from outside
     T: int | None = None
+    env: dict | None = None  # extra environment variables for the process
     runs: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -386,6 +404,10 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
             Case("python -c 'import typer, rich'", "startup", "python",
                  argv=[py, "-c", "import typer, rich"]),
             Case("tfx --help", "startup", "tfx", argv=tfx + ["--help"]),
+            # what the help costs without Rich's formatter (typer's switch): the gap between
+            # this row and the one above is Rich's help rendering, not tfx
+            Case("tfx --help (TYPER_USE_RICH=0)", "startup", "tfx", argv=tfx + ["--help"],
+                 env={"TYPER_USE_RICH": "0"}),
             Case("tfx tokenize", "startup", "tfx", argv=tfx + ["tokenize", TEXT]),
             Case("tfx count-params", "startup", "tfx",
                  argv=tfx + ["count-params", "--config", "gpt124m"]),
@@ -395,7 +417,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
                               argv=tfx + ["attend", TEXT, "--config", "gpt124m"]))
         if "base" in peers:
             base = [py, "-m", "tfx_cli"]
-            cases += [Case(f"{c.name}@baseline", "startup", "base", argv=base + c.argv[len(tfx):])
+            cases += [Case(f"{c.name}@baseline", "startup", "base", argv=base + c.argv[len(tfx):],
+                           env=c.env)
                       for c in cases if c.group == "startup" and c.peer == "tfx"]
             if "hf" in peers:
                 script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
@@ -432,9 +455,9 @@ def run_process(argv: list[str], timeout: float,
 
 
 def run_case(case: Case, args, repeats_cmd: int) -> None:
-    env = None
+    env = {**os.environ, **case.env} if case.env else None
     if case.peer == "base":  # the same worker or command, importing tfx from the baseline
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join(
             [args.baseline, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     if case.argv is not None:
         for _ in range(repeats_cmd):
@@ -445,7 +468,9 @@ def run_case(case: Case, args, repeats_cmd: int) -> None:
             case.runs.append({"times": [wall], "cpu": [cpu], "maxrss_mb": rss})
         return
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(case.spec),
-            "--weights", args.weights, "--repeats", str(args.repeats)]
+            "--weights", args.weights, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
     if args.smoke:
         argv.append("--smoke")
     wall, code, out, err, rss, _ = run_process(argv, args.timeout, env)
@@ -624,6 +649,9 @@ def main(argv=None) -> int:
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
                          "run as one more peer, 'base', to measure a change")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads in every case (default: torch's own choice); 1 gives "
+                         "steadier CPU times on a busy machine, for comparing two versions")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -683,15 +711,20 @@ def main(argv=None) -> int:
     sizes = [16] if args.smoke else args.sizes
     tgts = targets(rows, cfg, sizes)
     print_table(rows, tgts, cfg, sizes)
-    gen_rows = [r for r in rows.values() if r["group"] == "generate" and r.get("tokens")]
-    same_tokens = len({tuple(r["tokens"]) for r in gen_rows}) <= 1
-    if not same_tokens:
-        print("warning: the peers generated different tokens", file=sys.stderr)
+    gen_rows = {r["peer"]: r["tokens"] for r in rows.values()
+                if r["group"] == "generate" and r.get("tokens")}
+    same_tokens = {p: t == gen_rows["tfx"] for p, t in gen_rows.items() if p != "tfx"
+                   } if "tfx" in gen_rows else {}
+    for peer, same in same_tokens.items():
+        if not same:
+            print(f"note: greedy tokens of {peer} differ from tfx's "
+                  f"({gen_rows[peer][:6]}... vs {gen_rows['tfx'][:6]}...)", file=sys.stderr)
     doc = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
                        "cpus": os.cpu_count(), "torch": _version("torch"),
                        "transformers": _version("transformers"),
                        "transformer_lens": _version("transformer_lens")},
            "config": cfg.to_dict(), "rounds": args.rounds, "repeats": args.repeats,
+           "threads": args.threads,
            "sizes": sizes, "wall_s": round(time.perf_counter() - started, 1),
            "generate_same_tokens": same_tokens, "cases": rows, "targets": tgts}
     if out_path is not None:
