@@ -40,6 +40,14 @@ def _quiet_broken_pipe() -> None:
 class TfxGroup(TyperGroup):
     """Every error leaves here as one line on stderr and an exit code."""
 
+    def invoke(self, ctx):
+        # Typer turns a closed stdout into a silent exit 1 before main() below sees it;
+        # catch it first: a reader that stops early (`| head`) is no failure.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):
         if args is None:

@@ -23,8 +23,16 @@ class ViewOptions:
     extra: dict | None = None
 
 
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich would exit 1 here; hand the closed pipe to cli.py, which stops quietly
+        # with 0 (`tfx attend ... | head` is a reader that has seen enough, not a failure)
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return _StdoutConsole(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:
