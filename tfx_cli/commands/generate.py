@@ -100,10 +100,12 @@ def generate(
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
     quiet = no_stream or bool(os.environ.get("TFX_QUIET"))
     stream = None if quiet else TextStream(sys.stderr, text)
-    result = run_generate(spec, text, max_new_tokens=max_new_tokens, sampling=sampling,
-                          use_cache=not no_cache, n_candidates=candidates,
-                          select=list(select or ()), stops=list(stop or ()),
-                          on_text=stream.write if stream else None, truncate=truncate)
-    if stream:
-        stream.close()
+    try:
+        result = run_generate(spec, text, max_new_tokens=max_new_tokens, sampling=sampling,
+                              use_cache=not no_cache, n_candidates=candidates,
+                              select=list(select or ()), stops=list(stop or ()),
+                              on_text=stream.write if stream else None, truncate=truncate)
+    finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
+        if stream:
+            stream.close()
     emit(result, json=json_out, precision=precision, full=full)
