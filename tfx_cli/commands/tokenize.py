@@ -51,6 +51,10 @@ def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: Corpu
 
     text = read_text(text)
     cfg = resolve_config(config)
+    if weights:  # a path that is not there must not fall back to the default tokenizer
+        from ..core.weights import resolve
+
+        resolve(weights)  # reads no tensors and imports no torch
     tok = get_tokenizer(tokenizer, default=cfg.tokenizer, corpus_text=text,
                         corpus_path=corpus, weights=weights)
     ids = tok.encode(text)
