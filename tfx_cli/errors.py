@@ -1,11 +1,22 @@
 """The error catalogue. Every failure a user can cause is one of these classes.
 
 The one handler in `cli.py` prints `tfx: error: <message>` on stderr and exits with the
-class's code. Messages name the problem and the fix in one line.
+class's code. Messages name the problem and the fix in one line: what was given, why it
+cannot work, and what to type instead (README "Errors" lists every class with a real
+message; README "What tfx does with bad input" lists the inputs tried).
 
-Exit codes: 0 success, 1 runtime failure, 2 bad input or usage, 130 interrupted.
+Exit codes (EXIT_CODES): 0 success, 1 runtime failure, 2 bad input or usage,
+130 interrupted. Nothing is written to stdout when a command fails, and output files
+are written to a temporary name and renamed, so a failure leaves no half file.
 """
 from __future__ import annotations
+
+EXIT_CODES = {
+    0: "success",
+    1: "runtime failure: not the input's fault (an internal error, a failed self-check)",
+    2: "bad input or usage: an option, a value, the text, a file given on the command line",
+    130: "interrupted (Ctrl-C): stopped without output and without partial files",
+}
 
 
 class TfxError(Exception):
@@ -19,46 +30,85 @@ class TfxError(Exception):
 
 
 class UsageError(TfxError):
-    """Bad input or usage: options, values, text (exit 2)."""
+    """Bad input or usage: options, values, text (exit 2).
+
+    Also what Click/Typer's own parsing errors become (an unknown option, a value that is
+    not a number, a number below an option's minimum): the same one line, exit 2.
+    """
 
     exit_code = 2
 
 
 class ConfigError(UsageError):
-    """An unknown preset, a malformed config file, or an impossible shape."""
+    """An unknown preset, a malformed config file, or an impossible shape (exit 2).
+
+    Config files: a JSON syntax error gives line and column; unknown keys are listed with
+    the valid ones; wrong types, non-positive sizes, heads that do not divide d_model and
+    sizes beyond tfx's limits are refused before anything is built.
+    """
 
 
 class InputTextError(UsageError):
-    """Empty text, text longer than the context, undecodable stdin."""
+    """Empty text, text longer than the context, undecodable stdin (exit 2).
+
+    Longer than the context: the message gives both lengths; --truncate keeps the last
+    context-length tokens. Undecodable stdin: the message gives the byte offset and
+    suggests --encoding.
+    """
 
 
 class TokenizerError(UsageError):
-    """An unknown tokenizer, an unreadable tokenizer.json, out-of-vocabulary ids."""
+    """An unknown tokenizer, an unreadable tokenizer.json or corpus, out-of-vocabulary
+    ids (exit 2)."""
 
 
 class RangeError(UsageError):
-    """A layer, head or position outside the model."""
+    """A layer, head, position, length or other index outside the model (exit 2); the
+    message gives the valid range."""
 
 
 class SelectError(UsageError):
-    """A --select glob or --show name that matches nothing."""
+    """A --select glob or --show name that matches nothing (exit 2); the message lists
+    the valid names."""
 
 
 class WeightsError(UsageError):
-    """A missing, truncated, corrupted, unsafe or mismatched checkpoint."""
+    """A missing, truncated, corrupted, unsafe or mismatched checkpoint (exit 2).
+
+    Pickled Python code is never run: torch files are read with weights_only=True and a
+    file that needs more than tensors is refused.
+    """
 
 
 class MissingPackageError(UsageError):
-    """An optional package is not installed; the message gives the install command."""
+    """An optional package is not installed; the message gives the install command
+    (exit 2)."""
 
 
 class OutputFileError(UsageError):
-    """An output file that exists (without --force) or cannot be written."""
+    """An output file that exists (without --force) or cannot be written (exit 2)."""
 
 
 class ResourceError(UsageError):
-    """A model that would not fit in memory (use --force to try anyway)."""
+    """A model that would not fit in memory (exit 2); --force tries anyway."""
+
+
+class Interrupted(TfxError):
+    """Ctrl-C (SIGINT) while a command runs (exit 130).
+
+    cli.py turns KeyboardInterrupt into `tfx: error: interrupted`; stdout gets nothing
+    (JSON is written whole or not at all) and an output file being written is removed.
+    """
+
+    exit_code = 130
+
+    def __init__(self, message: str = "interrupted"):
+        super().__init__(message)
 
 
 CATALOGUE = (UsageError, ConfigError, InputTextError, TokenizerError, RangeError,
              SelectError, WeightsError, MissingPackageError, OutputFileError, ResourceError)
+
+# Every class a user can meet, with the base classes and the interrupt: README "Errors"
+# has one row per entry (a test holds the two equal).
+ALL_ERRORS = (TfxError,) + CATALOGUE + (Interrupted,)
