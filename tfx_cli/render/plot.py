@@ -118,6 +118,9 @@ def require_matplotlib():
     except ImportError:
         raise MissingPackageError(f"--plot needs matplotlib; install it with {INSTALL}") from None
     matplotlib.use("Agg", force=True)  # files only: never open a window
+    # SVG element ids are salted with a random uuid unless a salt is set; a fixed one
+    # makes the same command give the same file, as _metadata's missing date does
+    matplotlib.rcParams["svg.hashsalt"] = "tfx"
     import matplotlib.pyplot as plt
 
     return plt
