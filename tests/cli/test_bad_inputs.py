@@ -1,0 +1,529 @@
+"""Every bad input tfx knows about, one row each, and README's table of them.
+
+Each Case is run through the real CLI (CliRunner on tfx_cli.cli.app) in a scratch folder
+holding the files it needs. It must exit with its code, print nothing on stdout, print
+exactly one line `tfx: error: ...` on stderr, raise the catalogue class it names, and
+leave the folder as it was (nothing written, nothing overwritten).
+
+README.md's "What tfx does with bad input" table is generated from these cases and holds
+the messages of real runs; test_readme_table_matches_the_cases keeps the two the same
+(regenerate with `python tests/cli/test_bad_inputs.py`). Rows whose id names a test in
+test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
+"""
+import os
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+from unittest import mock
+
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli import cli, errors
+from tfx_cli._clicks import CLICK_ERROR
+from tfx_cli.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SENTENCE = "When you play game of thrones"
+LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
+TOY = ["-c", "toy"]
+ELLIPSIS = "…"
+
+
+# -- files the cases read -----------------------------------------------------------
+def _text(name: str, content: str) -> Callable[[Path], None]:
+    return lambda d: (d / name).write_text(content, encoding="utf-8")
+
+
+def _bytes(name: str, content: bytes) -> Callable[[Path], None]:
+    return lambda d: (d / name).write_bytes(content)
+
+
+def _folder(name: str) -> Callable[[Path], None]:
+    return lambda d: (d / name).mkdir()
+
+
+# Bytes that no reader accepts, but the same on every run (os.urandom would make the
+# message of a parser that quotes them change between runs).
+NOISE = bytes((i * 37 + 11) % 251 for i in range(1000))
+
+
+def _torch_zip(name: str, keep: float) -> Callable[[Path], None]:
+    """A real torch.save file cut to `keep` of its length (keep=1: whole)."""
+    def make(d: Path) -> None:
+        import torch
+
+        torch.save({"model_args": {"n_layer": 1}, "model": {"w": torch.zeros(64, 64)}},
+                   d / name)
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[:int(len(data) * keep)])
+    return make
+
+
+class Payload:
+    """Unpickling this would run code: it writes the marker file `pwned.txt`."""
+
+    def __reduce__(self):
+        return (Path.write_text, (Path("pwned.txt"), "code ran"))
+
+
+def _pickled_code(d: Path) -> None:
+    import torch
+
+    torch.save({"model_args": {}, "model": Payload()}, d / "evil.pt")
+
+
+def _hf_truncated(d: Path) -> None:
+    """An HF GPT-2 folder whose model.safetensors stops half way."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = d / "gpt2-tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 8,
+        "n_head": 2, "n_layer": 1, "n_positions": 16, "vocab_size": 50257}))
+    save_file({"transformer.wte.weight": torch.zeros(50257, 8)},
+              str(folder / "model.safetensors"))
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:len(data) // 2])
+
+
+def _safetensors_alone(d: Path) -> None:
+    (d / "shards").mkdir()
+    (d / "shards" / "model.safetensors").write_bytes(NOISE)
+
+
+# -- the cases ------------------------------------------------------------------------
+@dataclass
+class Case:
+    id: str  # README row key
+    what: str  # the input tried, in words (README column)
+    args: list
+    error: str  # the catalogue class raised (UsageError for Click's own parsing errors)
+    expect: str  # a phrase the message must hold
+    exit: int = 2
+    stdin: Optional[bytes] = None
+    files: tuple = ()  # callables that create files in the scratch folder
+    shown: Optional[str] = None  # the command as README shows it (default: from args)
+    volatile: tuple = ()  # regexes for machine-dependent parts (README shows …)
+    keep: dict = field(default_factory=dict)  # files that must keep this content
+    hide: tuple = ()  # modules made unimportable for the run (a missing package)
+
+
+CASES = [
+    # text
+    Case("empty-text", "empty text", ["embed", "", *TOY], "InputTextError", "is empty"),
+    Case("blank-text", "whitespace-only text", ["trace", " \n\t ", *TOY], "InputTextError",
+         "is empty", shown='tfx trace " \\n\\t " -c toy'),
+    Case("no-text", "no text at all", ["layernorm", *TOY], "InputTextError", "no text given"),
+    Case("empty-stdin", "empty standard input", ["ffn", "-", *TOY], "InputTextError",
+         "is empty", stdin=b"\n", shown="echo | tfx ffn - -c toy"),
+    Case("empty-prompt", "empty prompt", ["generate", "", *TOY], "InputTextError",
+         "needs at least one token"),
+    Case("long-text", "text longer than the context (100 tokens, context 64)",
+         ["trace", LONG, *TOY], "InputTextError", "context length is 64",
+         shown='tfx trace "a a a … (100 words)" -c toy'),
+    Case("long-prompt", "prompt longer than the context",
+         ["generate", LONG, *TOY, "-n", "1"], "InputTextError", "pass --truncate",
+         shown='tfx generate "a a a … (100 words)" -c toy -n 1'),
+    Case("long-kv", "--kv text longer than the context",
+         ["attend", "you win", "--kv", LONG, *TOY, "--mask", "none"], "InputTextError",
+         "is 100 tokens", shown='tfx attend "you win" --kv "a a a … (100 words)" -c toy '
+         "--mask none"),
+    Case("stdin-not-utf8", "standard input that is not UTF-8",
+         ["tokenize", "-"], "InputTextError", "byte 3", stdin=b"ok \xff\xfe",
+         shown="printf 'ok \\xff\\xfe' | tfx tokenize -"),
+    Case("unknown-encoding", "an --encoding Python does not know",
+         ["embed", "-", *TOY, "--encoding", "klingon"], "InputTextError", "unknown encoding",
+         stdin=b"hello", shown="echo hello | tfx embed - -c toy --encoding klingon"),
+    Case("argv-not-utf8", "command-line text with undecodable bytes",
+         ["tokenize", "ok \udcff"], "InputTextError", "not valid UTF-8",
+         shown="tfx tokenize $'ok \\xff'"),
+    # configs
+    Case("unknown-preset", "unknown preset", ["trace", "hi", "-c", "gpt5"], "ConfigError",
+         "unknown config 'gpt5'"),
+    Case("config-syntax", "config file with a JSON syntax error",
+         ["attend", "hi", "-c", "bad.json"], "ConfigError", "line 2, column",
+         files=(_text("bad.json", '{"d_model": 8,\n "n_heads": 2'),)),
+    Case("config-unknown-key", "config file with an unknown key (n_head for n_heads)",
+         ["count-params", "-c", "typo.json"], "ConfigError", "unknown config key(s) n_head",
+         files=(_text("typo.json", '{"d_model": 8, "n_head": 2}'),)),
+    Case("config-wrong-type", "config file with a string where a number goes",
+         ["count-params", "-c", "types.json"], "ConfigError", "must be a whole number",
+         files=(_text("types.json", '{"d_model": "512"}'),)),
+    Case("config-heads", "config whose heads do not divide d_model",
+         ["embed", "hi", "-c", "heads.json"], "ConfigError", "does not divide",
+         files=(_text("heads.json", '{"d_model": 8, "n_heads": 3}'),)),
+    Case("config-zero-size", "config with a non-positive size",
+         ["ffn", "hi", "-c", "zero.json"], "ConfigError", "must be positive",
+         files=(_text("zero.json", '{"n_layers": 0}'),)),
+    Case("config-not-object", "config file that is not a JSON object",
+         ["trace", "hi", "-c", "list.json"], "ConfigError", "expected a JSON object",
+         files=(_text("list.json", "[8, 2]"),)),
+    Case("config-missing", "config file that does not exist",
+         ["trace", "hi", "-c", "nothere.json"], "ConfigError", "cannot read config file"),
+    Case("heads-override", "--heads that does not divide d_model",
+         ["attend", "hi", *TOY, "--heads", "4"], "ConfigError", "does not divide"),
+    Case("size-beyond-limit", "absurd --d-model", ["posenc", "--length", "4",
+         "--d-model", "10000000"], "ConfigError", "beyond tfx's limit"),
+    Case("zero-layers", "--layers 0", ["embed", "hi", "--layers", "0"], "UsageError",
+         "greater than or equal to 1"),
+    Case("too-big-for-memory", "a model too large for memory (about 774 GiB of weights)",
+         ["trace", "hi", "--d-model", "16384", "--heads", "16", "--layers", "64"],
+         "ResourceError", "pass --force", volatile=(r"(?<=only )[\d.]+(?= GiB)",)),
+    # ranges
+    Case("layer-range", "--layer past the last block", ["attend", SENTENCE, *TOY,
+         "--layer", "1"], "RangeError", "0 to 0"),
+    Case("negative-layer", "negative --layer", ["layernorm", SENTENCE, *TOY, "--layer", "-1"],
+         "RangeError", "--layer -1"),
+    Case("ffn-layer-range", "--layer past the last block", ["ffn", SENTENCE, *TOY,
+         "--layer", "5"], "RangeError", "--layer 5"),
+    Case("head-range", "--head past the last head", ["attend", SENTENCE, *TOY, "--head", "2"],
+         "RangeError", "2 heads"),
+    Case("query-pos-range", "--query-pos past the text", ["attend", SENTENCE, *TOY,
+         "--explain", "--query-pos", "9"], "RangeError", "--query-pos 9"),
+    Case("valid-lens-range", "--valid-lens 0", ["attend", SENTENCE, *TOY, "--valid-lens", "0"],
+         "RangeError", "1 to 6"),
+    Case("length-range", "--length past the context", ["posenc", *TOY, "--length", "65"],
+         "RangeError", "1 to 64"),
+    Case("show-layers-range", "--show-layers past the last block",
+         ["report", SENTENCE, *TOY, "--show-layers", "0,3", "-o", "r.html"], "RangeError",
+         "--show-layers 3"),
+    Case("seq-len-range", "--seq-len longer than the context",
+         ["count-params", "--seq-len", "5000"], "RangeError", "longer than the context"),
+    Case("kv-causal", "causal cross-attention between texts of different lengths",
+         ["attend", "you win", "--kv", SENTENCE, *TOY, "--mask", "causal"], "RangeError",
+         "--mask none"),
+    # selection
+    Case("select-nothing", "--select glob that matches nothing",
+         ["trace", "hi", *TOY, "-s", "blocks.9.*"], "SelectError", "matches no trace name"),
+    Case("show-unknown", "--show stage that does not exist",
+         ["attend", "hi", *TOY, "--show", "scores,bogus"], "SelectError", "'bogus'"),
+    # sampling
+    Case("negative-temperature", "negative --temperature",
+         ["generate", "hi", *TOY, "--temperature", "-1"], "UsageError", "--temperature -1"),
+    Case("top-k-vocab", "--top-k larger than the vocabulary",
+         ["next", "hi", *TOY, "--top-k", "100000"], "RangeError", "larger than the vocabulary"),
+    Case("top-p-range", "--top-p above 1", ["next", "hi", *TOY, "--top-p", "1.5"],
+         "UsageError", "(0, 1]"),
+    Case("zero-new-tokens", "--max-new-tokens 0", ["generate", "hi", *TOY, "-n", "0"],
+         "UsageError", "at least 1"),
+    Case("no-lm-head", "next-token commands on an encoder", ["lens", "hi", "-c", "minilm"],
+         "ConfigError", "no output head"),
+    # tokenizers
+    Case("unknown-tokenizer", "unknown tokenizer", ["tokenize", "hi", "-t", "klingon"],
+         "TokenizerError", "unknown tokenizer"),
+    Case("corpus-missing", "--corpus file that does not exist",
+         ["tokenize", "hi", "-t", "word", "--corpus", "nothere.txt"], "TokenizerError",
+         "does not exist"),
+    Case("corpus-binary", "--corpus file that is not text",
+         ["embed", "hi", *TOY, "--corpus", "noise.bin"], "TokenizerError", "not UTF-8",
+         files=(_bytes("noise.bin", NOISE),)),
+    # weights
+    Case("weights-missing", "--weights path that does not exist",
+         ["trace", "hi", "-w", "nothere"], "WeightsError", "not found"),
+    Case("tokenize-weights-missing", "tokenize --weights path that does not exist",
+         ["tokenize", "hi", "-w", "nothere"], "WeightsError", "not found"),
+    Case("weights-garbage-torch", "a .pt file of random bytes", ["next", "hi", "-w", "junk.pt"],
+         "WeightsError", "corrupted", files=(_bytes("junk.pt", NOISE),)),
+    Case("weights-truncated-torch", "a torch checkpoint cut short",
+         ["next", "hi", "-w", "cut.pt"], "WeightsError", "truncated or corrupted",
+         files=(_torch_zip("cut.pt", 0.5),)),
+    Case("weights-pickled-code", "a checkpoint whose pickle would run code",
+         ["generate", "hi", "-w", "evil.pt"], "WeightsError", "never unpickles code",
+         files=(_pickled_code,)),
+    Case("weights-garbage-gguf", "a .gguf file of random bytes",
+         ["trace", "hi", "-w", "junk.gguf"], "WeightsError", "truncated or corrupted",
+         files=(_bytes("junk.gguf", NOISE),)),
+    Case("weights-truncated-safetensors", "an HF folder whose model.safetensors is cut short",
+         ["attend", "hi", "-w", "gpt2-tiny"], "WeightsError", "truncated or corrupted",
+         files=(_hf_truncated,)),
+    Case("weights-no-config", "a folder with model.safetensors but no config.json",
+         ["trace", "hi", "-w", "shards"], "WeightsError", "has no config.json",
+         files=(_safetensors_alone,)),
+    Case("weights-and-config", "--weights with --config",
+         ["trace", "hi", "-w", "minilm", *TOY], "ConfigError", "drop --config"),
+    Case("weights-and-size", "--weights with a size override",
+         ["trace", "hi", "-w", "minilm", "--layers", "2"], "ConfigError",
+         "cannot change a checkpoint's shape"),
+    # output files
+    Case("report-exists", "report over an existing file",
+         ["report", "hi", *TOY, "-o", "old.html"], "OutputFileError", "pass --force",
+         files=(_text("old.html", "mine"),), keep={"old.html": "mine"}),
+    Case("plot-exists", "--plot over an existing file",
+         ["embed", "hi", *TOY, "--plot", "old.png"], "OutputFileError", "pass --force",
+         files=(_text("old.png", "mine"),), keep={"old.png": "mine"}),
+    Case("output-no-folder", "output into a folder that does not exist",
+         ["report", "hi", *TOY, "-o", "nodir/r.html"], "OutputFileError", "create it first"),
+    Case("output-is-folder", "output path that is a folder",
+         ["report", "hi", *TOY, "-o", "pages.html"], "OutputFileError", "is a folder",
+         files=(_folder("pages.html"),)),
+    Case("output-under-file", "output path under a file",
+         ["attend", "hi", *TOY, "--plot", "notes.txt/a.png"], "OutputFileError",
+         "is a file, not a folder", files=(_text("notes.txt", "mine"),),
+         keep={"notes.txt": "mine"}),
+    Case("output-type", "--plot with an extension it cannot draw",
+         ["layernorm", "hi", *TOY, "--plot", "norms.txt"], "UsageError", ".png or .svg"),
+    Case("plot-no-matplotlib", "--plot without matplotlib installed",
+         ["attend", "hi", *TOY, "--plot", "a.png"], "MissingPackageError", "pip install",
+         hide=("matplotlib",), shown="tfx attend hi -c toy --plot a.png  (no matplotlib)"),
+    Case("report-no-output", "report without -o", ["report", "hi", *TOY], "UsageError",
+         "--output FILE.html"),
+    # usage
+    Case("unknown-option", "misspelt option", ["attend", "hi", "--heds", "2"], "UsageError",
+         "No such option"),
+    Case("not-a-number", "a word where a number goes", ["attend", "hi", "--layer", "two"],
+         "UsageError", "valid integer"),
+    Case("unknown-command", "misspelt command", ["atend", "hi"], "UsageError",
+         "No such command"),
+    Case("seed-range", "negative --seed", ["trace", "hi", *TOY, "--seed", "-1"], "UsageError",
+         "greater than or equal to 0"),
+    Case("inputs-and-text", "attend --inputs together with TEXT",
+         ["attend", "hi", "--inputs", "m.json"], "InputTextError", "not both",
+         files=(_text("m.json", "{}"),)),
+    Case("inputs-ragged", "attend --inputs with a ragged matrix",
+         ["attend", "--inputs", "m.json"], "InputTextError", "ragged",
+         files=(_text("m.json", '{"x": [[1, 0], [1]], "w_q": [[1]], "w_k": [[1]], '
+                                '"w_v": [[1]]}'),)),
+]
+
+# Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
+# by the test named here.
+PROCESS_ROWS = {
+    "stdout-closed": "test_closed_stdout_exits_quietly",
+    "ctrl-c-generate": "test_ctrl_c_during_generate",
+    "ctrl-c-report": "test_ctrl_c_during_report_leaves_no_file",
+}
+
+
+# -- running a case ---------------------------------------------------------------------
+@contextmanager
+def _in(folder: Path):
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size)
+            for p in sorted(folder.rglob("*"))}
+
+
+@contextmanager
+def _hidden(names):
+    """Make modules unimportable (None in sys.modules), touching no other entry: the
+    run imports torch, which must stay imported afterwards."""
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules.update({name: None for name in names})
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    stdout: str
+    stderr: str
+    raised: str  # the class that reached cli._fail
+    before: dict
+    after: dict
+
+
+def run_case(case: Case, folder: Path) -> Outcome:
+    """Make the case's files in `folder`, run it there, and report what happened."""
+    seen = []
+    real_fail = cli._fail
+
+    def spy(message, code):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, errors.TfxError):
+            seen.append(type(exc).__name__)
+        elif isinstance(exc, CLICK_ERROR):
+            seen.append("UsageError")
+        else:
+            seen.append(type(exc).__name__ if exc else "?")
+        return real_fail(message, code)
+
+    with _in(folder):
+        for make in case.files:
+            make(folder)
+        before = _snapshot(folder)
+        with mock.patch.object(cli, "_fail", spy), _hidden(case.hide):
+            result = CliRunner().invoke(app, case.args, input=case.stdin,
+                                        env={"TFX_QUIET": "1", "COLUMNS": "100"})
+        after = _snapshot(folder)
+    return Outcome(result.exit_code, result.stdout, result.stderr,
+                   seen[0] if seen else "", before, after)
+
+
+def normalise(message: str, case: Case) -> str:
+    for rx in case.volatile:
+        message = re.sub(rx, ELLIPSIS, message)
+    return message
+
+
+# -- the README table -------------------------------------------------------------------
+def shown_command(case: Case) -> str:
+    if case.shown:
+        return case.shown
+    words = []
+    for arg in case.args:
+        if arg == "" or re.search(r"[\s\"'$*|;&<>()]", arg):
+            words.append('"' + arg + '"')
+        else:
+            words.append(arg)
+    return "tfx " + " ".join(words)
+
+
+def code_span(text: str) -> str:
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def uncode_span(cell: str) -> str:
+    cell = cell.strip()
+    if cell.startswith("`` ") and cell.endswith(" ``"):
+        cell = cell[3:-3]
+    elif cell.startswith("`") and cell.endswith("`"):
+        cell = cell[1:-1]
+    return cell.replace("\\|", "|")
+
+
+def table_row(case: Case, message: str) -> str:
+    return (f"| {case.id} | {case.what} | {code_span(shown_command(case))} | {case.exit} | "
+            f"{case.error} | {code_span(message)} |")
+
+
+def readme_rows() -> dict:
+    """id -> (exit code, message) for every row of README's bad-input table."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## What tfx does with bad input", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if not line.startswith("| ") or line.startswith("| id ") or line.startswith("|--"):
+            continue
+        cells = re.split(r"(?<!\\)\|", line)[1:-1]
+        rows[cells[0].strip()] = (int(cells[3]), uncode_span(cells[5]))
+    return rows
+
+
+def generate_table(scratch: Path) -> str:
+    """The README table, from real runs (each case in its own sub-folder)."""
+    lines = ["| id | input | command | exit | error | stderr |",
+             "|---|---|---|---|---|---|"]
+    for i, case in enumerate(CASES):
+        folder = scratch / f"{i:02d}"
+        folder.mkdir()
+        out = run_case(case, folder)
+        lines.append(table_row(case, normalise(out.stderr.strip(), case)))
+    return "\n".join(lines)
+
+
+# -- the tests --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def readme():
+    return readme_rows()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, tmp_path, readme):
+    out = run_case(case, tmp_path)
+    assert out.exit_code == case.exit, (out.stdout, out.stderr)
+    assert out.stdout == ""  # nothing on stdout, not even half a document
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfx: error: "), out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+    assert case.expect in lines[0]
+    assert out.raised == case.error
+    assert out.after == out.before  # no output file, no temporary file, no marker
+    for name, content in case.keep.items():
+        assert (tmp_path / name).read_text() == content  # never overwritten
+    assert case.id in readme, f"README lacks row {case.id}; regenerate the table"
+    assert readme[case.id] == (case.exit, normalise(lines[0], case)), \
+        "README's message differs from a real run; regenerate the table"
+
+
+def test_readme_table_matches_the_cases(readme):
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert set(readme) == set(ids) | set(PROCESS_ROWS)
+    assert len(readme) >= 30
+
+
+def test_readme_errors_section_is_the_catalogue():
+    """README "Errors" lists every class in errors.py with its exit code, and the example
+    rows it points to raise that class."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (int(cells[1]), cells[3])
+    assert set(rows) == {cls.__name__ for cls in errors.ALL_ERRORS}
+    by_id = {c.id: c for c in CASES}
+    for cls in errors.ALL_ERRORS:
+        code, examples = rows[cls.__name__]
+        assert code == cls.exit_code, cls
+        for example in filter(None, (e.strip() for e in examples.strip("—").split(","))):
+            assert example in by_id or example in PROCESS_ROWS, example
+            if example in by_id:
+                assert by_id[example].error == cls.__name__, example
+    codes = re.findall(r"^\| (\d+) \|", section, flags=re.M)
+    assert [int(c) for c in codes] == sorted(errors.EXIT_CODES)
+
+
+def test_process_rows_have_their_tests():
+    source = (Path(__file__).parent / "test_pipes.py").read_text(encoding="utf-8")
+    for name in PROCESS_ROWS.values():
+        assert f"def {name}(" in source, name
+
+
+def test_cases_cover_every_command_and_error_class():
+    commands = {c.args[0] for c in CASES}
+    from tfx_cli.commands import COMMANDS
+
+    missing = {name for name, _, _ in COMMANDS} - commands - {"configs"}
+    assert not missing, missing  # configs takes no input beyond --json
+    raised = {c.error for c in CASES}
+    catalogue = {cls.__name__ for cls in errors.CATALOGUE}
+    assert catalogue <= raised
+
+
+def test_unwritable_folder(tmp_path):
+    """Checked apart from the table: root may write anywhere, so the message differs."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        pytest.skip("root may write into a read-only folder")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = CliRunner().invoke(app, ["report", "hi", *TOY, "-o", str(locked / "r.html")])
+    finally:
+        locked.chmod(0o700)
+    assert result.exit_code == 2 and "not writable" in result.stderr
+    assert list(locked.iterdir()) == []
+
+
+if __name__ == "__main__":  # print README's table from real runs
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    with tempfile.TemporaryDirectory() as scratch:
+        print(generate_table(Path(scratch)))
