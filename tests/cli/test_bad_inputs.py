@@ -10,6 +10,7 @@ the messages of real runs; test_readme_table_matches_the_cases keeps the two the
 (regenerate with `python tests/cli/test_bad_inputs.py`). Rows whose id names a test in
 test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
 """
+import json
 import os
 import re
 import sys
@@ -504,6 +505,27 @@ def test_cases_cover_every_command_and_error_class():
     raised = {c.error for c in CASES}
     catalogue = {cls.__name__ for cls in errors.CATALOGUE}
     assert catalogue <= raised
+
+
+WORDS = " ".join(f"w{i}" for i in range(100))  # 100 distinct tokens, context 64
+
+
+@pytest.mark.parametrize("command", ["embed", "posenc", "attend", "layernorm", "ffn",
+                                     "trace", "lens", "generate", "next"])
+def test_truncate_keeps_the_last_tokens(command):
+    """The fix the long-text messages offer: --truncate keeps the last 64 of 100 tokens
+    (generate and next keep the whole prompt in the envelope and read its last 64)."""
+    extra = ["-n", "1"] if command == "generate" else []
+    result = CliRunner().invoke(app, [command, WORDS, *TOY, "--truncate", "--json", *extra],
+                                env={"TFX_QUIET": "1"})
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    if command == "generate":
+        assert doc["result"]["steps"][0]["context"] == 64
+    elif command == "next":
+        assert doc["result"]["context"] == 64 and doc["result"]["position"] == 100
+    else:
+        assert doc["input"]["tokens"] == [f"w{i}" for i in range(36, 100)]
 
 
 def test_unwritable_folder(tmp_path):
