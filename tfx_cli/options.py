@@ -29,6 +29,8 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
          "pip install 'tfx-cli[plot]'.")]
 TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
+EncodingOpt = Annotated[str, typer.Option(
+    "--encoding", help="Encoding of text read from stdin ('-').", rich_help_panel="Input")]
 TruncateOpt = Annotated[bool, typer.Option(
     "--truncate", help="Keep the last context-length tokens of a longer text (as LLMs-from-scratch's "
     "generate crops its context); without it a text longer than the context is an error.")]

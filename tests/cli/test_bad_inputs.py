@@ -528,6 +528,25 @@ def test_truncate_keeps_the_last_tokens(command):
         assert doc["input"]["tokens"] == [f"w{i}" for i in range(36, 100)]
 
 
+@pytest.mark.parametrize("args, stdin, made", [
+    (["tokenize", "-", "--encoding", "latin-1", "--json"], b"caf\xe9", None),
+    (["embed", "-", *TOY, "--encoding", "latin-1", "--json"], b"caf\xe9", None),
+    (["report", "hi", *TOY, "-o", "old.html", "--force"], None, "old.html"),
+    (["embed", "hi", *TOY, "--plot", "old.png", "--force"], None, "old.png"),
+], ids=["tokenize-encoding", "embed-encoding", "report-force", "plot-force"])
+def test_the_fix_a_message_names_works(args, stdin, made, tmp_path):
+    """stdin-not-utf8 says --encoding, report-exists and plot-exists say --force."""
+    (tmp_path / "old.html").write_text("mine")
+    (tmp_path / "old.png").write_text("mine")
+    with _in(tmp_path):
+        result = CliRunner().invoke(app, args, input=stdin, env={"TFX_QUIET": "1"})
+    assert result.exit_code == 0, result.stderr
+    if made:
+        assert (tmp_path / made).read_bytes() != b"mine"
+    else:
+        assert "café" in json.loads(result.stdout)["input"]["text"]
+
+
 def test_unwritable_folder(tmp_path):
     """Checked apart from the table: root may write anywhere, so the message differs."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:

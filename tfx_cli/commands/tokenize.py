@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import JsonOpt, TextArg, read_text
+from ..options import EncodingOpt, JsonOpt, TextArg, read_text
 
 TokenizerOpt = Annotated[Optional[str], typer.Option(
     "--tokenizer", "-t", show_default=False,
@@ -29,7 +29,7 @@ WeightsOpt = Annotated[Optional[str], typer.Option(
 
 def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: CorpusOpt = None,
              config: ConfigOpt = None, weights: WeightsOpt = None,
-             json_out: JsonOpt = False) -> None:
+             encoding: EncodingOpt = "utf-8", json_out: JsonOpt = False) -> None:
     """Split TEXT into tokens and show each token's id.
 
     Whitespace in tokens is made visible: space ·, newline ↵, tab →, carriage
@@ -49,7 +49,7 @@ def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: Corpu
     from ..core.trace import Result
     from ..render.emit import emit
 
-    text = read_text(text)
+    text = read_text(text, encoding=encoding)
     cfg = resolve_config(config)
     if weights:  # a path that is not there must not fall back to the default tokenizer
         from ..core.weights import resolve
