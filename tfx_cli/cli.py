@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 from ._clicks import ABORT, CLICK_ERROR, EXIT, NO_ARGS_HELP, USAGE_ERROR
 
 from . import __version__
-from .errors import TfxError
+from .errors import Interrupted, TfxError
 
 DEBUG = {"on": bool(os.environ.get("TFX_DEBUG"))}
 
@@ -71,7 +71,7 @@ class TfxGroup(TyperGroup):
         except CLICK_ERROR as exc:
             _fail(exc.format_message(), exc.exit_code)
         except ABORT + (KeyboardInterrupt,):
-            _fail("interrupted", 130)
+            _fail(Interrupted().message, Interrupted.exit_code)
         except EXIT as exc:
             rv = exc.exit_code
         except BrokenPipeError:
@@ -90,7 +90,7 @@ class TfxGroup(TyperGroup):
             _fail(f"internal error: {type(exc).__name__}: {exc} "
                   "(rerun with --debug for the traceback, and please report it)", 1)
         if rv == 130:
-            _fail("interrupted", 130)
+            _fail(Interrupted().message, Interrupted.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
