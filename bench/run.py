@@ -363,7 +363,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 torch.manual_seed(123)
 model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="eager").eval()
-ids = torch.tensor([{ids}])  # "{text}" in GPT-2's BPE
+ids = torch.tensor([[{ids}]])  # "{text}" in GPT-2's BPE
 with torch.inference_mode():
     attentions = model(ids, output_attentions=True).attentions
 print([tuple(a.shape) for a in attentions][0])
