@@ -137,7 +137,8 @@ TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_siz
 
 
 def run_json(args):
-    result = CliRunner().invoke(app, [*args, "--json"], env={"TFX_QUIET": "1"})
+    # --json goes right after the command, so a trailing `-- TEXT` stays the last thing
+    result = CliRunner().invoke(app, [args[0], "--json", *args[1:]], env={"TFX_QUIET": "1"})
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout, parse_constant=_no_constants)
 
@@ -153,8 +154,9 @@ def test_every_command_json_parses_without_nan(command, model, text, llama_like)
         model_args = ["-t", "byte"]
     if model == "toy" and command[0] in ("generate", "next", "lens"):
         model_args = MODELS["gpt-byte"]  # toy is an encoder: no next token to show
-    doc = run_json([command[0], "--", text, *command[1:], *model_args]
-                   if text.startswith("-") else [command[0], text, *command[1:], *model_args])
+    # a text that starts with '-' must follow `--`, or it reads as an option
+    doc = run_json([*command, *model_args, "--", text] if text.startswith("-")
+                   else [command[0], text, *command[1:], *model_args])
     assert doc["schema"] == "tfx/1" and doc["command"] == command[0]
 
 
