@@ -90,3 +90,12 @@ def test_gqa_query_heads_share_kv_heads():
 def test_tied_head_shares_storage():
     model = build_model(FAMILIES["llama_gqa_rope"], seed=5)
     assert model.lm_head.weight is model.embed.tok_emb.weight
+
+
+def test_input_major_layout_changes_memory_not_results():
+    model = build_model(FAMILIES["gpt"], seed=6)
+    before = model(IDS)
+    model.input_major()
+    assert not model.blocks[0].attn.W_query.weight.is_contiguous()
+    assert model.blocks[0].attn.W_query.weight.shape == (32, 32)
+    assert torch.allclose(model(IDS), before, atol=1e-5)

@@ -253,9 +253,6 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
         raise ConfigError(f"{exc.message} (after overrides)") from None
 
 
-def config_json(cfg: ModelConfig) -> str:
-    return json.dumps(cfg.to_dict(), indent=2)
-
 
 __all__ = ["ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
            "with_overrides", "config_from_dict", "load_config_file"]

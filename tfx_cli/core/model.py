@@ -473,9 +473,6 @@ def tap_names(cfg: ModelConfig) -> list[str]:
     return build_model(cfg, device="meta").tap_names()
 
 
-def unique_parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())  # parameters() yields tied ones once
-
 
 __all__: Sequence[str] = ["Transformer", "build_model", "tap_names", "KVCache", "Tap",
                           "sinusoidal_table", "rope_angles", "apply_rope", "explicit_attention"]
