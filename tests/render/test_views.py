@@ -169,3 +169,25 @@ def test_views_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_view_homes_name_the_module_that_registers_each_view():
+    views._load_view_modules()
+    for name, view in VIEWS.items():
+        if name.startswith("test-"):
+            continue
+        assert name in views.VIEW_HOMES, f"{name} has no entry in VIEW_HOMES"
+        assert view.__module__ == f"tfx_cli.render.{views.VIEW_HOMES[name]}", name
+    assert set(views.VIEW_HOMES.values()) <= set(views.VIEW_MODULES)
+
+
+def test_render_imports_only_the_module_it_needs():
+    import subprocess
+
+    code = ("import sys; from tfx_cli.render import views; "
+            "views.find_view('count-params'); "
+            "print(sorted(m for m in sys.modules if m.startswith('tfx_cli.render.view_')), "
+            "'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "['tfx_cli.render.view_params'] False"

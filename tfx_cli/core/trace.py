@@ -12,12 +12,26 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import SelectError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def is_ndarray(value: Any) -> bool:
+    """isinstance(value, numpy.ndarray), without importing numpy for callers that never
+    made an array (count-params, tokenize, configs start faster without it)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.ndarray)
+
+
+def is_numpy_scalar(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.generic)
 
 
 @dataclass
@@ -74,7 +88,7 @@ class Trace:
 
     def array(self, name: str) -> np.ndarray:
         value = self.raw(name)
-        if isinstance(value, np.ndarray):
+        if is_ndarray(value):
             return value
         array = value.detach().cpu().numpy()  # a torch tensor, without importing torch
         self._entries[name].value = array

@@ -10,15 +10,15 @@ import math
 from pathlib import PurePath
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
-from ..core.trace import Result, Trace
+from ..core.trace import Result, Trace, is_ndarray, is_numpy_scalar
 
 SCHEMA = "tfx/1"
 
 
-def array_data(array: np.ndarray) -> Any:
+def array_data(array: "np.ndarray") -> Any:
+    import numpy as np
+
     array = np.asarray(array)
     if array.dtype.kind == "f":
         finite = np.isfinite(array)
@@ -29,7 +29,7 @@ def array_data(array: np.ndarray) -> Any:
     return array.tolist()
 
 
-def tensor_json(array: np.ndarray, dims: tuple[str, ...]) -> dict:
+def tensor_json(array: "np.ndarray", dims: tuple[str, ...]) -> dict:
     return {"dims": list(dims), "shape": list(array.shape), "dtype": str(array.dtype),
             "data": array_data(array)}
 
@@ -44,9 +44,9 @@ def clean(value: Any) -> Any:
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
-    if isinstance(value, np.ndarray):
+    if is_ndarray(value):
         return array_data(value)
-    if isinstance(value, np.generic):
+    if is_numpy_scalar(value):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None

@@ -2,8 +2,9 @@
 
 A view draws one Result on a Console; it never computes anything the JSON lacks. Views of
 particular commands live in their own modules (`view_tokenize.py`, ...) and register
-themselves with `@register(name)`; VIEW_MODULES lists them so importing this module loads
-them all. A result without a view of its own gets `generic_view`: a header, its scalars,
+themselves with `@register(name)`; VIEW_HOMES says which module holds which view, and
+`render` imports only the one it needs (numpy and the matrix code load only for views that
+draw arrays, so `count-params` and `tokenize` start fast). A result without a view of its own gets `generic_view`: a header, its scalars,
 and every tensor as labelled tables.
 
 The small helpers below (`header`, `kv_table`, `shapes_table`, `tensor_tables`) are shared
@@ -12,16 +13,18 @@ by all views, so every command's output reads alike.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Iterable, Sequence
+import sys
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..core.trace import Result, Trace, compile_globs
+from ..core.trace import Result, Trace, compile_globs, is_ndarray
 from .emit import ViewOptions
-from .matrix import finite_range, format_number, matrix_table, vector_table
+
+if TYPE_CHECKING:
+    import numpy as np
 
 View = Callable[[Result, Console, ViewOptions], None]
 VIEWS: dict[str, View] = {}
@@ -41,8 +44,17 @@ def register(name: str) -> Callable[[View], View]:
     return add
 
 
+def find_view(name: str | None) -> View | None:
+    """The view registered as `name`, importing the module that holds it first."""
+    if not name:
+        return None
+    if name not in VIEWS and name in VIEW_HOMES:
+        _import_view_module(VIEW_HOMES[name])
+    return VIEWS.get(name)
+
+
 def render(result: Result, console: Console, opts: ViewOptions) -> None:
-    view = VIEWS.get(result.view or "") or VIEWS.get(result.command) or generic_view
+    view = find_view(result.view) or find_view(result.command) or generic_view
     view(result, console, opts)
 
 
@@ -71,13 +83,18 @@ def header(console: Console, result: Result) -> None:
 
 def format_value(value, precision: int = 3) -> str:
     """A scalar (or short list) as a table cell: ints with thousands separators."""
-    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, str):
+    np = sys.modules.get("numpy")  # no numpy value can exist before numpy is imported
+    if np is not None and isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, str):
         return str(value)
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, int):
         return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, float):
+        from .matrix import format_number
+
         return format_number(value, precision)
-    if isinstance(value, np.ndarray):
+    if is_ndarray(value):
         if value.ndim == 0:
             return format_value(value.item(), precision)
         value = value.tolist()
@@ -138,6 +155,10 @@ def tensor_tables(name: str, array: np.ndarray, dims: Sequence[str], opts: ViewO
                   max_slices: int = MAX_SLICES) -> list:
     """Renderables for one tensor: a vector or matrix table, or one matrix per slice of
     the leading dims (heads first) up to `max_slices` unless `opts.full`."""
+    import numpy as np
+
+    from .matrix import finite_range, format_number, matrix_table, vector_table
+
     array = np.asarray(array)
     dims = tuple(dims)
     common = dict(precision=opts.precision, full=opts.full, dims=dims, shape=array.shape,
@@ -180,7 +201,7 @@ def scalars(result: dict) -> dict:
     """The entries of `result` worth a row: no long or nested lists (those are for --json)."""
     out = {}
     for key, value in result.items():
-        if isinstance(value, np.ndarray):
+        if is_ndarray(value):
             value = value.tolist() if value.size <= MAX_LIST else None
             if value is None:
                 continue
@@ -188,7 +209,7 @@ def scalars(result: dict) -> dict:
             if len(value) > MAX_LIST or any(isinstance(v, (list, tuple, dict)) for v in value):
                 continue
         if isinstance(value, dict) and (len(value) > MAX_LIST or any(
-                isinstance(v, (list, tuple, dict, np.ndarray)) for v in value.values())):
+                isinstance(v, (list, tuple, dict)) or is_ndarray(v) for v in value.values())):
             continue
         out[key] = value
     return out
@@ -216,17 +237,28 @@ def generic_view(result: Result, console: Console, opts: ViewOptions) -> None:
 
 VIEW_MODULES = ["view_tokenize", "view_params", "view_stages", "view_generate"]
 
+# view name -> the module that registers it (a test keeps this equal to what they register)
+VIEW_HOMES = {
+    "tokenize": "view_tokenize",
+    "count-params": "view_params", "configs": "view_params",
+    "embed": "view_stages", "posenc": "view_stages", "attend": "view_stages",
+    "layernorm": "view_stages", "ffn": "view_stages", "trace": "view_stages",
+    "generate": "view_generate", "next": "view_generate", "lens": "view_generate",
+}
 
-def _load_view_modules() -> None:
+
+def _import_view_module(name: str) -> None:
     # Each module registers its views on import. A module not written yet is skipped;
     # any other import error inside one is a real bug and must surface.
+    qualified = f"{__package__}.{name}"
+    try:
+        importlib.import_module(qualified)
+    except ModuleNotFoundError as exc:
+        if exc.name != qualified:
+            raise
+
+
+def _load_view_modules() -> None:
+    """Import every view module (tests and tools that want the whole registry)."""
     for name in VIEW_MODULES:
-        qualified = f"{__package__}.{name}"
-        try:
-            importlib.import_module(qualified)
-        except ModuleNotFoundError as exc:
-            if exc.name != qualified:
-                raise
-
-
-_load_view_modules()
+        _import_view_module(name)
