@@ -51,6 +51,49 @@ def test_gpt2_builds_from_local_files_without_touching_the_tiktoken_cache(tmp_pa
     assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path)  # restored
 
 
+def _fresh_encoding():
+    tk.gpt2_encoding.cache_clear()
+    try:
+        return tk.gpt2_encoding()
+    finally:
+        tk.gpt2_encoding.cache_clear()
+
+
+def test_gpt2_rank_table_is_cached_between_runs(tmp_path, monkeypatch):
+    import tiktoken.load
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = _fresh_encoding()
+    entries = list((tmp_path / "tfx" / "tokenizers").iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".marshal"
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("the rank table was rebuilt although the cache holds it")
+
+    monkeypatch.setattr(tiktoken.load, "data_gym_to_mergeable_bpe_ranks", no_rebuild)
+    second = _fresh_encoding()
+    assert second.encode("Hello, I am") == [15496, 11, 314, 716]
+    assert second._mergeable_ranks == first._mergeable_ranks
+
+
+@pytest.mark.parametrize("damage", [b"", b"not marshal data", b"\xe9\x00\x00"])
+def test_a_damaged_rank_cache_is_rebuilt(tmp_path, monkeypatch, damage):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    good = _fresh_encoding()
+    [entry] = (tmp_path / "tfx" / "tokenizers").iterdir()
+    entry.write_bytes(damage)
+    again = _fresh_encoding()
+    assert again._mergeable_ranks == good._mergeable_ranks
+    assert entry.read_bytes() != damage  # rewritten whole
+
+
+def test_an_unwritable_cache_is_skipped(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    assert _fresh_encoding().encode("Hello, I am") == [15496, 11, 314, 716]
+
+
 def test_gpt2_encoding_is_cached_per_process():
     assert tk.gpt2_encoding() is tk.gpt2_encoding()
 
