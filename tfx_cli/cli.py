@@ -1,7 +1,11 @@
-"""The Typer app: registers the commands, the global options and the one error handler.
+"""The Typer app: the command group, the global options and the one error handler.
 
-Importing this module must stay cheap (no torch): commands import the core lazily.
+Importing this module must stay cheap (no torch, no command module): a command's module is
+imported, and its click command built, only when that command runs; `tfx --help` lists
+the commands from the registry in commands/__init__.py without loading any of them.
 """
+import difflib
+import importlib
 import os
 import sys
 from typing import Annotated, Optional
@@ -37,8 +41,64 @@ def _quiet_broken_pipe() -> None:
     sys.exit(0)
 
 
+def _build_command(name: str):
+    """The click command for `name`, built from its module on first use (None if unknown)."""
+    from .commands import COMMANDS
+
+    for command, module_name, func_name, _ in COMMANDS:
+        if command == name:
+            break
+    else:
+        return None
+    module = importlib.import_module(f"tfx_cli.commands.{module_name}")
+    one = typer.Typer(**APP_SETTINGS)
+    one.command(name)(getattr(module, func_name))
+    return typer.main.get_command(one)
+
+
 class TfxGroup(TyperGroup):
-    """Every error leaves here as one line on stderr and an exit code."""
+    """Commands load on demand; every error leaves here as one line on stderr and an exit
+    code."""
+
+    def list_commands(self, ctx):
+        from .commands import COMMANDS
+
+        return [name for name, *_ in COMMANDS]
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands:
+            command = _build_command(cmd_name)
+            if command is None:
+                return None
+            self.commands[cmd_name] = command
+        return self.commands[cmd_name]
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except USAGE_ERROR as exc:
+            message = getattr(exc, "message", "")
+            if args and message.startswith("No such command") and "Did you mean" not in message:
+                matches = difflib.get_close_matches(args[0], self.list_commands(ctx))
+                if matches:
+                    exc.message = (message.rstrip(".") + ". Did you mean "
+                                   + ", ".join(repr(m) for m in matches) + "?")
+            raise
+
+    def format_help(self, ctx, formatter):
+        from .commands import COMMANDS
+        from .render.grouphelp import group_help
+
+        options = []
+        for param in self.get_params(ctx):
+            if getattr(param, "hidden", False):
+                continue
+            names = list(param.opts) + list(param.secondary_opts)
+            options.append((", ".join(n for n in names if n.startswith("--")),
+                            ", ".join(n for n in names if not n.startswith("--")),
+                            param.help or ""))
+        formatter.write(group_help(ctx.command_path, self.help or "", options,
+                                   [(name, summary) for name, _, _, summary in COMMANDS]))
 
     def invoke(self, ctx):
         # Typer turns a closed stdout into a silent exit 1 before main() below sees it;
@@ -61,8 +121,11 @@ class TfxGroup(TyperGroup):
             if DEBUG["on"]:
                 raise
             _fail(exc.message, exc.exit_code)
-        except NO_ARGS_HELP:
-            sys.exit(2)  # the help was already printed
+        except NO_ARGS_HELP as exc:
+            text = exc.format_message()  # the help (Typer's Rich help prints its own)
+            if text:
+                typer.echo(text)
+            sys.exit(2)
         except USAGE_ERROR as exc:
             hint = ""
             if exc.ctx is not None:
@@ -94,6 +157,10 @@ class TfxGroup(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+# What every command's Typer shares (each command gets its own, built on demand).
+APP_SETTINGS = dict(add_completion=False, pretty_exceptions_enable=False,
+                    rich_markup_mode="markdown")
+
 app = typer.Typer(
     cls=TfxGroup,
     name="tfx",
@@ -103,9 +170,7 @@ app = typer.Typer(
          "  tfx count-params --config gpt124m\n\n"
          "  tfx generate \"Hello, I am\" --max-new-tokens 6 --json | jq .result",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    **APP_SETTINGS,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -125,17 +190,6 @@ def root(
     """Look inside transformers: every stage, every intermediate, on your own text."""
     if debug:
         DEBUG["on"] = True
-
-
-def _register() -> None:
-    from .commands import COMMANDS
-
-    for name, module_name, func_name in COMMANDS:
-        module = __import__(f"tfx_cli.commands.{module_name}", fromlist=[func_name])
-        app.command(name)(getattr(module, func_name))
-
-
-_register()
 
 
 def main() -> None:

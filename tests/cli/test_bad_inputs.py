@@ -500,7 +500,7 @@ def test_cases_cover_every_command_and_error_class():
     commands = {c.args[0] for c in CASES}
     from tfx_cli.commands import COMMANDS
 
-    missing = {name for name, _, _ in COMMANDS} - commands - {"configs"}
+    missing = {name for name, *_ in COMMANDS} - commands - {"configs"}
     assert not missing, missing  # configs takes no input beyond --json
     raised = {c.error for c in CASES}
     catalogue = {cls.__name__ for cls in errors.CATALOGUE}

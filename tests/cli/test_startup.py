@@ -17,3 +17,77 @@ def test_help_does_not_import_torch():
     code = ("import sys\nfrom tfx_cli.cli import app\nfrom typer.testing import CliRunner\n"
             "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output")
     assert "torch" not in _modules_after(code)
+
+
+def _run_main(args: list[str]) -> str:
+    # the real entry point in a fresh interpreter; prints the modules loaded at exit
+    return ("import sys, atexit\n"
+            "atexit.register(lambda: sys.stderr.write('MODULES ' + ' '.join(sys.modules)))\n"
+            f"sys.argv = ['tfx'] + {args!r}\n"
+            "from tfx_cli.cli import main\nmain()\n")
+
+
+def _main_output(args: list[str]) -> tuple[int, str, set[str]]:
+    out = subprocess.run([sys.executable, "-c", _run_main(args)], capture_output=True,
+                         text=True)
+    head, _, mods = out.stderr.rpartition("MODULES ")
+    return out.returncode, out.stdout, set(mods.split())
+
+
+def test_top_level_help_loads_no_command_and_no_rich_console():
+    code, out, mods = _main_output(["--help"])
+    assert code == 0
+    assert not {m for m in mods if m.startswith("tfx_cli.commands.")}
+    assert not {"rich.console", "numpy", "torch", "pydantic", "click"} & mods
+    from tfx_cli.commands import COMMANDS
+
+    for name, *_ in COMMANDS:  # every command is listed, by name, at the start of a row
+        assert f"│ {name} " in out
+    assert "\x1b[" not in out  # no styles when stdout is not a terminal
+
+
+def test_a_command_loads_only_its_own_module():
+    code, out, mods = _main_output(["count-params", "--config", "toy", "--json"])
+    assert code == 0 and '"command": "count-params"' in out
+    assert {m for m in mods if m.startswith("tfx_cli.commands.")} == {
+        "tfx_cli.commands.count_params"}
+    assert not {"numpy", "torch", "pydantic", "click"} & mods
+
+
+def test_no_arguments_prints_the_help_and_exits_2():
+    code, out, _ = _main_output([])
+    assert code == 2 and "Usage: tfx [OPTIONS] COMMAND" in out and "│ report " in out
+
+
+def test_registry_summaries_are_the_docstrings_first_paragraphs():
+    import importlib
+    import inspect
+
+    from tfx_cli.commands import COMMANDS
+
+    for name, module_name, func_name, summary in COMMANDS:
+        func = getattr(importlib.import_module(f"tfx_cli.commands.{module_name}"), func_name)
+        first = inspect.getdoc(func).split("\n\n")[0]
+        assert summary == " ".join(first.split()), name
+
+
+def test_group_help_panel_fits_the_width_and_wraps_long_summaries(monkeypatch):
+    from tfx_cli.render import grouphelp
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "60")
+    page = grouphelp.group_help("tfx", "About.\n\n  tfx x --y", [("--help", "-h", "Help.")],
+                                [("short", "One line."), ("long", "word " * 30)])
+    lines = page.splitlines()
+    assert all(len(line) <= 60 for line in lines)
+    boxed = [line for line in lines if line.startswith("│")]
+    assert all(len(line) == 60 and line.endswith("│") for line in boxed)
+    assert sum(1 for line in boxed if "word" in line) > 1  # wrapped, not cut
+    assert " tfx x --y" in lines
+
+
+def test_misspelt_command_is_suggested():
+    out = subprocess.run([sys.executable, "-m", "tfx_cli", "atend", "hi"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "No such command 'atend'. Did you mean 'attend'?" in out.stderr
