@@ -17,7 +17,6 @@ def configs(json_out: JsonOpt = False) -> None:
     from ..core.config import DEFAULT_CONFIG, PRESETS
     from ..core.params import total_params
     from ..core.trace import Result
-    from ..render import view_params  # noqa: F401 - registers the terminal view
     from ..render.emit import emit
 
     presets = [{**cfg.to_dict(), "name": name, "params": total_params(cfg)}

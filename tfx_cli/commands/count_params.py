@@ -57,7 +57,6 @@ def count_params(config: ConfigOpt = None, heads: HeadsOpt = None, layers: Layer
     from ..core.params import analyse
     from ..core.trace import Result
     from ..errors import RangeError, TfxError
-    from ..render import view_params  # noqa: F401 - registers the terminal view
     from ..render.emit import emit
 
     cfg = with_overrides(resolve_config(config), heads=heads, layers=layers, d_model=d_model,

@@ -2,6 +2,7 @@
 
 `emit(result, json=True)` prints the tfx/1 envelope; otherwise the result's view draws
 Rich tables. Rich already honours NO_COLOR and drops colour when stdout is not a terminal.
+Rich's console is imported only when something is drawn: `--json` output never loads it.
 """
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from ..core.trace import Result
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -23,19 +26,23 @@ class ViewOptions:
     extra: dict | None = None
 
 
-class _StdoutConsole(Console):
-    def on_broken_pipe(self) -> None:
-        # Rich would exit 1 here; hand the closed pipe to cli.py, which stops quietly
-        # with 0 (`tfx attend ... | head` is a reader that has seen enough, not a failure)
-        self.quiet = True
-        raise BrokenPipeError
-
-
 def stdout_console() -> Console:
+    from rich.console import Console
+
+    class _StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich would exit 1 here; hand the closed pipe to cli.py, which stops quietly
+            # with 0 (`tfx attend ... | head` is a reader that has seen enough, not a
+            # failure)
+            self.quiet = True
+            raise BrokenPipeError
+
     return _StdoutConsole(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
