@@ -1,5 +1,6 @@
 """Tokenizers: pinned ids for the real vocabularies, lossless round trips, clear errors."""
 import functools
+import marshal
 import importlib.util
 import shutil
 from pathlib import Path
@@ -76,7 +77,8 @@ def test_gpt2_rank_table_is_cached_between_runs(tmp_path, monkeypatch):
     assert second._mergeable_ranks == first._mergeable_ranks
 
 
-@pytest.mark.parametrize("damage", [b"", b"not marshal data", b"\xe9\x00\x00"])
+@pytest.mark.parametrize("damage", [b"", b"not marshal data", b"\xe9\x00\x00",
+                                    marshal.dumps({b" the": 1, b"Hello": 2})])
 def test_a_damaged_rank_cache_is_rebuilt(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     good = _fresh_encoding()
