@@ -50,7 +50,7 @@ def parse_layers(value: Optional[str], n_layers: int) -> list[int]:
         for layer in chosen:
             if not 0 <= layer < n_layers:
                 raise RangeError(f"--show-layers {layer} is out of range: this model has "
-                                 f"{n_layers} layers (0 to {n_layers - 1})")
+                                 f"{n_layers} layer{'s' if n_layers != 1 else ''} (0 to {n_layers - 1})")
             layers.add(layer)
     return sorted(layers)
 

@@ -129,9 +129,15 @@ def input_info(loaded: Loaded, text: str, ids: list[int]) -> dict:
     return {"text": text, "tokens": loaded.tokenizer.pieces(ids), "ids": list(ids)}
 
 
+SINGULAR = {"layers": "layer", "heads": "head", "query positions": "query position",
+            "query positions (rows of x)": "query position (row of x)"}
+
+
 def check_range(name: str, value: int | None, n: int, option: str) -> None:
+    """`name` is plural ("layers"); a count of one reads "1 layer"."""
     if value is not None and not 0 <= value < n:
-        raise RangeError(f"{option} {value} is out of range: this model has {n} {name} "
+        noun = SINGULAR.get(name, name) if n == 1 else name
+        raise RangeError(f"{option} {value} is out of range: this model has {n} {noun} "
                          f"(0 to {n - 1})")
 
 

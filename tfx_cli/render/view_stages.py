@@ -193,7 +193,8 @@ def attend_view(result: Result, console: Console, opts: ViewOptions) -> None:
     if result.input and result.input.get("kv"):
         kv = result.input["kv"]
         console.print(Text("keys/values from: ", style="dim") + Text(repr(kv["text"])) +
-                      Text(f" ({len(kv['tokens'])} tokens)", style="dim"),
+                      Text(f" ({len(kv['tokens'])} token{'s' if len(kv['tokens']) != 1 else ''})",
+                           style="dim"),
                       no_wrap=True, overflow="ellipsis")
     summary = {k: v for k, v in scalars(info).items()
                if k not in ("shown", "weights", "scale_label") and v is not None}

@@ -77,7 +77,7 @@ def header(console: Console, result: Result) -> None:
         text = Text("text: ", style="dim") + Text(repr(data["text"]))
         tokens = data.get("tokens")
         if tokens is not None:
-            text.append(f" ({len(tokens)} tokens)", style="dim")
+            text.append(f" ({len(tokens)} token{'s' if len(tokens) != 1 else ''})", style="dim")
         console.print(text, no_wrap=True, overflow="ellipsis")
 
 
