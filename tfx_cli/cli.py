@@ -11,7 +11,7 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from ._clicks import ABORT, CLICK_ERROR, EXIT, NO_ARGS_HELP, USAGE_ERROR
 
@@ -52,13 +52,42 @@ def _build_command(name: str):
         return None
     module = importlib.import_module(f"tfx_cli.commands.{module_name}")
     one = typer.Typer(**APP_SETTINGS)
-    one.command(name)(getattr(module, func_name))
+    one.command(name, cls=TfxCommand)(getattr(module, func_name))
     return typer.main.get_command(one)
+
+
+def _stdout_is_devnull() -> bool:
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return (out.st_rdev, out.st_ino) == (null.st_rdev, null.st_ino)
+
+
+class TfxCommand(TyperCommand):
+    def format_help(self, ctx, formatter):
+        # Rich answers a reader that closed the pipe (`tfx attend --help | head -3`) by
+        # pointing stdout at /dev/null and exiting 1; a reader that has seen enough is no
+        # failure, so that exit becomes 0, as everywhere else in tfx.
+        try:
+            return super().format_help(ctx, formatter)
+        except SystemExit as exc:
+            if exc.code == 1 and _stdout_is_devnull():
+                sys.exit(0)
+            raise
 
 
 class TfxGroup(TyperGroup):
     """Commands load on demand; every error leaves here as one line on stderr and an exit
     code."""
+
+    def parse_args(self, ctx, args):
+        # `tfx --help` is written while the options are parsed, before invoke(); a reader
+        # that is already gone must end it quietly too (Typer would exit 1)
+        try:
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
 
     def list_commands(self, ctx):
         from .commands import COMMANDS

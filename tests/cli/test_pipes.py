@@ -75,6 +75,18 @@ def test_closed_stdout_before_any_output(tmp_path):
     assert stderr_lines((tmp_path / "err.txt").read_text()) == []
 
 
+@pytest.mark.parametrize("args", [["--help"], ["attend", "--help"]])
+def test_help_to_a_closed_reader_exits_quietly(args):
+    """The help goes to a reader that is already gone: exit 0 and silence, for the
+    top-level help (click's echo) and a command's (Rich)."""
+    proc = subprocess.Popen(TFX + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=ENV)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert stderr_lines(err) == []
+
+
 # -- Ctrl-C ----------------------------------------------------------------------------
 def interrupt(proc: subprocess.Popen) -> int:
     proc.send_signal(signal.SIGINT)
