@@ -135,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--no-uncached", action="store_true",
+                    help="skip the slow run without a cache (tfx --no-cache)")
     ap.add_argument("--smoke", action="store_true", help="a tiny model, to check the script")
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = ap.parse_args(argv)
@@ -159,8 +161,9 @@ def main(argv=None) -> int:
     if logit_diff > 1e-3:
         raise SystemExit(f"tfx and HF disagree on the prefill logits by {logit_diff:.2e}")
 
-    runs = {"tfx (cache)": tfx_runner(model, True), "HF generate": hf_runner(hf),
-            "tfx --no-cache": tfx_runner(model, False)}
+    runs = {"tfx (cache)": tfx_runner(model, True), "HF generate": hf_runner(hf)}
+    if not args.no_uncached:
+        runs["tfx --no-cache"] = tfx_runner(model, False)
     results = measure(runs, prompt, args.new, args.repeats)
     same = len({tuple(r["tokens"]) for r in results.values()}) == 1
     ratio = results["tfx (cache)"]["tok_per_s"] / results["HF generate"]["tok_per_s"]

@@ -251,3 +251,21 @@ def test_greedy_matches_hf_generate_step_by_step(tmp_path):
     assert ours.ids == out.sequences[0].tolist()
     for a, b in zip(ours.logits, out.logits):
         assert (a - b[0]).abs().max().item() < 1e-4
+
+
+def test_long_generation_changes_the_layout_not_the_tokens():
+    from tfx_cli.core.generate import LONG_GENERATION
+
+    cfg = ModelConfig(vocab_size=61, context_length=64, d_model=32, n_heads=4, n_layers=2)
+    model = build_model(cfg, seed=4)
+    prompt = [3, 9, 27]
+    with torch.inference_mode():  # as the benchmarks call it
+        plain = decode(model, prompt, max_new_tokens=LONG_GENERATION, use_cache=False,
+                       keep_logits=True)
+        assert model.lm_head.weight.is_contiguous()  # uncached: no layout change
+        cached = decode(model, prompt, max_new_tokens=LONG_GENERATION, keep_logits=True)
+    assert not model.lm_head.weight.is_contiguous()
+    assert not model.lm_head.weight.is_inference()
+    assert cached.ids == plain.ids
+    for a, b in zip(cached.logits, plain.logits):
+        assert (a - b).abs().max().item() < 1e-5

@@ -99,3 +99,33 @@ def test_input_major_layout_changes_memory_not_results():
     assert not model.blocks[0].attn.W_query.weight.is_contiguous()
     assert model.blocks[0].attn.W_query.weight.shape == (32, 32)
     assert torch.allclose(model(IDS), before, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama_gqa_rope"])
+def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
+    model = build_model(FAMILIES[family], seed=7)
+    names = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    values = {k: v.clone() for k, v in model.state_dict().items()}
+    before = model(IDS)
+    model.decoding_layout().decoding_layout()  # a second call changes nothing
+    ffn = model.blocks[0].ffn
+    assert ffn.fc1.weight.stride() == (1, ffn.fc1.out_features)  # (out, in) stored (in, out)
+    assert ffn.fc2.weight.is_contiguous()  # already long-axis major
+    attn = model.blocks[0].attn
+    assert attn.out_proj.weight.is_contiguous()  # square: left alone
+    fused = attn._fused[0]  # W_query, W_key, W_value: views of one (in, 3 out) buffer
+    assert attn.W_key.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    if model.cfg.tie_embeddings:
+        assert model.lm_head.weight is model.embed.tok_emb.weight
+    else:
+        assert not model.lm_head.weight.is_contiguous()
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == names
+    assert all(torch.equal(values[k], v) for k, v in model.state_dict().items())
+    assert torch.allclose(model(IDS), before, atol=1e-5)
+    model.load_state_dict({k: v + 1 for k, v in values.items()})  # ordinary, writable
+    assert attn._fused_ok() and torch.equal(attn.W_key.weight, values["blocks.0.attn.W_key.weight"] + 1)
+    model.blocks[0].attn.W_value.weight.data = torch.zeros_like(attn.W_value.weight)
+    assert not attn._fused_ok()  # a reassigned parameter: back to three products
+    with model.record(["blocks.0.attn.v"]) as trace:
+        model(IDS)
+    assert (trace["blocks.0.attn.v"] == 0).all()
