@@ -129,3 +129,47 @@ def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
     with model.record(["blocks.0.attn.v"]) as trace:
         model(IDS)
     assert (trace["blocks.0.attn.v"] == 0).all()
+
+
+CAUSAL_WITH_HEAD = {
+    **{k: FAMILIES[k] for k in ("gpt", "llama_gqa_rope")},
+    "post_ln_sinusoidal_relu_types": ModelConfig(
+        vocab_size=50, context_length=32, d_model=32, n_heads=4, n_layers=2, qkv_bias=True,
+        norm_position="post", activation="relu", positional="sinusoidal", token_types=2,
+        embed_norm=True),
+    "rmsnorm_gelu_exact": ModelConfig(vocab_size=50, context_length=32, d_model=32, n_heads=4,
+                                      n_layers=2, norm="rmsnorm", activation="gelu"),
+}
+
+
+@pytest.mark.parametrize("family", CAUSAL_WITH_HEAD)
+@pytest.mark.parametrize("layout", [False, True])
+def test_step_is_forward_for_one_cached_token(family, layout):
+    cfg = CAUSAL_WITH_HEAD[family]
+    model = build_model(cfg, seed=8)
+    if layout:
+        model.decoding_layout()
+    ids = IDS[0].tolist()
+    full = model(IDS)[0]  # (T, V)
+    with torch.inference_mode():
+        caches = KVCache(cfg), KVCache(cfg)
+        model(IDS[:, :3], cache=caches[0])
+        model(IDS[:, :3], cache=caches[1])
+        for t in range(3, len(ids)):
+            stepped = model.step(ids[t], caches[0])
+            forwarded = model(IDS[:, t:t + 1], cache=caches[1], keep=None, head="last")[0, -1]
+            assert caches[0].length == caches[1].length == t + 1
+            assert torch.equal(stepped, forwarded)
+            assert torch.allclose(stepped, full[t], atol=1e-5)
+        for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+            assert torch.equal(a[:, :, :len(ids)], b[:, :, :len(ids)])
+
+
+def test_record_keeps_decoding_off_the_lean_path():
+    model = build_model(FAMILIES["gpt"], seed=9)
+    assert model.recording == 0
+    with model.record(["logits"]):
+        with model.record(["blocks.0.attn.q"]):
+            assert model.recording == 2
+        assert model.recording == 1
+    assert model.recording == 0

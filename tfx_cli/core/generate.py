@@ -169,12 +169,16 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
     """Logits (V,) of the last position, how many positions were fed, and the context.
 
     With a cache, feed only what it lacks; a single new token may see every cached key,
-    so it needs no mask. Past the context length, recompute the cropped window uncached.
+    so it needs no mask (and, when nothing is recorded, goes through Transformer.step,
+    forward's arithmetic without its taps and module calls). Past the context length, recompute the cropped window uncached.
     """
     C = model.cfg.context_length
     window_start = max(0, len(ids) - C)
     if cache is not None and window_start == 0:
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
+        if len(new) == 1 and not model.recording:  # the lean path, same numbers
+            logits = model.step(new[0], cache)
+            return logits, 1, cache.length
         keep = None if len(new) == 1 else "auto"
         logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
         return logits[0, -1], len(new), cache.length

@@ -83,9 +83,7 @@ class Norm(nn.Module):
         x = getattr(self, "in")(x)
         if not (self.mean.on or self.var.on or self.normed.on):
             # nothing inside is recorded: one fused kernel instead of six passes over x
-            if self.kind == "rmsnorm":
-                return self.out(F.rms_norm(x, (x.shape[-1],), self.scale, self.eps))
-            return self.out(F.layer_norm(x, (x.shape[-1],), self.scale, self.shift, self.eps))
+            return self.out(self.fused(x))
         if self.kind == "rmsnorm":
             mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
@@ -97,6 +95,12 @@ class Norm(nn.Module):
         self.var(var.squeeze(-1))
         normed = self.normed((x - mean) / torch.sqrt(var + self.eps))
         return self.out(normed * self.scale + self.shift)
+
+    def fused(self, x: torch.Tensor) -> torch.Tensor:
+        """The same norm in one kernel, recording nothing."""
+        if self.kind == "rmsnorm":
+            return F.rms_norm(x, (x.shape[-1],), self.scale, self.eps)
+        return F.layer_norm(x, (x.shape[-1],), self.scale, self.shift, self.eps)
 
 
 # -- positions ---------------------------------------------------------------------
@@ -288,6 +292,29 @@ class Attention(nn.Module):
                 and [None if lin.bias is None else lin.bias.data_ptr()
                      for lin in lins] == self._fused[4])
 
+    def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
+        """Queries, keys and values before the split into heads: (..., out) each."""
+        if kv_x is None and self._fused is not None and self._fused_ok():
+            weight, bias, outs = self._fused[:3]
+            return F.linear(x, weight.t(), bias).split(outs, dim=-1)
+        kv_x = x if kv_x is None else kv_x
+        return _linear(self.W_query, x), _linear(self.W_key, kv_x), _linear(self.W_value, kv_x)
+
+    def step(self, x: torch.Tensor, cache: KVCache, start: int,
+             angles: torch.Tensor | None) -> torch.Tensor:
+        """forward() for one new position (x: (1, C)) that may see every cached key:
+        the same operations without taps or a mask."""
+        D = self.head_dim
+        q, k, v = self._project(x)
+        queries = q.view(1, self.n_heads, 1, D)
+        keys, values = k.view(1, self.n_kv_heads, 1, D), v.view(1, self.n_kv_heads, 1, D)
+        if angles is not None:
+            queries, keys = apply_rope(queries, angles), apply_rope(keys, angles)
+        keys, values = cache.append(self.layer, keys, values, start)
+        context = F.scaled_dot_product_attention(queries, self._share_kv(keys),
+                                                 self._share_kv(values))
+        return _linear(self.out_proj, context.reshape(1, -1))
+
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, D)
@@ -305,12 +332,7 @@ class Attention(nn.Module):
         keep: (T, S) bool, True where a query may look; None means no mask at all.
         is_causal: keep is exactly the square causal mask, which the fused kernel can
         apply by skipping the hidden blocks instead of reading a mask."""
-        if kv_x is None and self._fused is not None and self._fused_ok():
-            weight, bias, outs = self._fused[:3]
-            q, k, v = F.linear(x, weight.t(), bias).split(outs, dim=-1)
-        else:
-            kv_x = x if kv_x is None else kv_x
-            q, k, v = self.W_query(x), self.W_key(kv_x), self.W_value(kv_x)
+        q, k, v = self._project(x, kv_x)
         queries = self._heads(q, self.n_heads)  # (B, H, T, D)
         keys = self._heads(k, self.n_kv_heads)  # (B, Hkv, S, D)
         values = self._heads(v, self.n_kv_heads)  # (B, Hkv, S, D)
@@ -364,13 +386,23 @@ class FeedForward(nn.Module):
             act = self.act(F.silu(gate) * self.up(self.fc1(x)))
         else:
             hidden = self.hidden(self.fc1(x))  # (B, T, F)
-            if self.activation == "relu":
-                act = self.act(F.relu(hidden))
-            elif self.activation == "gelu":
-                act = self.act(F.gelu(hidden))  # exact (erf), as BERT and nanoGPT
-            else:
-                act = self.act(F.gelu(hidden, approximate="tanh"))  # GPT-2, seed 004
+            act = self.act(self._activate(hidden))
         return self.out(self.fc2(act))
+
+    def _activate(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.activation == "relu":
+            return F.relu(hidden)
+        if self.activation == "gelu":
+            return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT
+        return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        """forward() without taps."""
+        if self.activation == "swiglu":
+            act = F.silu(_linear(self.gate_proj, x)) * _linear(self.fc1, x)
+        else:
+            act = self._activate(_linear(self.fc1, x))
+        return _linear(self.fc2, act)
 
 
 # -- block and model ----------------------------------------------------------------
@@ -391,6 +423,14 @@ class Block(nn.Module):
             return self.resid_out(self.ln2(x + self.ffn(x)))
         x = self.resid_mid(x + self.attn(self.ln1(x), keep, **attn_kw))
         return self.resid_out(x + self.ffn(self.ln2(x)))
+
+    def step(self, x: torch.Tensor, cache: KVCache, start: int,
+             angles: torch.Tensor | None) -> torch.Tensor:
+        if self.post_ln:
+            x = self.ln1.fused(x + self.attn.step(x, cache, start, angles))
+            return self.ln2.fused(x + self.ffn.step(x))
+        x = x + self.attn.step(self.ln1.fused(x), cache, start, angles)
+        return x + self.ffn.step(self.ln2.fused(x))
 
 
 class Transformer(nn.Module):
@@ -460,6 +500,8 @@ class Transformer(nn.Module):
         return self
 
     # -- recording --------------------------------------------------------------------
+    recording = 0  # open record() blocks; step() records nothing, so it needs 0
+
     def tap_names(self) -> list[str]:
         return list(self.taps)
 
@@ -471,9 +513,11 @@ class Transformer(nn.Module):
         chosen = [tap for name, tap in self.taps.items() if rx.match(name)]
         for tap in chosen:
             tap.trace = trace
+        self.recording += 1
         try:
             yield trace
         finally:
+            self.recording -= 1
             for tap in chosen:
                 tap.trace = None
 
@@ -529,6 +573,44 @@ class Transformer(nn.Module):
         if head == "last":
             x = x[:, -1:]
         return self.logits(self.lm_head(x))
+
+
+    def step(self, token: int, cache: KVCache) -> torch.Tensor:
+        """Logits (V,) of one new token after the cached positions: what
+        forward([[token]], cache=cache, keep=None, head="last") computes, with the same
+        operations on (1, C) rows, but without taps, masks or module calls. A decoding
+        step spends ~200 small operations beside its matrix-vector products, and at
+        10-60 us each on CPU the machinery around them counts. Needs a causal model with
+        a head, and no record() open."""
+        cfg, start = self.cfg, cache.length
+        if start + 1 > cfg.context_length:
+            raise ValueError(f"{start + 1} positions exceed the context length "
+                             f"{cfg.context_length}")
+        embed = self.embed
+        x = embed.tok_emb.weight[token]  # (C,)
+        if cfg.positional == "learned":
+            x = x + embed.pos_emb.weight[start]
+        elif cfg.positional == "sinusoidal":
+            x = x + embed.pe[start]
+        if cfg.token_types:
+            x = x + embed.type_emb.weight[0]
+        x = x[None]  # (1, C)
+        if embed.ln is not None:
+            x = embed.ln.fused(x)
+        angles = None
+        if cfg.positional == "rope":
+            angles = rope_angles(torch.tensor([start]), cfg.head_dim, cfg.rope_theta)
+        for block in self.blocks:
+            x = block.step(x, cache, start, angles)
+        cache.length = start + 1
+        if self.ln_f is not None:
+            x = self.ln_f.fused(x)
+        return _linear(self.lm_head, x)[0]
+
+
+def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A Linear's product without nn.Module's call machinery (tfx sets no hooks)."""
+    return F.linear(x, module.weight, module.bias)
 
 
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None) -> Transformer:
