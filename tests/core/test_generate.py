@@ -269,3 +269,12 @@ def test_long_generation_changes_the_layout_not_the_tokens():
     assert cached.ids == plain.ids
     for a, b in zip(cached.logits, plain.logits):
         assert (a - b).abs().max().item() < 1e-5
+
+
+def test_entropy_counts_impossible_tokens_as_zero():
+    from tfx_cli.core.generate import describe
+
+    finite = torch.tensor([1.0, 2.0, 0.5])
+    masked = torch.tensor([1.0, -math.inf, 2.0, 0.5, -math.inf])
+    assert describe(masked, 0)[0] == pytest.approx(describe(finite, 0)[0], abs=1e-6)
+    assert describe(torch.zeros(4), 0)[0] == pytest.approx(math.log(4), abs=1e-6)

@@ -114,6 +114,7 @@ def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
     attn = model.blocks[0].attn
     assert attn.out_proj.weight.is_contiguous()  # square: left alone
     fused = attn._fused[0]  # W_query, W_key, W_value: views of one (in, 3 out) buffer
+    assert fused.shape == (3 * 32 if family == "gpt" else 32 + 2 * 16, 32)
     assert attn.W_key.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     if model.cfg.tie_embeddings:
         assert model.lm_head.weight is model.embed.tok_emb.weight
@@ -126,6 +127,10 @@ def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
     assert attn._fused_ok() and torch.equal(attn.W_key.weight, values["blocks.0.attn.W_key.weight"] + 1)
     model.blocks[0].attn.W_value.weight.data = torch.zeros_like(attn.W_value.weight)
     assert not attn._fused_ok()  # a reassigned parameter: back to three products
+    attn.fuse_qkv()
+    assert attn._fused_ok()
+    attn.W_key.weight = torch.nn.Parameter(attn.W_key.weight.detach().clone())
+    assert not attn._fused_ok()  # so is a replaced one
     with model.record(["blocks.0.attn.v"]) as trace:
         model(IDS)
     assert (trace["blocks.0.attn.v"] == 0).all()

@@ -147,7 +147,9 @@ def describe(logits: torch.Tensor, n_candidates: int) -> tuple[float, list, torc
     step than the model's layer norms, for digits nobody reads."""
     log_probs = torch.log_softmax(logits, dim=-1)
     probs = log_probs.exp()
-    entropy = float(-(probs * log_probs).nan_to_num().sum())  # 0·log 0 counts as 0
+    entropy = float(-(probs * log_probs).sum())
+    if math.isnan(entropy):  # a -inf logit: 0·log 0 counts as 0 (a pass spared otherwise)
+        entropy = float(-(probs * log_probs).nan_to_num().sum())
     k = min(n_candidates, logits.shape[-1])
     top = torch.topk(logits, k) if k else None
     candidates = [] if top is None else [

@@ -278,8 +278,11 @@ class Attention(nn.Module):
                 bias[start:start + n].copy_(lin.bias.data)
                 lin.bias.data = bias[start:start + n]
             start += n
-        self._fused = (weight, bias, outs, [lin.weight.data_ptr() for lin in lins],
-                       [None if lin.bias is None else lin.bias.data_ptr() for lin in lins])
+        # what _fused_ok compares: each parameter's current tensor, looked up in its
+        # module's own table (a replaced Parameter object shows there), and its address
+        checks = tuple((lin._parameters, key, None if p is None else p.data_ptr())
+                       for lin in lins for key, p in lin._parameters.items())
+        self._fused = (weight.t(), bias, outs, checks)  # weight.t(): (out, in), as F.linear takes
         return True
 
     def _fused_ok(self) -> bool:
@@ -287,16 +290,17 @@ class Attention(nn.Module):
         in-place writes, as load_state_dict makes, land in the buffer)."""
         if self._fused is None:
             return False
-        lins = (self.W_query, self.W_key, self.W_value)
-        return ([lin.weight.data_ptr() for lin in lins] == self._fused[3]
-                and [None if lin.bias is None else lin.bias.data_ptr()
-                     for lin in lins] == self._fused[4])
+        for params, key, ptr in self._fused[3]:
+            p = params.get(key)
+            if (None if p is None else p.data_ptr()) != ptr:
+                return False
+        return True
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
         if kv_x is None and self._fused is not None and self._fused_ok():
             weight, bias, outs = self._fused[:3]
-            return F.linear(x, weight.t(), bias).split(outs, dim=-1)
+            return F.linear(x, weight, bias).split(outs, dim=-1)
         kv_x = x if kv_x is None else kv_x
         return _linear(self.W_query, x), _linear(self.W_key, kv_x), _linear(self.W_value, kv_x)
 
