@@ -178,3 +178,39 @@ def test_record_keeps_decoding_off_the_lean_path():
             assert model.recording == 2
         assert model.recording == 1
     assert model.recording == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("blocks", [0, 1])
+def test_partial_build_is_the_whole_model_cut_short(family, blocks):
+    cfg = FAMILIES[family]
+    whole, part = build_model(cfg, seed=5), build_model(cfg, seed=5, blocks=blocks)
+    made = dict(part.named_parameters())
+    for name, p in whole.named_parameters():
+        inside = name.startswith("embed.") or any(
+            name.startswith(f"blocks.{i}.") for i in range(blocks))
+        assert made[name].is_meta != inside, name  # built exactly where a forward reaches
+        if inside:
+            assert torch.equal(made[name], p), name  # same seed, same values, bit for bit
+    if cfg.lm_head and cfg.tie_embeddings:
+        assert part.lm_head.weight is part.embed.tok_emb.weight and not part.lm_head.weight.is_meta
+    assert part.tap_names() == whole.tap_names()
+    select = ["embed.out"] + [f"blocks.{i}.*" for i in range(blocks)]
+    with whole.record(select) as a:
+        whole(IDS, stop_after=blocks - 1)
+    with part.record(select) as b:
+        assert part(IDS, stop_after=blocks - 1) is None
+    assert a.names() == b.names() and "embed.out" in b.names()
+    for name in a.names():
+        assert torch.equal(a.raw(name), b.raw(name)), name
+    with pytest.raises(RuntimeError, match=f"built with {blocks} of 2 blocks"):
+        part(IDS, stop_after=blocks)
+    with pytest.raises(RuntimeError, match="build it whole"):
+        part(IDS)
+
+
+def test_partial_build_asking_for_every_block_is_the_whole_model():
+    cfg = FAMILIES["gpt"]
+    part = build_model(cfg, seed=5, blocks=9)
+    assert part.built_blocks == 2 and not any(p.is_meta for p in part.parameters())
+    assert torch.equal(part(IDS), build_model(cfg, seed=5)(IDS))

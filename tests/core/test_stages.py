@@ -280,3 +280,26 @@ def test_ffn_activation():
                        F.gelu(hidden, approximate="tanh").numpy(), atol=1e-6)
     assert gpt.tensors.shape("blocks.1.ffn.out") == gpt.tensors.shape("blocks.1.ln2.out")
     assert gpt.result["activation"] == "gelu_tanh"
+
+
+# -- partial builds -----------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [SMALL, LLAMA], ids=["gpt", "llama"])
+@pytest.mark.parametrize("stage, kw, built", [
+    ("embed", {}, 0), ("attend", {"layer": 0}, 1), ("ffn", {"layer": 0}, 1),
+    ("layernorm", {"layer": 0, "which": "ln2"}, 1), ("attend", {"layer": 1}, 2)])
+def test_stages_that_stop_early_build_only_what_they_run(spec, stage, kw, built):
+    stages._CACHE.clear()
+    stages.load(spec, text=SENTENCE)  # the whole model, kept: the stage below reuses it
+    whole = getattr(stages, stage)(spec, SENTENCE, **kw)
+    stages._CACHE.clear()
+    part = getattr(stages, stage)(spec, SENTENCE, **kw)
+    (model, _), = stages._CACHE.values()
+    assert model.built_blocks == built
+    assert any(p.is_meta for p in model.parameters()) == (built < 2)
+    assert whole.tensors.names() == part.tensors.names() and part.tensors.names()
+    for name in whole.tensors.names():
+        assert np.array_equal(whole.tensors[name], part.tensors[name]), name
+    assert json.dumps(whole.result, sort_keys=True) == json.dumps(part.result, sort_keys=True)
+    stages.load(spec, text=SENTENCE)  # a later whole-model stage builds it whole again
+    (model, _), = stages._CACHE.values()
+    assert not any(p.is_meta for p in model.parameters())

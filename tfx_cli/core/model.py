@@ -15,7 +15,7 @@ linears, then the output head), and every module keeps PyTorch's default init, s
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterable, Sequence
 
 import torch
@@ -438,17 +438,25 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, blocks: int | None = None):
+        """blocks=n materialises the embedding and blocks 0..n-1 only; later blocks, the
+        final norm and an untied head are built on the meta device (no storage, no init).
+        Modules are built in forward order and meta init draws nothing from the RNG, so
+        what is built equals the whole model's values for the same seed bit for bit."""
         super().__init__()
         self.cfg = cfg
+        self.built_blocks = cfg.n_layers if blocks is None else max(0, min(blocks, cfg.n_layers))
         self.tokens = Taps(ids=Tap("T"))
         self.embed = Embed(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.ln_f = Norm(cfg) if cfg.has_final_norm else None
-        if cfg.lm_head:
-            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-            if cfg.tie_embeddings:
-                self.lm_head.weight = self.embed.tok_emb.weight
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(self.built_blocks))
+        rest = self.built_blocks < cfg.n_layers
+        with torch.device("meta") if rest else nullcontext():
+            self.blocks.extend(Block(cfg, i) for i in range(self.built_blocks, cfg.n_layers))
+            self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+            if cfg.lm_head:
+                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.lm_head and cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.tok_emb.weight
         self.logits = Tap("T", "V")
         self.taps: dict[str, Tap] = {}
         for name, module in self.named_modules():
@@ -564,6 +572,12 @@ class Transformer(nn.Module):
             angles = rope_angles(torch.arange(0, start + T), self.cfg.head_dim,
                                  self.cfg.rope_theta)
             attn_kw.update(q_angles=angles[start:], k_angles=angles[start:])
+        if stop_after is not None and stop_after < 0:
+            return None  # the embedding was all that was asked for
+        last = self.cfg.n_layers if stop_after is None else min(stop_after, self.cfg.n_layers - 1)
+        if last >= self.built_blocks and self.built_blocks < self.cfg.n_layers:
+            raise RuntimeError(f"this model was built with {self.built_blocks} of "
+                               f"{self.cfg.n_layers} blocks; build it whole to run further")
         for i, block in enumerate(self.blocks):
             x = block(x, keep, **attn_kw)
             if stop_after is not None and i >= stop_after:
@@ -617,14 +631,16 @@ def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, module.weight, module.bias)
 
 
-def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None) -> Transformer:
-    """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage."""
+def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,
+                blocks: int | None = None) -> Transformer:
+    """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage.
+    blocks=n builds only what a forward stopping after block n-1 touches (see Transformer)."""
     if device == "meta":
         with torch.device("meta"):
             return Transformer(cfg).eval()
     if seed is not None:
         torch.manual_seed(seed)
-    return Transformer(cfg).eval()
+    return Transformer(cfg, blocks).eval()
 
 
 def tap_names(cfg: ModelConfig) -> list[str]:

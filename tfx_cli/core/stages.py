@@ -57,8 +57,15 @@ def load_config(spec) -> ModelConfig:
     return with_overrides(resolve_config(spec.config), **spec.overrides)
 
 
-def load(spec, *, text: str | None = None, progress=None) -> Loaded:
-    """Tokenizer + model for a spec. Random weights come from spec.seed."""
+def load(spec, *, text: str | None = None, progress=None, blocks: int | None = None) -> Loaded:
+    """Tokenizer + model for a spec. Random weights come from spec.seed.
+
+    `blocks`: a stage that stops early (attend, ffn, layernorm at layer L: L + 1 blocks;
+    embed and posenc: 0) gets random weights for those leading blocks only; the rest of
+    the model is built on the meta device. PyTorch's RNG is serial, so the values that are
+    built equal the whole model's bit for bit, and the seed-exact init of gpt124m's other
+    blocks and head (~1 s on 2 cores) is skipped. None builds everything.
+    """
     from .tokenizers import get_tokenizer
 
     cfg = load_config(spec)
@@ -68,7 +75,9 @@ def load(spec, *, text: str | None = None, progress=None) -> Loaded:
         # word/char/byte vocabularies come from the text: size the random table to fit
         cfg = replace(cfg, vocab_size=tokenizer.vocab_size)
     key = (cfg, spec.weights, None if spec.weights else spec.seed, spec.no_cache_weights)
-    if key not in _CACHE:
+    want = None if spec.weights or blocks is None else min(blocks, cfg.n_layers)
+    cached = _CACHE.get(key)
+    if cached is None or not _covers(cached[1], want):
         _CACHE.clear()  # one model per process is plenty
         check_memory(cfg, force=spec.force)
         if spec.weights:
@@ -77,11 +86,16 @@ def load(spec, *, text: str | None = None, progress=None) -> Loaded:
             model = load_weights(spec.weights, cfg, use_cache=not spec.no_cache_weights,
                                  progress=progress)
         else:
-            model = build_model(cfg, spec.seed)
-        _CACHE[key] = model
+            model = build_model(cfg, spec.seed, blocks=want)
+        _CACHE[key] = (model, want)
     info = {"config": cfg.name, "weights": spec.weights,
             "seed": None if spec.weights else spec.seed, **cfg.to_dict()}
-    return Loaded(cfg, _CACHE[key], tokenizer, info)
+    return Loaded(cfg, _CACHE[key][0], tokenizer, info)
+
+
+def _covers(built: int | None, want: int | None) -> bool:
+    """Does a model with `built` leading blocks materialised (None: all) serve `want`?"""
+    return built is None or (want is not None and want <= built)
 
 
 def available_memory() -> int | None:
@@ -184,14 +198,14 @@ def _row_stats(rows: torch.Tensor) -> dict:
 # -- embed --------------------------------------------------------------------------
 def embed(spec, text: str, *, truncate: bool = False) -> Result:
     """Token embedding rows, positional rows and their sum (seed 001, steps 4-6)."""
-    loaded = load(spec, text=text)
+    loaded = load(spec, text=text, blocks=0)
     ids = encode(loaded, text, truncate=truncate)
     cfg = loaded.cfg
     parts = [name for name in ("embed.tok", "embed.pos", "embed.token_type")
              if name in loaded.model.taps]
-    # stop_after=0: the embedding sum is the input of block 0, so no later block runs.
+    # stop_after=-1: the embedding sum is the input of block 0, so no block runs.
     # BERT's norm of the sum has its own view: `tfx layernorm --which embed`.
-    tr = run(loaded, ids, parts + ["embed.out"], stop_after=0)
+    tr = run(loaded, ids, parts + ["embed.out"], stop_after=-1)
     stats = {name: _row_stats(tr.raw(name)) for name in tr.names()}
     total = " + ".join(name.split(".")[1] for name in parts)
     scalars = {"positional": cfg.positional, "d_model": cfg.d_model, "n_tokens": len(ids),
@@ -224,7 +238,7 @@ def posenc(spec, text: str | None = None, *, length: int | None = None,
                           "try --config toy, gpt124m or smollm2-135m")
     loaded, ids = None, None
     if text is not None or cfg.positional == "learned":
-        loaded = load(spec, text=text)  # learned tables live in the weights
+        loaded = load(spec, text=text, blocks=0)  # learned tables live in the weights
         cfg = loaded.cfg
     if text is not None:
         ids = encode(loaded, text, truncate=truncate)
@@ -288,7 +302,7 @@ def check_show(show: Iterable[str] | None, valid: Iterable[str]) -> list[str]:
 def _layer_input(loaded: Loaded, ids: list[int], layer: int) -> torch.Tensor:
     """The residual stream entering block `layer` (1, T, C), from one forward pass."""
     name = "embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out"
-    tr = run(loaded, ids, [name], stop_after=max(layer - 1, 0), validate=False)
+    tr = run(loaded, ids, [name], stop_after=layer - 1, validate=False)
     return tr.raw(name)[None]
 
 
@@ -339,7 +353,7 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
     Only blocks 0..layer run and only block `layer`'s attention is recorded.
     """
     corpus = text if kv is None else text + "\n" + kv  # a word vocabulary covers both texts
-    loaded = load(spec, text=corpus)
+    loaded = load(spec, text=corpus, blocks=max(layer, 0) + 1)
     cfg, model = loaded.cfg, loaded.model
     check_range("layers", layer, cfg.n_layers, "--layer")
     check_range("heads", head, cfg.n_heads, "--head")
@@ -621,7 +635,8 @@ def attend_inputs(path, *, explain: bool = False, query_pos: int | None = None,
 def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
               truncate: bool = False) -> Result:
     """One normalisation: per-token mean and variance, normalised rows, γ, β, output."""
-    loaded = load(spec, text=text)
+    blocks = {"ln1": max(layer, 0) + 1, "ln2": max(layer, 0) + 1, "embed": 0}.get(which)
+    loaded = load(spec, text=text, blocks=blocks)
     cfg, model = loaded.cfg, loaded.model
     ids = encode(loaded, text, truncate=truncate)
     valid = ["ln1", "ln2"] + (["ln_f"] if model.ln_f is not None else []) + \
@@ -638,7 +653,7 @@ def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
     elif which == "ln_f":
         prefix, module, stop = "ln_f", model.ln_f, None
     else:
-        prefix, module, stop = "embed.ln", model.embed.ln, 0
+        prefix, module, stop = "embed.ln", model.embed.ln, -1
     select = [prefix + ".*"]
     post = cfg.norm_position == "post" and which in ("ln1", "ln2")
     if post:  # LayerNorm(x + Sublayer(x)): record x and Sublayer(x) too (seed 000)
@@ -670,7 +685,7 @@ def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
 # -- ffn ------------------------------------------------------------------------------
 def ffn(spec, text: str, *, layer: int = 0, truncate: bool = False) -> Result:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
-    loaded = load(spec, text=text)
+    loaded = load(spec, text=text, blocks=max(layer, 0) + 1)
     cfg = loaded.cfg
     check_range("layers", layer, cfg.n_layers, "--layer")
     ids = encode(loaded, text, truncate=truncate)
