@@ -435,13 +435,13 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
     return cases
 
 
-def run_process(argv: list[str], timeout: float,
-                env: dict | None = None) -> tuple[float, int, str, str, float, float]:
+def run_process(argv: list[str], timeout: float, env: dict | None = None,
+                cwd: str | Path = ROOT) -> tuple[float, int, str, str, float, float]:
     """(wall s, exit code, stdout, stderr tail, peak RSS MB, CPU s) of one child process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                cwd=ROOT, env=env)
+                                cwd=cwd, env=env)
         deadline = t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -462,14 +462,33 @@ def run_process(argv: list[str], timeout: float,
                 usage.ru_utime + usage.ru_stime)
 
 
+def base_env(args, env: dict | None = None) -> dict:
+    """The environment that makes a child import tfx_cli from the baseline tree."""
+    return {**(env or os.environ), "PYTHONPATH": os.pathsep.join(
+        [args.baseline, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
+def check_baseline(args) -> None:
+    """`python -m tfx_cli` puts its working directory first on sys.path, ahead of
+    PYTHONPATH: run from this checkout it would time this tfx, not the baseline. The
+    baseline's commands therefore run in the baseline tree; check that they import it."""
+    _, code, out, err, _, _ = run_process(
+        [sys.executable, "-c", "import tfx_cli; print(tfx_cli.__file__)"], args.timeout,
+        base_env(args), cwd=args.baseline)
+    where = Path(out.strip()).resolve()
+    if code != 0 or Path(args.baseline) not in where.parents:
+        sys.exit(f"bench: the baseline imports tfx_cli from {out.strip() or err.strip()!r}, "
+                 f"not from {args.baseline}")
+
+
 def run_case(case: Case, args, repeats_cmd: int) -> None:
     env = {**os.environ, **case.env} if case.env else None
+    cwd: str | Path = ROOT
     if case.peer == "base":  # the same worker or command, importing tfx from the baseline
-        env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join(
-            [args.baseline, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        env, cwd = base_env(args, env), args.baseline
     if case.argv is not None:
         for _ in range(repeats_cmd):
-            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout, env)
+            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout, env, cwd)
             if code != 0:
                 case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
                 return
@@ -481,7 +500,7 @@ def run_case(case: Case, args, repeats_cmd: int) -> None:
         argv += ["--threads", str(args.threads)]
     if args.smoke:
         argv.append("--smoke")
-    wall, code, out, err, rss, _ = run_process(argv, args.timeout, env)
+    wall, code, out, err, rss, _ = run_process(argv, args.timeout, env, cwd)
     lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
     if code != 0 or not lines:
         case.errors.append(f"exit {code}: {' | '.join(err.strip().splitlines()[-3:])}")
@@ -676,6 +695,7 @@ def main(argv=None) -> int:
     if args.baseline:
         args.baseline = str(Path(args.baseline).resolve())
         peers.insert(1, "base")
+        check_baseline(args)
     missing = [p for p in peers if p not in ("tfx", "base") and not available(p)]
     for p in missing:
         print(f"bench: peer {p} is not installed; skipping it "
