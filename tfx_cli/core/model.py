@@ -464,22 +464,6 @@ class Transformer(nn.Module):
                 module.name = name
                 self.taps[name] = module
 
-    def input_major(self) -> "Transformer":
-        """Store each Linear weight (in, out) in memory while its shape, name and values
-        stay nn.Linear's (out, in). F.linear computes x Wᵀ; with Wᵀ contiguous, the
-        matrix-vector products of a decoding step run about 10% faster here. The copy
-        costs about as much as 100-200 decoding steps of gpt124m, so it is opt-in for long
-        generations, not done at build time. A head tied to the embedding keeps the
-        embedding's layout (its rows are looked up by token)."""
-        for module in self.modules():
-            if not isinstance(module, nn.Linear) or module.weight.is_meta:
-                continue
-            if module is getattr(self, "lm_head", None) and self.cfg.tie_embeddings:
-                continue
-            if module.weight.is_contiguous():
-                module.weight.data = module.weight.data.t().contiguous().t()
-        return self
-
     def decoding_layout(self) -> "Transformer":
         """Store each Linear weight with its longer axis contiguous in memory; shapes,
         names and values stay nn.Linear's (out, in).
