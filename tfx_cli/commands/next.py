@@ -1,10 +1,10 @@
 """`tfx next TEXT`: the distribution over the next token, and what sampling does to it."""
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from ..options import JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command
-from .generate import CandidatesOpt, TopKOpt, TopPOpt, read_prompt
+from .generate import TopKOpt, TopPOpt, read_prompt
 
 
 @model_command

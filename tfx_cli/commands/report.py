@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import RangeError, UsageError
+from ..errors import UsageError
 from ..options import ForceOpt, ModelSpec, TextArg, TruncateOpt, model_command, read_text
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
@@ -31,6 +31,8 @@ LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so
 
 def parse_layers(value: Optional[str], n_layers: int) -> list[int]:
     """'0,1,5' / '2-4' / 'all' -> sorted layer indices, each checked against the model."""
+    from ..core.stages import check_range
+
     if value is None or value.strip().lower() == "all":
         return list(range(n_layers))
     layers: set[int] = set()
@@ -48,9 +50,7 @@ def parse_layers(value: Optional[str], n_layers: int) -> list[int]:
             raise UsageError(f"--show-layers {value!r}: expected layer numbers like "
                              "'0,1,5', a range like '0-3', or 'all'") from None
         for layer in chosen:
-            if not 0 <= layer < n_layers:
-                raise RangeError(f"--show-layers {layer} is out of range: this model has "
-                                 f"{n_layers} layer{'s' if n_layers != 1 else ''} (0 to {n_layers - 1})")
+            check_range("layer", layer, n_layers, "--show-layers")
             layers.add(layer)
     return sorted(layers)
 

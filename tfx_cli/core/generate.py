@@ -172,7 +172,8 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
 
     With a cache, feed only what it lacks; a single new token may see every cached key,
     so it needs no mask (and, when nothing is recorded, goes through Transformer.step,
-    forward's arithmetic without its taps and module calls). Past the context length, recompute the cropped window uncached.
+    forward's arithmetic without its taps and module calls). Past the context length,
+    recompute the cropped window uncached.
     """
     C = model.cfg.context_length
     window_start = max(0, len(ids) - C)

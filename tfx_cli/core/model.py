@@ -576,7 +576,6 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         return self.logits(self.lm_head(x))
 
-
     def step(self, token: int, cache: KVCache) -> torch.Tensor:
         """Logits (V,) of one new token after the cached positions: what
         forward([[token]], cache=cache, keep=None, head="last") computes, with the same

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .config import ModelConfig
+from ..words import counted
 
 FLOPS_CONVENTION = (
     "matrix multiplications only; one multiply-add = 2 FLOPs; attention's QK^T and "
@@ -150,7 +151,7 @@ class ParamCount:
 
 
 def _blocks_label(n_layers: int, per_block: int) -> str:
-    return f"{n_layers} block{'s' if n_layers != 1 else ''} × {per_block:,}"
+    return f"{counted(n_layers, 'block')} × {per_block:,}"
 
 
 def _sum_parts(rows: list[Row]) -> dict[str, int]:

@@ -15,6 +15,7 @@ from ..errors import (ConfigError, InputTextError, RangeError, ResourceError, Se
 from .config import ModelConfig, resolve_config, with_overrides
 from .model import Transformer, build_model
 from .trace import Result, Trace, check_globs
+from ..words import counted
 
 torch.set_grad_enabled(False)  # tfx only ever runs inference
 # Same seed, same text, same machine and torch: the same bytes (README "Reproducibility").
@@ -143,16 +144,12 @@ def input_info(loaded: Loaded, text: str, ids: list[int]) -> dict:
     return {"text": text, "tokens": loaded.tokenizer.pieces(ids), "ids": list(ids)}
 
 
-SINGULAR = {"layers": "layer", "heads": "head", "query positions": "query position",
-            "query positions (rows of x)": "query position (row of x)"}
-
-
-def check_range(name: str, value: int | None, n: int, option: str) -> None:
-    """`name` is plural ("layers"); a count of one reads "1 layer"."""
+def check_range(noun: str, value: int | None, n: int, option: str,
+                plural: str | None = None) -> None:
+    """`value` must index one of the model's `n` nouns ("layer": "12 layers", "1 layer")."""
     if value is not None and not 0 <= value < n:
-        noun = SINGULAR.get(name, name) if n == 1 else name
-        raise RangeError(f"{option} {value} is out of range: this model has {n} {noun} "
-                         f"(0 to {n - 1})")
+        raise RangeError(f"{option} {value} is out of range: this model has "
+                         f"{counted(n, noun, plural)} (0 to {n - 1})")
 
 
 def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
@@ -355,8 +352,8 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
     corpus = text if kv is None else text + "\n" + kv  # a word vocabulary covers both texts
     loaded = load(spec, text=corpus, blocks=max(layer, 0) + 1)
     cfg, model = loaded.cfg, loaded.model
-    check_range("layers", layer, cfg.n_layers, "--layer")
-    check_range("heads", head, cfg.n_heads, "--head")
+    check_range("layer", layer, cfg.n_layers, "--layer")
+    check_range("head", head, cfg.n_heads, "--head")
     stages = [s for s in ATTN_STAGES if not s.endswith("_rot") or cfg.positional == "rope"]
     show = check_show(show, stages)
     ids = encode(loaded, text, truncate=truncate)
@@ -375,7 +372,7 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
                          f"tokens (1 to {S})")
     if explain:
         query_pos = T - 1 if query_pos is None else query_pos
-        check_range("query positions", query_pos, T, "--query-pos")
+        check_range("query position", query_pos, T, "--query-pos")
     elif query_pos is not None:
         raise RangeError("--query-pos only applies with --explain")
     keep = model.mask(T, S, causal=causal, valid_len=valid_lens)  # (T, S) or None: no mask
@@ -607,7 +604,8 @@ def attend_inputs(path, *, explain: bool = False, query_pos: int | None = None,
         tap("out", "T", "C")(context[:, 0] @ data["w_o"])
     if explain:
         query_pos = T - 1 if query_pos is None else query_pos
-        check_range("query positions (rows of x)", query_pos, T, "--query-pos")
+        check_range("query position (row of x)", query_pos, T, "--query-pos",
+                    plural="query positions (rows of x)")
     elif query_pos is not None:
         raise RangeError("--query-pos only applies with --explain")
     d_k = data["w_q"].shape[1]
@@ -647,7 +645,7 @@ def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
         raise RangeError(f"--which {which} is not a norm of this model{why}; valid: "
                          f"{', '.join(valid)}")
     if which in ("ln1", "ln2"):
-        check_range("layers", layer, cfg.n_layers, "--layer")
+        check_range("layer", layer, cfg.n_layers, "--layer")
         prefix, module = f"blocks.{layer}.{which}", getattr(model.blocks[layer], which)
         stop = layer
     elif which == "ln_f":
@@ -687,7 +685,7 @@ def ffn(spec, text: str, *, layer: int = 0, truncate: bool = False) -> Result:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
     loaded = load(spec, text=text, blocks=max(layer, 0) + 1)
     cfg = loaded.cfg
-    check_range("layers", layer, cfg.n_layers, "--layer")
+    check_range("layer", layer, cfg.n_layers, "--layer")
     ids = encode(loaded, text, truncate=truncate)
     # what the FFN reads: the normalised stream (pre-LN) or the post-LN'd resid_mid
     source = f"blocks.{layer}.ln2.out" if cfg.norm_position == "pre" else \

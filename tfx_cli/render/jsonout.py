@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..core.trace import Result, Trace, is_ndarray, is_numpy_scalar
 
+if TYPE_CHECKING:
+    import numpy as np
+
 SCHEMA = "tfx/1"
 
 
-def array_data(array: "np.ndarray") -> Any:
+def array_data(array: np.ndarray) -> Any:
     import numpy as np
 
     array = np.asarray(array)
@@ -29,7 +32,7 @@ def array_data(array: "np.ndarray") -> Any:
     return array.tolist()
 
 
-def tensor_json(array: "np.ndarray", dims: tuple[str, ...]) -> dict:
+def tensor_json(array: np.ndarray, dims: tuple[str, ...]) -> dict:
     return {"dims": list(dims), "shape": list(array.shape), "dtype": str(array.dtype),
             "data": array_data(array)}
 

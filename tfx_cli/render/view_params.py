@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.trace import Result
+from ..words import counted
 
 
 def si(n: float, unit: str = "") -> str:
@@ -66,7 +67,7 @@ def _model_line(model: dict) -> Text:
     heads = f"{model['n_heads']} heads"
     if model["n_kv_heads"] != model["n_heads"]:
         heads += f" ({model['n_kv_heads']} kv)"
-    parts = [f"d_model {model['d_model']:,}", heads, f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}",
+    parts = [f"d_model {model['d_model']:,}", heads, counted(model["n_layers"], "layer"),
              f"d_ff {model['d_ff']:,}", f"context {model['context_length']:,}",
              f"vocab {model['vocab_size']:,}",
              f"{model['norm']} {model['norm_position']}", f"{model['positional']} positions",

@@ -17,6 +17,7 @@ from rich.tree import Tree
 
 from ..core.tokenizers import visible
 from ..core.trace import Result, Trace
+from ..words import counted
 from .emit import ViewOptions
 from .matrix import format_number, matrix_table, vector_table
 from .views import dims_text, header, kv_table, register, scalars, shape_text, shapes_table
@@ -193,8 +194,7 @@ def attend_view(result: Result, console: Console, opts: ViewOptions) -> None:
     if result.input and result.input.get("kv"):
         kv = result.input["kv"]
         console.print(Text("keys/values from: ", style="dim") + Text(repr(kv["text"])) +
-                      Text(f" ({len(kv['tokens'])} token{'s' if len(kv['tokens']) != 1 else ''})",
-                           style="dim"),
+                      Text(f" ({counted(len(kv['tokens']), 'token')})", style="dim"),
                       no_wrap=True, overflow="ellipsis")
     summary = {k: v for k, v in scalars(info).items()
                if k not in ("shown", "weights", "scale_label") and v is not None}

@@ -4,8 +4,8 @@ A view draws one Result on a Console; it never computes anything the JSON lacks.
 particular commands live in their own modules (`view_tokenize.py`, ...) and register
 themselves with `@register(name)`; VIEW_HOMES says which module holds which view, and
 `render` imports only the one it needs (numpy and the matrix code load only for views that
-draw arrays, so `count-params` and `tokenize` start fast). A result without a view of its own gets `generic_view`: a header, its scalars,
-and every tensor as labelled tables.
+draw arrays, so `count-params` and `tokenize` start fast). A result without a view of its
+own gets `generic_view`: a header, its scalars, and every tensor as labelled tables.
 
 The small helpers below (`header`, `kv_table`, `shapes_table`, `tensor_tables`) are shared
 by all views, so every command's output reads alike.
@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.trace import Result, Trace, compile_globs, is_ndarray
+from ..words import counted
 from .emit import ViewOptions
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def header(console: Console, result: Result) -> None:
         text = Text("text: ", style="dim") + Text(repr(data["text"]))
         tokens = data.get("tokens")
         if tokens is not None:
-            text.append(f" ({len(tokens)} token{'s' if len(tokens) != 1 else ''})", style="dim")
+            text.append(f" ({counted(len(tokens), 'token')})", style="dim")
         console.print(text, no_wrap=True, overflow="ellipsis")
 
 
@@ -183,8 +184,8 @@ def tensor_tables(name: str, array: np.ndarray, dims: Sequence[str], opts: ViewO
     if len(shown) < len(indices):
         rest = len(indices) - len(shown)
         what = "head" if dims[0] == "H" and array.ndim == 3 else "slice"
-        what += "s" if rest > 1 else ""
-        out.append(Text(f"… {rest} more {what} of {name} (--full shows all)", style="dim"))
+        out.append(Text(f"… {counted(rest, 'more ' + what)} of {name} (--full shows all)",
+                        style="dim"))
     return out
 
 
