@@ -1,5 +1,6 @@
 """The one core: fused and explicit attention agree, the cache changes nothing, taps
 record only what is asked, and each family's switches run."""
+import numpy as np
 import pytest
 import torch
 
@@ -55,6 +56,47 @@ def test_causal_pattern_rows_sum_to_one_and_hide_the_future():
     assert abs(pattern.sum(-1) - 1).max() < 1e-6
     for i in range(7):
         assert (pattern[:, i, i + 1:] == 0).all()
+
+
+def test_causal_blocks_give_the_whole_matrix_pattern_bit_for_bit():
+    from tfx_cli.core import model as core
+
+    g = torch.Generator().manual_seed(0)
+    T = 2 * core.CAUSAL_BLOCK + 44  # two whole blocks and a partial one
+    q, k, v = (torch.randn(1, 3, T, 8, generator=g) for _ in range(3))
+    keep = torch.ones(T, T, dtype=torch.bool).tril_()
+
+    class Keep:  # a pattern tap that holds what it is given; nothing else recorded
+        scores = scaled = masked = None
+
+        def pattern(self, x):
+            self.seen = x
+            return x
+
+    whole, blocked = Keep(), Keep()
+    ctx_whole = core.explicit_attention(q, k, v, keep, 8 ** 0.5, taps=whole)
+    ctx_blocked = core.explicit_attention(q, k, v, keep, 8 ** 0.5, taps=blocked, causal=True)
+    assert blocked.seen.shape == (1, 3, T, T)
+    assert torch.equal(blocked.seen, whole.seen)
+    assert (blocked.seen.triu(1) == 0).all()
+    assert torch.allclose(ctx_blocked, ctx_whole, atol=1e-6)
+
+
+def test_model_records_the_same_pattern_with_and_without_causal_blocks(monkeypatch):
+    from tfx_cli.core import model as core
+
+    cfg = ModelConfig(vocab_size=50, context_length=320, d_model=32, n_heads=4, n_layers=2)
+    model = build_model(cfg, seed=3)
+    ids = torch.randint(0, 50, (1, 300), generator=torch.Generator().manual_seed(1))
+    names = ["blocks.1.attn.pattern", "blocks.1.attn.masked", "logits"]
+    with model.record(names) as blocked:
+        model(ids)
+    monkeypatch.setattr(core, "CAUSAL_BLOCK", 10 ** 6)  # one block: the whole-matrix path
+    with model.record(names) as whole:
+        model(ids)
+    for name in names[:2]:
+        assert np.array_equal(blocked[name], whole[name]), name
+    assert np.allclose(blocked["logits"], whole["logits"], atol=1e-5)
 
 
 def test_only_selected_taps_record_and_stop_after_skips_layers():

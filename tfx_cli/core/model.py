@@ -194,12 +194,14 @@ class KVCache:
 
 
 def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                       keep: torch.Tensor | None, scale: float, taps=None) -> torch.Tensor:
+                       keep: torch.Tensor | None, scale: float, taps=None, *,
+                       causal: bool = False) -> torch.Tensor:
     """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
 
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
     `taps` has scores/scaled/masked/pattern taps (an Attention module, or the stand-alone
     ones `tfx attend --inputs` uses for hand-made matrices); None records nothing.
+    causal: keep is the square causal mask (key j visible to query i when j <= i).
 
     scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
     the trace computes it again, with the same operations and so the same numbers, when
@@ -221,8 +223,36 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     for name, compute in (("scores", scores), ("scaled", scaled), ("masked", masked)):
         if getattr(getattr(tap, name), "on", False):
             getattr(tap, name).lazy(compute, shape)
+    T = queries.shape[-2]
+    if causal and keep is not None and T > CAUSAL_BLOCK and keep.shape[-1] == T:
+        attn_weights, context = _causal_blocks(queries, keys, values, keep, scale)
+        tap.pattern(attn_weights)
+        return context
     attn_weights = tap.pattern(torch.softmax(masked(), dim=-1))
     return attn_weights @ values  # (..., T, Dv)
+
+
+CAUSAL_BLOCK = 128  # query rows per block of the causal path
+
+
+def _causal_blocks(queries, keys, values, keep, scale):
+    """The same pattern and context, for a square causal mask, one block of query rows
+    at a time: rows [r0, r1) see keys [0, r1) only, so the block's product, mask and
+    softmax skip the keys after r1, whose weights are exactly 0 (exp(-inf)). At T = 1024
+    that is 44% fewer score and context multiply-adds, and the pattern comes out bit for
+    bit as the whole-matrix path gives it (tests/core/test_model.py)."""
+    T = queries.shape[-2]
+    pattern = queries.new_empty(*queries.shape[:-1], T)  # (..., T, T)
+    context = queries.new_empty(*queries.shape[:-1], values.shape[-1])  # (..., T, Dv)
+    for r0 in range(0, T, CAUSAL_BLOCK):
+        r1 = min(r0 + CAUSAL_BLOCK, T)
+        block = queries[..., r0:r1, :] @ keys[..., :r1, :].transpose(-2, -1)
+        block.div_(scale).masked_fill_(~keep[r0:r1, :r1], float("-inf"))
+        weights = torch.softmax(block, dim=-1)
+        pattern[..., r0:r1, :r1] = weights
+        pattern[..., r0:r1, r1:] = 0.0
+        context[..., r0:r1, :] = weights @ values[..., :r1, :]
+    return pattern, context
 
 
 class _NoTaps:
@@ -359,7 +389,8 @@ class Attention(nn.Module):
         explicit = any(t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
             context_vec = explicit_attention(queries, keys, values, keep,
-                                             math.sqrt(self.head_dim), taps=self)
+                                             math.sqrt(self.head_dim), taps=self,
+                                             causal=is_causal)
         else:
             causal = is_causal and keep is not None
             context_vec = F.scaled_dot_product_attention(
