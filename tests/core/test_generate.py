@@ -13,7 +13,7 @@ from tfx_cli.core.generate import (Sampling, TextTracker, check_sampling, choose
                                    filter_logits, generate, lens, next_token, top_k_mask,
                                    top_p_mask)
 from tfx_cli.core.model import build_model
-from tfx_cli.errors import ConfigError, InputTextError, RangeError, UsageError
+from tfx_cli.errors import ConfigError, RangeError, UsageError
 from tfx_cli.options import ModelSpec
 
 SMALL = ModelConfig(vocab_size=61, context_length=12, d_model=32, n_heads=4, n_layers=2)

@@ -99,7 +99,7 @@ def test_flops_gpt124m_by_hand():
 
 def test_flops_gqa_swiglu_and_pooler():
     cfg = PRESETS["smollm2-135m"]
-    C, F, kv, T, L = 576, 1536, 192, 8, 30
+    C, F, kv, T = 576, 1536, 192, 8
     f = count_flops(cfg, seq_len=T)
     assert f.per_block == 2 * (2 * C * C + 2 * C * kv + 3 * C * F) + 4 * T * C
     bert = count_flops(PRESETS["minilm"], seq_len=10)
