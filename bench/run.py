@@ -428,10 +428,9 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
             cases += [Case(f"{c.name}@baseline", "startup", "base", argv=base + c.argv[len(tfx):],
                            env=c.env)
                       for c in cases if c.group == "startup" and c.peer == "tfx"]
-            if "hf" in peers:
-                script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
-                cases.append(Case("HF attentions script", "startup", "hf",
-                                  argv=[py, "-c", script]))
+        if "hf" in peers and not args.smoke:
+            script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
+            cases.append(Case("HF attentions script", "startup", "hf", argv=[py, "-c", script]))
     return cases
 
 
