@@ -1,5 +1,7 @@
 """The one core: fused and explicit attention agree, the cache changes nothing, taps
 record only what is asked, and each family's switches run."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -82,10 +84,11 @@ def test_causal_blocks_give_the_whole_matrix_pattern_bit_for_bit():
     assert torch.allclose(ctx_blocked, ctx_whole, atol=1e-6)
 
 
-def test_model_records_the_same_pattern_with_and_without_causal_blocks(monkeypatch):
+@pytest.mark.parametrize("family", ["gpt", "llama_gqa_rope"])
+def test_model_records_the_same_pattern_with_and_without_causal_blocks(family, monkeypatch):
     from tfx_cli.core import model as core
 
-    cfg = ModelConfig(vocab_size=50, context_length=320, d_model=32, n_heads=4, n_layers=2)
+    cfg = replace(FAMILIES[family], context_length=320)
     model = build_model(cfg, seed=3)
     ids = torch.randint(0, 50, (1, 300), generator=torch.Generator().manual_seed(1))
     names = ["blocks.1.attn.pattern", "blocks.1.attn.masked", "logits"]
