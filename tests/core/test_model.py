@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from tfx_cli.core import decoding
 from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.model import KVCache, build_model, tap_names
 
@@ -143,13 +144,13 @@ def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
     names = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     values = {k: v.clone() for k, v in model.state_dict().items()}
     before = model(IDS)
-    model.decoding_layout().decoding_layout()  # a second call changes nothing
+    decoding.decoding_layout(decoding.decoding_layout(model))  # a second call changes nothing
     ffn = model.blocks[0].ffn
     assert ffn.fc1.weight.stride() == (1, ffn.fc1.out_features)  # (out, in) stored (in, out)
     assert ffn.fc2.weight.is_contiguous()  # already long-axis major
     attn = model.blocks[0].attn
     assert attn.out_proj.weight.is_contiguous()  # square: left alone
-    fused = attn._fused[0]  # W_query, W_key, W_value: views of one (in, 3 out) buffer
+    fused = decoding.fused_weight(attn)  # W_query, W_key, W_value: views of one (in, 3 out) buffer
     assert fused.shape == (3 * 32 if family == "gpt" else 32 + 2 * 16, 32)
     assert attn.W_key.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     if model.cfg.tie_embeddings:
@@ -160,13 +161,13 @@ def test_decoding_layout_puts_the_long_axis_in_memory_order_only(family):
     assert all(torch.equal(values[k], v) for k, v in model.state_dict().items())
     assert torch.allclose(model(IDS), before, atol=1e-5)
     model.load_state_dict({k: v + 1 for k, v in values.items()})  # ordinary, writable
-    assert attn._fused_ok() and torch.equal(attn.W_key.weight, values["blocks.0.attn.W_key.weight"] + 1)
+    assert decoding.fused_ok(attn) and torch.equal(attn.W_key.weight, values["blocks.0.attn.W_key.weight"] + 1)
     model.blocks[0].attn.W_value.weight.data = torch.zeros_like(attn.W_value.weight)
-    assert not attn._fused_ok()  # a reassigned parameter: back to three products
-    attn.fuse_qkv()
-    assert attn._fused_ok()
+    assert not decoding.fused_ok(attn)  # a reassigned parameter: back to three products
+    decoding.fuse_qkv(attn)
+    assert decoding.fused_ok(attn)
     attn.W_key.weight = torch.nn.Parameter(attn.W_key.weight.detach().clone())
-    assert not attn._fused_ok()  # so is a replaced one
+    assert not decoding.fused_ok(attn)  # so is a replaced one
     with model.record(["blocks.0.attn.v"]) as trace:
         model(IDS)
     assert (trace["blocks.0.attn.v"] == 0).all()
@@ -189,7 +190,7 @@ def test_step_is_forward_for_one_cached_token(family, layout):
     cfg = CAUSAL_WITH_HEAD[family]
     model = build_model(cfg, seed=8)
     if layout:
-        model.decoding_layout()
+        decoding.decoding_layout(model)
     ids = IDS[0].tolist()
     full = model(IDS)[0]  # (T, V)
     with torch.inference_mode():
@@ -197,7 +198,7 @@ def test_step_is_forward_for_one_cached_token(family, layout):
         model(IDS[:, :3], cache=caches[0])
         model(IDS[:, :3], cache=caches[1])
         for t in range(3, len(ids)):
-            stepped = model.step(ids[t], caches[0])
+            stepped = decoding.step(model, ids[t], caches[0])
             forwarded = model(IDS[:, t:t + 1], cache=caches[1], keep=None, head="last")[0, -1]
             assert caches[0].length == caches[1].length == t + 1
             assert torch.equal(stepped, forwarded)

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import ConfigError, InputTextError, RangeError, UsageError
+from . import decoding
 from .model import KVCache, Transformer
 from .trace import Result, Trace, check_globs
 
@@ -171,7 +172,7 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
     """Logits (V,) of the last position, how many positions were fed, and the context.
 
     With a cache, feed only what it lacks; a single new token may see every cached key,
-    so it needs no mask (and, when nothing is recorded, goes through Transformer.step,
+    so it needs no mask (and, when nothing is recorded, goes through decoding.step,
     forward's arithmetic without its taps and module calls). Past the context length,
     recompute the cropped window uncached.
     """
@@ -179,8 +180,8 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
     window_start = max(0, len(ids) - C)
     if cache is not None and window_start == 0:
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
-        if len(new) == 1 and not model.recording:  # the lean path, same numbers
-            logits = model.step(new[0], cache)
+        if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
+            logits = decoding.step(model, new[0], cache)
             return logits, 1, cache.length
         keep = None if len(new) == 1 else "auto"
         logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
@@ -191,7 +192,7 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
 
 
 # From this many new tokens on, decoding first stores the weights in the layout that
-# one-token steps read fastest (Transformer.decoding_layout). For gpt124m on one CPU
+# one-token steps read fastest (decoding.decoding_layout). For gpt124m on one CPU
 # thread the copies cost ~0.3 s and save ~9 ms per step, so a 32-token run about breaks
 # even and longer ones gain; the model keeps the layout for later calls.
 LONG_GENERATION = 32
@@ -219,7 +220,7 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
         # normal tensors even when the caller is in inference mode: they become the
         # model's weights for good
         with torch.inference_mode(False), torch.no_grad():
-            model.decoding_layout()
+            decoding.decoding_layout(model)
     out = Decoded(ids=ids, cache_used=use_cache)
     with torch.inference_mode():
         for i in range(max_new_tokens):

@@ -40,7 +40,7 @@ class Tap(nn.Module):
             self.trace.add(self.name, x[0].detach(), self.dims)
         return x
 
-    # A decoding step passes ~250 taps: skip nn.Module's hook machinery (taps have no hooks)
+    # A forward passes ~25 taps per block: skip nn.Module's hook machinery (taps have no hooks)
     __call__ = forward
 
     def lazy(self, compute, shape: Sequence[int]) -> None:
@@ -279,76 +279,17 @@ class Attention(nn.Module):
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
         self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
         self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", "C"), Tap("T", "C")
-        self._fused: tuple | None = None  # set by fuse_qkv
-
-    def fuse_qkv(self) -> bool:
-        """Put W_query, W_key and W_value (and their biases) side by side in one (in,
-        out_q + out_k + out_v) buffer, the three parameters becoming views of it: one
-        matrix-vector product per decoding step instead of three. Names, shapes and
-        values stay; the views show nn.Linear's (out, in) shape."""
-        lins = (self.W_query, self.W_key, self.W_value)
-        if self._fused_ok():
-            return True
-        if any(lin.weight.is_meta for lin in lins):
-            return False
-        outs = [lin.out_features for lin in lins]
-        weight = self.W_query.weight.new_empty(self.W_query.in_features, sum(outs))
-        bias = self.W_query.weight.new_empty(sum(outs)) if self.W_query.bias is not None else None
-        start = 0
-        for lin, n in zip(lins, outs):
-            part = weight[:, start:start + n]
-            part.copy_(lin.weight.data.t())
-            lin.weight.data = part.t()
-            if bias is not None:
-                bias[start:start + n].copy_(lin.bias.data)
-                lin.bias.data = bias[start:start + n]
-            start += n
-        # what _fused_ok compares: each parameter's current tensor, looked up in its
-        # module's own table (a replaced Parameter object shows there), and its address
-        checks = tuple((lin._parameters, key, None if p is None else p.data_ptr())
-                       for lin in lins for key, p in lin._parameters.items())
-        self._fused = (weight.t(), bias, outs, checks)  # weight.t(): (out, in), as F.linear takes
-        return True
-
-    def _fused_ok(self) -> bool:
-        """The three parameters are still the fused buffer's views (nobody reassigned one;
-        in-place writes, as load_state_dict makes, land in the buffer)."""
-        if self._fused is None:
-            return False
-        for params, key, ptr in self._fused[3]:
-            p = params.get(key)
-            if (None if p is None else p.data_ptr()) != ptr:
-                return False
-        return True
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
-        if kv_x is None and self._fused is not None and self._fused_ok():
-            weight, bias, outs = self._fused[:3]
-            return F.linear(x, weight, bias).split(outs, dim=-1)
         kv_x = x if kv_x is None else kv_x
-        return _linear(self.W_query, x), _linear(self.W_key, kv_x), _linear(self.W_value, kv_x)
-
-    def step(self, x: torch.Tensor, cache: KVCache, start: int,
-             angles: torch.Tensor | None) -> torch.Tensor:
-        """forward() for one new position (x: (1, C)) that may see every cached key:
-        the same operations without taps or a mask."""
-        D = self.head_dim
-        q, k, v = self._project(x)
-        queries = q.view(1, self.n_heads, 1, D)
-        keys, values = k.view(1, self.n_kv_heads, 1, D), v.view(1, self.n_kv_heads, 1, D)
-        if angles is not None:
-            queries, keys = apply_rope(queries, angles), apply_rope(keys, angles)
-        keys, values = cache.append(self.layer, keys, values, start)
-        context = F.scaled_dot_product_attention(queries, self._share_kv(keys),
-                                                 self._share_kv(values))
-        return _linear(self.out_proj, context.reshape(1, -1))
+        return self.W_query(x), self.W_key(kv_x), self.W_value(kv_x)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, D)
 
-    def _share_kv(self, x: torch.Tensor) -> torch.Tensor:
+    def share_kv(self, x: torch.Tensor) -> torch.Tensor:
         # grouped-query attention: query head h reads key/value head h // group
         group = self.n_heads // self.n_kv_heads
         return x if group == 1 else x.repeat_interleave(group, dim=1)
@@ -368,12 +309,12 @@ class Attention(nn.Module):
         if q_angles is not None:  # rotary: record q and k before and after the rotation
             self.q(queries)
             if self.k.on:
-                self.k(self._share_kv(keys))
+                self.k(self.share_kv(keys))
             queries = self.q_rot(apply_rope(queries, q_angles))
             keys = apply_rope(keys, k_angles)
         if cache is not None:
             keys, values = cache.append(self.layer, keys, values, start)
-        keys, values = self._share_kv(keys), self._share_kv(values)  # (B, H, S, D)
+        keys, values = self.share_kv(keys), self.share_kv(values)  # (B, H, S, D)
         if q_angles is None:
             self.q(queries)
             self.k(keys)
@@ -416,23 +357,15 @@ class FeedForward(nn.Module):
             act = self.act(F.silu(gate) * self.up(self.fc1(x)))
         else:
             hidden = self.hidden(self.fc1(x))  # (B, T, F)
-            act = self.act(self._activate(hidden))
+            act = self.act(self.activate(hidden))
         return self.out(self.fc2(act))
 
-    def _activate(self, hidden: torch.Tensor) -> torch.Tensor:
+    def activate(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.activation == "relu":
             return F.relu(hidden)
         if self.activation == "gelu":
             return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT
         return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004
-
-    def step(self, x: torch.Tensor) -> torch.Tensor:
-        """forward() without taps."""
-        if self.activation == "swiglu":
-            act = F.silu(_linear(self.gate_proj, x)) * _linear(self.fc1, x)
-        else:
-            act = self._activate(_linear(self.fc1, x))
-        return _linear(self.fc2, act)
 
 
 # -- block and model ----------------------------------------------------------------
@@ -453,14 +386,6 @@ class Block(nn.Module):
             return self.resid_out(self.ln2(x + self.ffn(x)))
         x = self.resid_mid(x + self.attn(self.ln1(x), keep, **attn_kw))
         return self.resid_out(x + self.ffn(self.ln2(x)))
-
-    def step(self, x: torch.Tensor, cache: KVCache, start: int,
-             angles: torch.Tensor | None) -> torch.Tensor:
-        if self.post_ln:
-            x = self.ln1.fused(x + self.attn.step(x, cache, start, angles))
-            return self.ln2.fused(x + self.ffn.step(x))
-        x = x + self.attn.step(self.ln1.fused(x), cache, start, angles)
-        return x + self.ffn.step(self.ln2.fused(x))
 
 
 class Transformer(nn.Module):
@@ -490,39 +415,8 @@ class Transformer(nn.Module):
                 module.name = name
                 self.taps[name] = module
 
-    def decoding_layout(self) -> "Transformer":
-        """Store each Linear weight with its longer axis contiguous in memory; shapes,
-        names and values stay nn.Linear's (out, in).
-
-        A decoding step multiplies every weight by one vector, and on CPU that product
-        runs fastest along the long axis (measured, one thread, gpt124m): the head
-        (50257, 768) takes 16.3 ms per token as (out, in) and 10.2 ms stored (in, out);
-        fc1 (3072, 768) 11.6 vs 8.9 ms for all 12 layers; fc2 (768, 3072) is the other
-        way round (9.0 vs 11.5 ms), and square weights do not care. The copies cost about
-        0.3 s for gpt124m (what ~30 decoding steps save), so `decode` asks for this layout
-        only for longer generations. Idempotent; a head tied to the embedding keeps the
-        embedding's layout. Call outside inference mode, or the weights become inference
-        tensors that a later load_state_dict could not write."""
-        fused: set[nn.Module] = set()
-        for module in self.modules():  # each Attention comes before its own Linears
-            if isinstance(module, Attention) and module.fuse_qkv():
-                # its (in, out_q + out_k + out_v) buffer has the long axis in order already
-                fused.update((module.W_query, module.W_key, module.W_value))
-            if not isinstance(module, nn.Linear) or module.weight.is_meta or module in fused:
-                continue
-            if module is getattr(self, "lm_head", None) and self.cfg.tie_embeddings:
-                continue
-            w = module.weight.data
-            n_out, n_in = w.shape
-            if n_out > n_in and w.stride() != (1, n_out):  # want (in, out) in memory
-                # a contiguous destination and a transposed source: torch's blocked copy
-                module.weight.data = w.new_empty(n_in, n_out).copy_(w.t()).t()
-            elif n_in > n_out and not w.is_contiguous():  # want (out, in)
-                module.weight.data = w.contiguous()
-        return self
-
     # -- recording --------------------------------------------------------------------
-    recording = 0  # open record() blocks; step() records nothing, so it needs 0
+    recording = 0  # open record() blocks; decoding.step records nothing, so it needs 0
 
     def tap_names(self) -> list[str]:
         return list(self.taps)
@@ -601,43 +495,6 @@ class Transformer(nn.Module):
         if head == "last":
             x = x[:, -1:]
         return self.logits(self.lm_head(x))
-
-    def step(self, token: int, cache: KVCache) -> torch.Tensor:
-        """Logits (V,) of one new token after the cached positions: what
-        forward([[token]], cache=cache, keep=None, head="last") computes, with the same
-        operations on (1, C) rows, but without taps, masks or module calls. A decoding
-        step spends ~200 small operations beside its matrix-vector products, and at
-        10-60 us each on CPU the machinery around them counts. Needs a causal model with
-        a head, and no record() open."""
-        cfg, start = self.cfg, cache.length
-        if start + 1 > cfg.context_length:
-            raise ValueError(f"{start + 1} positions exceed the context length "
-                             f"{cfg.context_length}")
-        embed = self.embed
-        x = embed.tok_emb.weight[token]  # (C,)
-        if cfg.positional == "learned":
-            x = x + embed.pos_emb.weight[start]
-        elif cfg.positional == "sinusoidal":
-            x = x + embed.pe[start]
-        if cfg.token_types:
-            x = x + embed.type_emb.weight[0]
-        x = x[None]  # (1, C)
-        if embed.ln is not None:
-            x = embed.ln.fused(x)
-        angles = None
-        if cfg.positional == "rope":
-            angles = rope_angles(torch.tensor([start]), cfg.head_dim, cfg.rope_theta)
-        for block in self.blocks:
-            x = block.step(x, cache, start, angles)
-        cache.length = start + 1
-        if self.ln_f is not None:
-            x = self.ln_f.fused(x)
-        return _linear(self.lm_head, x)[0]
-
-
-def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """A Linear's product without nn.Module's call machinery (tfx sets no hooks)."""
-    return F.linear(x, module.weight, module.bias)
 
 
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,
