@@ -99,6 +99,15 @@ def test_same_seed_same_sample():
     assert runs[0] == runs[1] and runs[0] != runs[2]
 
 
+@pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-30])
+def test_tiny_temperature_is_the_argmax_not_nan(temperature):
+    # logits / 1e-320 overflowed to +inf and softmax gave NaN (found by the CLI fuzzer)
+    logits = torch.tensor([1.0, 3.0, 2.0, -4.0])
+    probs, kept = filter_logits(logits, Sampling(temperature=temperature))
+    assert probs.tolist() == [0.0, 1.0, 0.0, 0.0] and kept.all()
+    assert choose(logits, Sampling(temperature=temperature), torch.Generator())[0] == 1
+
+
 def test_top_k_keeps_ties():
     logits = torch.tensor([1.0, 3.0, 2.0, 3.0, 2.0, 0.0])
     assert top_k_mask(logits, 2).tolist() == [False, True, False, True, False, False]

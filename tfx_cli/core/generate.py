@@ -90,12 +90,18 @@ def top_p_mask(probs: torch.Tensor, p: float | None) -> torch.Tensor:
     return probs >= threshold
 
 
+def _divide(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T with the largest logit moved to 0 first: the same softmax, and a tiny
+    T (1e-320) sends the others to -inf instead of the largest to +inf (which made NaN)."""
+    return (logits - logits.max()) / temperature
+
+
 def tempered_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T) in float64; T = 0 puts all mass on the argmax."""
     logits = logits.double()
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(), logits.shape[-1]).double()
-    return torch.softmax(logits / temperature, dim=-1)
+    return torch.softmax(_divide(logits, temperature), dim=-1)
 
 
 def filter_logits(logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,7 +113,7 @@ def filter_logits(logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tenso
     logits = logits.double()
     kept = top_k_mask(logits, sampling.top_k)
     judge_t = sampling.temperature or 1.0
-    probs = torch.softmax(logits.masked_fill(~kept, float("-inf")) / judge_t, dim=-1)
+    probs = torch.softmax(_divide(logits.masked_fill(~kept, float("-inf")), judge_t), dim=-1)
     kept &= top_p_mask(probs, sampling.top_p)
     if sampling.greedy:
         return tempered_probs(logits, 0), kept
