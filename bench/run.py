@@ -374,7 +374,7 @@ print([tuple(a.shape) for a in attentions][0])
 def text_ids(text: str) -> list[int]:
     from tfx_cli.core.tokenizers import get_tokenizer
 
-    return get_tokenizer("gpt2", default="gpt2", corpus_text=None, corpus_path=None).encode(text)
+    return get_tokenizer("gpt2").encode(text)
 
 
 def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list[Case]:

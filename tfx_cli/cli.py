@@ -2,7 +2,7 @@
 
 Importing this module must stay cheap (no torch, no command module): a command's module is
 imported, and its click command built, only when that command runs; `tfx --help` lists
-the commands from the registry in commands/__init__.py without loading any of them.
+the commands from tfx_cli/registry.py without loading any of them.
 """
 import difflib
 import importlib
@@ -43,16 +43,14 @@ def _quiet_broken_pipe() -> None:
 
 def _build_command(name: str):
     """The click command for `name`, built from its module on first use (None if unknown)."""
-    from .commands import COMMANDS
+    from .registry import find
 
-    for command, module_name, func_name, _ in COMMANDS:
-        if command == name:
-            break
-    else:
+    entry = find(name)
+    if entry is None:
         return None
-    module = importlib.import_module(f"tfx_cli.commands.{module_name}")
+    module = importlib.import_module(f"tfx_cli.commands.{entry.module}")
     one = typer.Typer(**APP_SETTINGS)
-    one.command(name, cls=TfxCommand)(getattr(module, func_name))
+    one.command(name, cls=TfxCommand)(getattr(module, entry.func))
     return typer.main.get_command(one)
 
 
@@ -90,9 +88,9 @@ class TfxGroup(TyperGroup):
             _quiet_broken_pipe()
 
     def list_commands(self, ctx):
-        from .commands import COMMANDS
+        from .registry import COMMANDS
 
-        return [name for name, *_ in COMMANDS]
+        return [command.name for command in COMMANDS]
 
     def get_command(self, ctx, cmd_name):
         if cmd_name not in self.commands:
@@ -115,7 +113,7 @@ class TfxGroup(TyperGroup):
             raise
 
     def format_help(self, ctx, formatter):
-        from .commands import COMMANDS
+        from .registry import COMMANDS
         from .render.grouphelp import group_help
 
         options = []
@@ -127,7 +125,7 @@ class TfxGroup(TyperGroup):
                             ", ".join(n for n in names if not n.startswith("--")),
                             param.help or ""))
         formatter.write(group_help(ctx.command_path, self.help or "", options,
-                                   [(name, summary) for name, _, _, summary in COMMANDS]))
+                                   [(c.name, c.summary) for c in COMMANDS]))
 
     def invoke(self, ctx):
         # Typer turns a closed stdout into a silent exit 1 before main() below sees it;

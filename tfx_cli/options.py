@@ -2,7 +2,8 @@
 
 Every command that runs the model takes the same dozen options (--config, --weights,
 --seed, the size overrides, --tokenizer ...). They are declared once here; `@model_command`
-adds them to a command's signature and hands the command one `ModelSpec`.
+adds them to a command's signature and hands the command the model options as the
+keyword arguments `tfx_cli.api` takes.
 
 Command modules must not use `from __future__ import annotations`: Typer reads the real
 annotation objects.
@@ -10,9 +11,8 @@ annotation objects.
 import functools
 import inspect
 import sys
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Optional, get_type_hints
+from typing import Annotated, List, Optional, get_type_hints
 
 import typer
 
@@ -35,79 +35,66 @@ TruncateOpt = Annotated[bool, typer.Option(
     "--truncate", help="Keep the last context-length tokens of a longer text (as LLMs-from-scratch's "
     "generate crops its context); without it a text longer than the context is an error.")]
 
-
 SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
 
+# The model options, one type each, shared by every command that names a model.
+ConfigOpt = Annotated[Optional[str], typer.Option(
+    "--config", "-c", help="Preset name (see `tfx configs`) or a JSON config file. "
+    "Default: gpt124m.", show_default=False, rich_help_panel="Model")]
+WeightsOpt = Annotated[Optional[str], typer.Option(
+    "--weights", "-w", help="Real weights: an HF folder, a .gguf file, a nanoGPT ckpt.pt, or "
+    "an alias (minilm, smollm2). Brings its own architecture and tokenizer.",
+    show_default=False, rich_help_panel="Model")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights (and sampling).",
+                                      min=0, max=SEED_MAX, rich_help_panel="Model")]
+HeadsOpt = Annotated[Optional[int], typer.Option(
+    "--heads", min=1, help="Override the head count.", show_default=False,
+    rich_help_panel="Model")]
+LayersOpt = Annotated[Optional[int], typer.Option(
+    "--layers", min=1, help="Override the layer count.", show_default=False,
+    rich_help_panel="Model")]
+DModelOpt = Annotated[Optional[int], typer.Option(
+    "--d-model", min=1, help="Override d_model (d_ff follows when it was 4 × d_model).",
+    show_default=False, rich_help_panel="Model")]
+ContextOpt = Annotated[Optional[int], typer.Option(
+    "--context", min=1, help="Override the context length.", show_default=False,
+    rich_help_panel="Model")]
+TokenizerOpt = Annotated[Optional[str], typer.Option(
+    "--tokenizer", "-t", help="word, char, byte, gpt2, minilm, smollm2, or a tokenizer.json "
+    "path (or a folder holding one). Default: the config's. Not with --weights.",
+    show_default=False, rich_help_panel="Model")]
+CorpusOpt = Annotated[Optional[Path], typer.Option(
+    "--corpus", help="Text file whose words (or characters) form the word (char) "
+    "vocabulary. Default: the seeds' sentences (tfx_cli/data/corpus.txt).",
+    show_default=False, rich_help_panel="Model")]
+NoCacheWeightsOpt = Annotated[bool, typer.Option(
+    "--no-cache-weights", help="Do not read or write the dequantised-weights cache.",
+    rich_help_panel="Model")]
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the user asked for: which model, which weights, which tokenizer."""
-
-    config: Optional[str] = None
-    weights: Optional[str] = None
-    seed: int = 123
-    heads: Optional[int] = None
-    layers: Optional[int] = None
-    d_model: Optional[int] = None
-    context: Optional[int] = None
-    tokenizer: Optional[str] = None
-    corpus: Optional[Path] = None
-    no_cache_weights: bool = False
-    force: bool = False
-
-    @property
-    def overrides(self) -> dict:
-        return {"heads": self.heads, "layers": self.layers, "d_model": self.d_model,
-                "context": self.context}
-
-
-_MODEL_OPTIONS = {
-    "config": (Optional[str], typer.Option(
-        "--config", "-c", help="Preset name (see `tfx configs`) or a JSON config file. "
-        "Default: gpt124m.", show_default=False, rich_help_panel="Model")),
-    "weights": (Optional[str], typer.Option(
-        "--weights", "-w", help="Real weights: an HF folder, a .gguf file, a nanoGPT ckpt.pt, "
-        "or an alias (minilm, smollm2).", show_default=False, rich_help_panel="Model")),
-    "seed": (int, typer.Option("--seed", help="Seed for random weights (and sampling).",
-                               min=0, max=SEED_MAX, rich_help_panel="Model")),
-    "heads": (Optional[int], typer.Option("--heads", min=1, help="Override the head count.",
-                                          show_default=False, rich_help_panel="Model")),
-    "layers": (Optional[int], typer.Option("--layers", min=1, help="Override the layer count.",
-                                           show_default=False, rich_help_panel="Model")),
-    "d_model": (Optional[int], typer.Option("--d-model", min=1, help="Override d_model.",
-                                            show_default=False, rich_help_panel="Model")),
-    "context": (Optional[int], typer.Option("--context", min=1,
-                                            help="Override the context length.",
-                                            show_default=False, rich_help_panel="Model")),
-    "tokenizer": (Optional[str], typer.Option(
-        "--tokenizer", "-t", help="word, char, byte, gpt2, or a tokenizer.json path. "
-        "Default: the config's.", show_default=False, rich_help_panel="Model")),
-    "corpus": (Optional[Path], typer.Option(
-        "--corpus", help="Text file whose words form the word tokenizer's vocabulary "
-        "(default: the input text).", show_default=False, rich_help_panel="Model")),
-    "encoding": (str, typer.Option(
-        "--encoding", help="Encoding of text read from stdin ('-').", rich_help_panel="Input")),
-    "no_cache_weights": (bool, typer.Option(
-        "--no-cache-weights", help="Do not read or write the dequantised-weights cache.",
-        rich_help_panel="Model")),
-}
-_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
-_DEFAULTS["encoding"] = "utf-8"
-_INPUT = {"encoding": "utf-8"}  # set per invocation by @model_command, read by read_text
+_MODEL_OPTIONS = {"config": ConfigOpt, "weights": WeightsOpt, "seed": SeedOpt,
+                  "heads": HeadsOpt, "layers": LayersOpt, "d_model": DModelOpt,
+                  "context": ContextOpt, "tokenizer": TokenizerOpt, "corpus": CorpusOpt,
+                  "encoding": EncodingOpt, "no_cache_weights": NoCacheWeightsOpt}
+_DEFAULTS = {"config": None, "weights": None, "seed": 123, "heads": None, "layers": None,
+             "d_model": None, "context": None, "tokenizer": None, "corpus": None,
+             "encoding": "utf-8", "no_cache_weights": False}
 
 
 def model_command(fn):
-    """Add the shared model options to `fn`'s CLI signature; call it with `spec=ModelSpec`.
+    """Add the shared model options to `fn`'s CLI signature. `fn` is called with
+    `model=` (a dict of the model options, as `tfx_cli.api` takes them, with the stderr
+    progress bar for loading weights) and `encoding=` (for text read from stdin).
 
-    If `fn` has its own `force` parameter, it also lands in the spec (so --force covers
-    both overwriting files and the memory check).
+    If `fn` has its own `force` parameter, it also lands in the model options (so
+    --force covers both overwriting files and the memory check).
     """
     hints = get_type_hints(fn, include_extras=True)
     own = [p.replace(annotation=hints.get(p.name, p.annotation))
-           for p in inspect.signature(fn).parameters.values() if p.name != "spec"]
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                               annotation=Annotated[typ, opt], default=_DEFAULTS[name])
-             for name, (typ, opt) in _MODEL_OPTIONS.items()]
+           for p in inspect.signature(fn).parameters.values()
+           if p.name not in ("model", "encoding")]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                               default=_DEFAULTS[name])
+             for name, annotation in _MODEL_OPTIONS.items()]
     own_force = any(p.name == "force" for p in own)
     if not own_force:
         extra.append(inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False,
@@ -117,17 +104,13 @@ def model_command(fn):
 
     @functools.wraps(fn)
     def wrapper(**kwargs):
-        spec_args = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
-        _INPUT["encoding"] = spec_args.pop("encoding")
-        spec_args["force"] = kwargs["force"] if own_force else kwargs.pop("force")
-        if spec_args["weights"]:
-            # loading real weights can take seconds: show progress on stderr (the core
-            # module stays torch-free on import and never prints itself)
-            from .core import weights
-            from .render.emit import progress
+        from .render.emit import progress
 
-            weights.default_progress = progress
-        return fn(spec=ModelSpec(**spec_args), **kwargs)
+        model = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
+        encoding = model.pop("encoding")
+        model["force"] = kwargs["force"] if own_force else kwargs.pop("force")
+        model["progress"] = progress  # loading real weights can take seconds
+        return fn(model=model, encoding=encoding, **kwargs)
 
     del wrapper.__wrapped__  # Typer must see the new signature, not fn's
     wrapper.__signature__ = inspect.Signature(own + extra)
@@ -135,9 +118,13 @@ def model_command(fn):
     return wrapper
 
 
-def read_text(text: Optional[str], *, encoding: Optional[str] = None, what: str = "text") -> str:
+def split_list(values: Optional[List[str]]) -> List[str]:
+    """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]."""
+    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text") -> str:
     """The TEXT argument, or standard input for '-'. Empty text is an error."""
-    encoding = encoding or _INPUT["encoding"]
     if text is None:
         raise InputTextError(f"no {what} given; pass it as an argument or '-' to read stdin")
     if text == "-":

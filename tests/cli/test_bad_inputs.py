@@ -498,9 +498,9 @@ def test_process_rows_have_their_tests():
 
 def test_cases_cover_every_command_and_error_class():
     commands = {c.args[0] for c in CASES}
-    from tfx_cli.commands import COMMANDS
+    from tfx_cli.registry import COMMANDS
 
-    missing = {name for name, *_ in COMMANDS} - commands - {"configs"}
+    missing = {c.name for c in COMMANDS} - commands - {"configs"}
     assert not missing, missing  # configs takes no input beyond --json
     raised = {c.error for c in CASES}
     catalogue = {cls.__name__ for cls in errors.CATALOGUE}
@@ -512,11 +512,14 @@ WORDS = " ".join(f"w{i}" for i in range(100))  # 100 distinct tokens, context 64
 
 @pytest.mark.parametrize("command", ["embed", "posenc", "attend", "layernorm", "ffn",
                                      "trace", "lens", "generate", "next"])
-def test_truncate_keeps_the_last_tokens(command):
+def test_truncate_keeps_the_last_tokens(command, tmp_path):
     """The fix the long-text messages offer: --truncate keeps the last 64 of 100 tokens
     (generate and next keep the whole prompt in the envelope and read its last 64)."""
     extra = ["-n", "1"] if command == "generate" else []
-    result = CliRunner().invoke(app, [command, WORDS, *TOY, "--truncate", "--json", *extra],
+    corpus = tmp_path / "words.txt"
+    corpus.write_text(WORDS)  # a vocabulary that knows every word
+    result = CliRunner().invoke(app, [command, WORDS, *TOY, "--corpus", str(corpus),
+                                      "--truncate", "--json", *extra],
                                 env={"TFX_QUIET": "1"})
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)

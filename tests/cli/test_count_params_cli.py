@@ -142,14 +142,13 @@ def test_terminal_view():
 def test_views_fit_80_columns():
     from tfx_cli.core.config import resolve_config
     from tfx_cli.core.params import analyse
-    from tfx_cli.core.trace import Result
+    from tfx_cli.core.results import ModelInfo
     from tfx_cli.render.view_params import count_params_view
 
     cfg = resolve_config("gpt2-xl")
     buf = io.StringIO()
     console = Console(width=80, file=buf, no_color=True)
-    count_params_view(Result("count-params", model={**cfg.to_dict(), "config": "gpt2-xl"},
-                             result=analyse(cfg, 64)), console)
+    count_params_view(analyse(cfg, 64, model=ModelInfo(config="gpt2-xl", cfg=cfg)), console)
     out = buf.getvalue()
     assert "1,557,611,200" in out and "blocks.{i} × 48" in out
     assert "attn.W_query.weight" in out  # names are never folded

@@ -128,7 +128,7 @@ def test_book_ids():
 
 # -- next ----------------------------------------------------------------------------
 def test_next_json():
-    r = doc("next", "Hello, I am", *SMALL, "--temperature", "0.5", "--top-k", 2, "-k", 4)["result"]
+    r = doc("next", "Hello, I am", *SMALL, "--temperature", "0.5", "--top-k", 2, "--candidates", 4)["result"]
     assert [c["rank"] for c in r["candidates"]] == [1, 2, 3, 4]
     assert [c["kept"] for c in r["candidates"]] == [True, True, False, False]
     assert r["greedy"]["id"] == r["candidates"][0]["id"]
@@ -174,9 +174,8 @@ def gpt2_folder(path, **kw):
 def test_seed_moves_sampling_only(tmp_path):
     """With real weights the seed only drives sampling: greedy ignores it entirely."""
     folder = tmp_path / "tiny-gpt2"
-    gpt2_folder(folder, vocab_size=256)  # the byte tokenizer's size
-    base = ["generate", "Hello", "-n", 8, "--weights", folder, "--tokenizer", "byte",
-            "--no-cache-weights"]
+    gpt2_folder(folder, vocab_size=256)  # with a byte-level tokenizer.json of its size
+    base = ["generate", "Hello", "-n", 8, "--weights", folder, "--no-cache-weights"]
     greedy = [doc(*base, "--seed", s)["result"]["ids"] for s in (1, 2)]
     assert greedy[0] == greedy[1]
     sampled = [doc(*base, "--temperature", 3, "--seed", s)["result"]["ids"] for s in (1, 1, 2)]
@@ -184,7 +183,11 @@ def test_seed_moves_sampling_only(tmp_path):
 
 
 def test_tokenizer_smaller_than_the_head_is_refused(tmp_path):
+    # a random 300-token table read with the 256-token byte tokenizer
+    res = run("generate", "Hi", "--config", "gpt124m", "--layers", "1", "--d-model", "8",
+              "--heads", "2", "--tokenizer", "byte", "-n", "1")
+    assert res.exit_code == 0  # --tokenizer sizes a random table: 256 rows
     gpt2_folder(tmp_path / "tiny", vocab_size=300)
-    res = run("generate", "Hi", "--weights", tmp_path / "tiny", "--tokenizer", "byte",
-              "--no-cache-weights")
-    assert_usage_error(res, "300", "256", "--tokenizer")
+    (tmp_path / "tiny" / "tokenizer.json").unlink()  # a checkpoint without its tokenizer
+    res = run("generate", "Hi", "--weights", tmp_path / "tiny", "--no-cache-weights")
+    assert_usage_error(res, "token id", "outside the model's vocabulary of 300")

@@ -9,10 +9,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tfx_cli import api
 from tfx_cli.cli import app
-from tfx_cli.core import stages
-from tfx_cli.options import ModelSpec
-from tfx_cli.render import view_stages
+from tfx_cli.render import matrix, view_stages
 from tfx_cli.render.emit import ViewOptions, emit
 from tfx_cli.render.views import render
 
@@ -132,33 +131,35 @@ def test_trace_logits_match_the_reference_gpt():
 def drawn_arrays(result, monkeypatch, **opts):
     """Render `result` and return the (title, array) of every table the view drew."""
     seen = []
-    for fn in ("matrix_table", "vector_table"):
-        original = getattr(view_stages, fn)
+    for module, fn in ((matrix, "matrix_table"), (matrix, "vector_table"),
+                       (view_stages, "matrix_table")):
+        original = getattr(module, fn)
 
         def spy(array, *args, _original=original, **kw):
             seen.append((kw.get("title", ""), array))
             return _original(array, *args, **kw)
 
-        monkeypatch.setattr(view_stages, fn, spy)
+        monkeypatch.setattr(module, fn, spy)
     console = Console(file=io.StringIO(), width=80)
     render(result, console, ViewOptions(**opts))
     return seen, console.file.getvalue()
 
 
-@pytest.mark.parametrize("make, show", [
-    (lambda: stages.attend(ModelSpec(config="toy"), SENTENCE), ()),
-    (lambda: stages.attend(ModelSpec(config="toy"), SENTENCE, head=1),
-     ("q", "k", "v", "scores", "scaled", "masked", "pattern", "context", "out")),
-    (lambda: stages.embed(ModelSpec(config="toy"), SENTENCE), ()),
-    (lambda: stages.ffn(ModelSpec(config="toy"), SENTENCE), ()),
-    (lambda: stages.layernorm(ModelSpec(config="toy"), SENTENCE), ()),
-    (lambda: stages.posenc(ModelSpec(config="toy"), SENTENCE), ()),
+@pytest.mark.parametrize("make", [
+    lambda: api.attend(SENTENCE, config="toy"),
+    lambda: api.attend(SENTENCE, config="toy", head=1,
+                       show=["q", "k", "v", "scores", "scaled", "masked", "pattern",
+                             "context", "out"]),
+    lambda: api.embed(SENTENCE, config="toy"),
+    lambda: api.ffn(SENTENCE, config="toy"),
+    lambda: api.layernorm(SENTENCE, config="toy"),
+    lambda: api.posenc(SENTENCE, config="toy"),
 ])
-def test_view_draws_the_json_tensors(make, show, monkeypatch, capsys):
+def test_view_draws_the_json_tensors(make, monkeypatch, capsys):
     result = make()
     emit(result, json=True)
     doc = json.loads(capsys.readouterr().out)
-    seen, _ = drawn_arrays(result, monkeypatch, show=show)
+    seen, _ = drawn_arrays(result, monkeypatch)
     checked = 0
     for title, array in seen:
         name = title.split()[0]
@@ -174,9 +175,12 @@ def test_view_draws_the_json_tensors(make, show, monkeypatch, capsys):
         data = np.array(doc["tensors"][name]["data"], dtype=np.float64)
         match = re.search(r"head (\d+)", title)
         if match:
-            index = result.result["heads"].index(int(match.group(1)))
+            index = result.heads.index(int(match.group(1)))
             data = data[index]
-        assert np.allclose(np.asarray(array, dtype=np.float64), data, equal_nan=True), title
+        array = np.asarray(array, dtype=np.float64)
+        if array.size == data.size:  # a vector is drawn as its (n, 1) column
+            array = array.reshape(data.shape)
+        assert np.allclose(array, data, equal_nan=True), title
         checked += 1
     assert checked
 

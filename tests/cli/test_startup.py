@@ -39,10 +39,10 @@ def test_top_level_help_loads_no_command_and_no_rich_console():
     assert code == 0
     assert not {m for m in mods if m.startswith("tfx_cli.commands.")}
     assert not {"rich.console", "numpy", "torch", "pydantic", "click"} & mods
-    from tfx_cli.commands import COMMANDS
+    from tfx_cli.registry import COMMANDS
 
-    for name, *_ in COMMANDS:  # every command is listed, by name, at the start of a row
-        assert f"│ {name} " in out
+    for command in COMMANDS:  # every command is listed, by name, at the start of a row
+        assert f"│ {command.name} " in out
     assert "\x1b[" not in out  # no styles when stdout is not a terminal
 
 
@@ -63,12 +63,12 @@ def test_registry_summaries_are_the_docstrings_first_paragraphs():
     import importlib
     import inspect
 
-    from tfx_cli.commands import COMMANDS
+    from tfx_cli.registry import COMMANDS
 
-    for name, module_name, func_name, summary in COMMANDS:
-        func = getattr(importlib.import_module(f"tfx_cli.commands.{module_name}"), func_name)
+    for c in COMMANDS:
+        func = getattr(importlib.import_module(f"tfx_cli.commands.{c.module}"), c.func)
         first = inspect.getdoc(func).split("\n\n")[0]
-        assert summary == " ".join(first.split()), name
+        assert c.summary == " ".join(first.split()), c.name
 
 
 def test_group_help_panel_fits_the_width_and_wraps_long_summaries(monkeypatch):

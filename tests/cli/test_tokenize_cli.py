@@ -50,7 +50,7 @@ def test_config_picks_the_default_tokenizer(config, tokenizer):
 
 def test_word_tokenizer_with_a_corpus_file():
     doc = run_json("When you play chess", "-t", "word", "--corpus", str(CORPUS))
-    assert doc["input"]["ids"] == [3, 4, 5, 0]
+    assert doc["input"]["ids"] == [4, 5, 6, 0]  # after <unk> <start> <end> <pad>
     assert doc["input"]["tokens"] == ["When", "you", "play", "<unk>"]
     assert doc["result"]["special_tokens"] == ["<unk>"]
     assert doc["result"]["round_trip"] is False

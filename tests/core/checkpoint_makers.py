@@ -21,8 +21,30 @@ def need(module: str, install: str) -> None:
         pytest.skip(message)
 
 
+def byte_tokenizer_json(folder, vocab_size: int) -> None:
+    """A byte-level BPE tokenizer.json of exactly `vocab_size` ids, made with `tokenizers`:
+    the 256 byte tokens (no merges; id = byte value), then unused entries, so a tiny random checkpoint
+    brings a tokenizer of its own size as real checkpoints do."""
+    need("tokenizers", "pip install tokenizers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    assert vocab_size >= 256, "a byte-level vocabulary needs the 256 byte tokens"
+    from tfx_cli.core.tokenizers import _BYTE_OF  # stand-in character -> byte value
+
+    vocab = dict(_BYTE_OF)  # id = the byte's value, as the byte tokenizer numbers them
+    for i in range(len(vocab), vocab_size):
+        vocab[f"<unused{i}>"] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+
+
 def gpt2_folder(path, *, n_layer=2, n_embd=32, n_head=4, vocab_size=1000, n_positions=64,
                 activation="gelu_new", seed=0):
+    """A random GPT2LMHeadModel saved in `path`; a vocabulary other than GPT-2's own
+    50257 gets a byte-level tokenizer.json of its size beside it."""
     need("transformers", "pip install transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -33,6 +55,8 @@ def gpt2_folder(path, *, n_layer=2, n_embd=32, n_head=4, vocab_size=1000, n_posi
     model = GPT2LMHeadModel(cfg).eval()
     _jiggle(model)
     model.save_pretrained(path)
+    if vocab_size != 50257:
+        byte_tokenizer_json(path, vocab_size)
     return model
 
 
@@ -53,6 +77,7 @@ def llama_folder(path, *, layers=2, d=64, heads=4, kv_heads=2, d_ff=96, vocab_si
     model = LlamaForCausalLM(cfg).eval()
     _jiggle(model)
     model.save_pretrained(path)
+    byte_tokenizer_json(path, vocab_size)
     return model
 
 

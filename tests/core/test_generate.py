@@ -10,17 +10,16 @@ from hypothesis import strategies as st
 
 from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.generate import (Sampling, TextTracker, check_sampling, choose, decode,
-                                   filter_logits, generate, lens, next_token, top_k_mask,
-                                   top_p_mask)
+                                   filter_logits, top_k_mask, top_p_mask)
 from tfx_cli.core.model import build_model
+from tfx_cli import api
 from tfx_cli.errors import ConfigError, RangeError, UsageError
-from tfx_cli.options import ModelSpec
 
 SMALL = ModelConfig(vocab_size=61, context_length=12, d_model=32, n_heads=4, n_layers=2)
 LLAMA = ModelConfig(vocab_size=61, context_length=12, d_model=32, n_heads=4, n_kv_heads=2,
                     n_layers=2, d_ff=48, norm="rmsnorm", activation="swiglu",
                     positional="rope", proj_bias=False, tie_embeddings=True)
-SPEC = ModelSpec(config="gpt124m", layers=2, d_model=64, heads=4, seed=5)
+SPEC = dict(config="gpt124m", layers=2, d_model=64, heads=4, seed=5)
 
 
 def simple_greedy(model, ids, new, ctx):
@@ -198,48 +197,46 @@ def test_text_tracker_holds_a_possible_stop_prefix():
 
 # -- stages --------------------------------------------------------------------------
 def test_generate_stage_result():
-    res = generate(SPEC, "Hello, I am", max_new_tokens=4, n_candidates=3)
-    r = res.result
-    assert r["prompt_ids"] == [15496, 11, 314, 716]
-    assert len(r["ids"]) == 8 and r["ids"][:4] == r["prompt_ids"]
-    assert r["text"] == "Hello, I am" + r["completion"]
-    assert [s["position"] for s in r["steps"]] == [4, 5, 6, 7]
-    assert all(len(s["candidates"]) == 3 for s in r["steps"])
-    assert r["steps"][0]["candidates"][0]["id"] == r["steps"][0]["id"]  # greedy = top 1
+    r = api.generate("Hello, I am", max_new_tokens=4, candidates=3, **SPEC)
+    assert r.prompt_ids == [15496, 11, 314, 716]
+    assert len(r.ids) == 8 and r.ids[:4] == r.prompt_ids
+    assert r.text == "Hello, I am" + r.completion
+    assert [s.position for s in r.steps] == [4, 5, 6, 7]
+    assert all(len(s.candidates) == 3 for s in r.steps)
+    assert r.steps[0].candidates[0].id == r.steps[0].id  # greedy = top 1
 
 
 def test_generate_needs_tokens_and_steps():
     with pytest.raises(UsageError):
-        generate(SPEC, "hi", max_new_tokens=0)
+        api.generate("hi", max_new_tokens=0, **SPEC)
     with pytest.raises(ConfigError):
-        generate(ModelSpec(config="minilm"), "hi", max_new_tokens=1)
+        api.generate("hi", max_new_tokens=1, config="minilm")
 
 
 def test_next_token_filters():
-    res = next_token(SPEC, "Hello, I am", sampling=Sampling(temperature=0.7, top_k=3),
-                     n_candidates=5).result
-    assert [c["kept"] for c in res["candidates"]] == [True, True, True, False, False]
-    assert res["kept_tokens"] == 3
-    assert abs(sum(c["final_prob"] for c in res["candidates"]) - 1) < 1e-9
-    probs = [c["prob"] for c in res["candidates"]]
+    res = api.next("Hello, I am", temperature=0.7, top_k=3, candidates=5, **SPEC)
+    assert [c.kept for c in res.candidates] == [True, True, True, False, False]
+    assert res.kept_tokens == 3
+    assert abs(sum(c.final_prob for c in res.candidates) - 1) < 1e-9
+    probs = [c.prob for c in res.candidates]
     assert probs == sorted(probs, reverse=True)
 
 
 @pytest.mark.parametrize("config", ["gpt124m", "toy"])
 def test_lens_last_row_is_the_output(config):
-    spec = ModelSpec(config=config, layers=2, d_model=32, heads=4)
-    res = lens(spec, "When you play game of thrones").result
-    assert res["layers"] == ["embed", "0", "1"]
-    assert res["top_ids"][-1] == res["output_top_ids"]
-    T = len(res["top_ids"][0])
-    assert all(len(row) == T - 1 for row in res["next_token_probs"])
-    assert all(0 <= p <= 1 for row in res["top_probs"] for p in row)
+    res = api.lens("When you play game of thrones", config=config, layers=2, d_model=32,
+                   heads=4)
+    assert res.layers == ["embed", "0", "1"]
+    assert res.top_ids[-1] == res.output_top_ids
+    T = len(res.top_ids[0])
+    assert all(len(row) == T - 1 for row in res.next_token_probs)
+    assert all(0 <= p <= 1 for row in res.top_probs for p in row)
 
 
 @pytest.mark.slow
 def test_book_ids_through_the_stage():
-    res = generate(ModelSpec(config="gpt124m", seed=123), "Hello, I am", max_new_tokens=6)
-    assert res.result["ids"] == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
+    res = api.generate("Hello, I am", max_new_tokens=6, config="gpt124m", seed=123)
+    assert res.ids == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
 
 
 # -- against transformers --------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_flops_gqa_swiglu_and_pooler():
 
 def test_analyse_is_plain_json():
     out = analyse(PRESETS["gpt2"], seq_len=128)
-    again = json.loads(json.dumps(out))
+    again = json.loads(json.dumps(out.to_dict()))["result"]
     assert again["total"] == 124_439_808 and again["tied"] is True
     assert again["flops_per_token"] == again["flops"]["per_token"]
     assert "2 FLOPs" in again["flops_convention"] and "T×T" in again["flops_convention"]

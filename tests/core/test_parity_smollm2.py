@@ -91,7 +91,7 @@ def test_embedded_tokenizer_gives_transformers_ids(hf):
     from tfx_cli.core.tokenizers import get_tokenizer
 
     _, tok = hf
-    ours = get_tokenizer(None, weights="smollm2")
+    ours = get_tokenizer("smollm2")
     for text in TEXTS:
         assert ours.encode(text) == tok(text)["input_ids"], text
     # SmolLM2 adds no BOS: the ids are the text's own

@@ -7,20 +7,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tfx_cli import api
 from tfx_cli.core import stages
+from tfx_cli.core.config import ModelSpec, spec_config
+from tfx_cli.core.inputs import attend_inputs
 from tfx_cli.errors import InputTextError, RangeError, SelectError
-from tfx_cli.options import ModelSpec
 
-TOY = ModelSpec(config="toy")
-SMALL = ModelSpec(layers=2, d_model=64, heads=4)  # gpt124m's shape, shrunk
-LLAMA = ModelSpec(config="smollm2-135m", layers=2, d_model=72, tokenizer="gpt2")  # 9 q / 3 kv heads
+TOY = dict(config="toy")
+SMALL = dict(layers=2, d_model=64, heads=4)  # gpt124m's shape, shrunk
+LLAMA = dict(config="smollm2-135m", layers=2, d_model=72, tokenizer="gpt2")  # 9 q / 3 kv heads
 SENTENCE = "When you play game of thrones"
 PROMPT = "Hello, I am a student of the"
 
 
 # -- posenc -----------------------------------------------------------------------------
 def test_posenc_toy_is_seed_001_formula():
-    res = stages.posenc(TOY, SENTENCE)
+    res = api.posenc(SENTENCE, **TOY)
     table = res.tensors["posenc.table"]
     assert table.shape == (6, 6) and res.tensors.dims("posenc.table") == ("T", "C")
     d = 6
@@ -31,21 +33,21 @@ def test_posenc_toy_is_seed_001_formula():
             assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-7)
     assert res.tensors["posenc.angle"][5, 1] == pytest.approx(5 / 10000 ** (2 / 6))
     # the table is the one the model adds: embed.pos of the same text
-    assert np.array_equal(table, stages.embed(TOY, SENTENCE).tensors["embed.pos"])
-    assert res.input["tokens"] == SENTENCE.split()
+    assert np.array_equal(table, api.embed(SENTENCE, **TOY).tensors["embed.pos"])
+    assert res.input.tokens == SENTENCE.split()
 
 
 def test_posenc_learned_and_rope_and_length():
-    learned = stages.posenc(SMALL, None, length=5)
-    loaded = stages.load(SMALL, text="x")
+    learned = api.posenc(length=5, **SMALL)
+    loaded = stages.load(ModelSpec(**SMALL))
     assert np.array_equal(learned.tensors["posenc.table"],
                           loaded.model.embed.pos_emb.weight[:5].numpy())
     assert learned.tensors.dims("posenc.table") == ("P", "C") and learned.input is None
 
     from tfx_cli.core.model import rope_angles
 
-    rope = stages.posenc(LLAMA, None, length=7)
-    cfg = stages.load_config(LLAMA)
+    rope = api.posenc(length=7, **LLAMA)
+    cfg = spec_config(ModelSpec(**LLAMA))
     D = cfg.head_dim
     angles = rope_angles(torch.arange(7), D, cfg.rope_theta).numpy()
     assert np.array_equal(rope.tensors["posenc.angle"], angles)
@@ -58,31 +60,31 @@ def test_posenc_learned_and_rope_and_length():
 
 def test_posenc_needs_exactly_one_of_text_and_length():
     with pytest.raises(InputTextError):
-        stages.posenc(TOY, None)
+        api.posenc(**TOY)
     with pytest.raises(InputTextError):
-        stages.posenc(TOY, "a b", length=3)
+        api.posenc("a b", length=3, **TOY)
     with pytest.raises(RangeError):
-        stages.posenc(TOY, None, length=65)
+        api.posenc(length=65, **TOY)
 
 
 # -- embed --------------------------------------------------------------------------
 def test_embed_sum_and_row_stats():
-    res = stages.embed(TOY, SENTENCE)
+    res = api.embed(SENTENCE, **TOY)
     tok, pos, out = (res.tensors[n] for n in ("embed.tok", "embed.pos", "embed.out"))
     assert np.allclose(out, tok + pos)
-    rows = res.result["rows"]["embed.out"]
-    assert np.allclose(rows["norm"], np.linalg.norm(out, axis=1), atol=1e-5)
-    assert np.allclose(rows["std"], out.std(axis=1), atol=1e-5)
+    rows = res.rows["embed.out"]
+    assert np.allclose(rows.norm, np.linalg.norm(out, axis=1), atol=1e-5)
+    assert np.allclose(rows.std, out.std(axis=1), atol=1e-5)
     assert all(name.startswith("embed.") for name in res.tensors.names())
 
 
 # -- attend -------------------------------------------------------------------------
 def test_attend_records_only_layer_and_pattern_is_a_distribution():
-    res = stages.attend(SMALL, PROMPT, layer=1)
+    res = api.attend(PROMPT, layer=1, **SMALL)
     names = res.tensors.names()
     assert names and all(name.startswith("blocks.1.attn.") for name in names)
     pattern = res.tensors["blocks.1.attn.pattern"]
-    T = len(res.input["ids"])
+    T = len(res.input.ids)
     assert pattern.shape == (4, T, T)
     assert np.abs(pattern.sum(-1) - 1).max() < 1e-6
     for i in range(T):
@@ -93,7 +95,7 @@ def test_attend_records_only_layer_and_pattern_is_a_distribution():
 
 
 def test_explicit_attention_equals_fused_through_the_model():
-    loaded = stages.load(SMALL, text=PROMPT)
+    loaded = stages.load(ModelSpec(**SMALL))
     ids = stages.encode(loaded, PROMPT)
     fused = stages.run(loaded, ids, ["blocks.1.attn.out"], stop_after=1)
     explicit = stages.run(loaded, ids, ["blocks.1.attn.out", "blocks.1.attn.pattern"],
@@ -109,56 +111,56 @@ def test_explicit_attention_equals_fused_through_the_model():
 
 
 def test_one_head_and_explain_agree_with_the_model():
-    full = stages.attend(SMALL, PROMPT, layer=0)
-    one = stages.attend(SMALL, PROMPT, layer=0, head=2, explain=True, query_pos=3)
-    assert one.tensors.shape("blocks.0.attn.pattern")[0] == 1 and one.result["heads"] == [2]
+    full = api.attend(PROMPT, layer=0, **SMALL)
+    one = api.attend(PROMPT, layer=0, head=2, explain=True, query_pos=3, **SMALL)
+    assert one.tensors.shape("blocks.0.attn.pattern")[0] == 1 and one.heads == [2]
     assert np.array_equal(one.tensors["blocks.0.attn.pattern"][0],
                           full.tensors["blocks.0.attn.pattern"][2])
-    ex = one.result["explain"]
-    assert ex["head"] == 2 and ex["query_pos"] == 3 and ex["d_k"] == 16
-    weights = np.array([k["weight"] for k in ex["keys"]])
+    ex = one.explain
+    assert ex.head == 2 and ex.query_pos == 3 and ex.d_k == 16
+    weights = np.array([k.weight for k in ex.keys])
     assert np.abs(weights - full.tensors["blocks.0.attn.pattern"][2, 3]).max() < 1e-6
-    assert ex["max_abs_diff_vs_pattern"] < 1e-6
-    assert [k["visible"] for k in ex["keys"]] == [j <= 3 for j in range(len(ex["keys"]))]
-    assert np.allclose(ex["context"], full.tensors["blocks.0.attn.context"][2, 3], atol=1e-5)
+    assert ex.max_abs_diff_vs_pattern < 1e-6
+    assert [k.visible for k in ex.keys] == [j <= 3 for j in range(len(ex.keys))]
+    assert np.allclose(ex.context, full.tensors["blocks.0.attn.context"][2, 3], atol=1e-5)
     q = full.tensors["blocks.0.attn.q"][2, 3].astype(np.float64)
     k0 = full.tensors["blocks.0.attn.k"][2, 0].astype(np.float64)
-    assert ex["keys"][0]["dot"] == pytest.approx(q @ k0, rel=1e-6)
-    assert ex["keys"][0]["scaled"] == pytest.approx(q @ k0 / 4, rel=1e-6)
-    assert math.fsum(k["exp"] for k in ex["keys"]) == pytest.approx(ex["sum_exp"])
-    default = stages.attend(SMALL, PROMPT, explain=True).result["explain"]
-    assert default["head"] == 0 and default["query_pos"] == len(one.input["ids"]) - 1
+    assert ex.keys[0].dot == pytest.approx(q @ k0, rel=1e-6)
+    assert ex.keys[0].scaled == pytest.approx(q @ k0 / 4, rel=1e-6)
+    assert math.fsum(k.exp for k in ex.keys) == pytest.approx(ex.sum_exp)
+    default = api.attend(PROMPT, explain=True, **SMALL).explain
+    assert default.head == 0 and default.query_pos == len(one.input.ids) - 1
 
 
 def test_mask_override_and_valid_lens():
-    res = stages.attend(SMALL, PROMPT, mask="none")
+    res = api.attend(PROMPT, mask="none", **SMALL)
     pattern = res.tensors["blocks.0.attn.pattern"]
-    assert (pattern[:, 0, 1:] > 0).all() and res.result["mask"] == "none"
-    padded = stages.attend(TOY, SENTENCE, valid_lens=4)
+    assert (pattern[:, 0, 1:] > 0).all() and res.mask == "none"
+    padded = api.attend(SENTENCE, valid_lens=4, **TOY)
     pattern = padded.tensors["blocks.0.attn.pattern"]
     assert (pattern[..., 4:] == 0).all() and np.abs(pattern.sum(-1) - 1).max() < 1e-6
 
 
 def test_cross_attention_of_a_text_with_itself_is_self_attention():
-    own = stages.attend(TOY, SENTENCE)
-    cross = stages.attend(TOY, SENTENCE, kv=SENTENCE)
+    own = api.attend(SENTENCE, **TOY)
+    cross = api.attend(SENTENCE, kv=SENTENCE, **TOY)
     for name in ("q", "k", "v", "pattern", "out"):
         key = f"blocks.0.attn.{name}"
         assert np.allclose(own.tensors[key], cross.tensors[key], atol=1e-6), name
-    other = stages.attend(TOY, "you win or you die", kv=SENTENCE)
+    other = api.attend("you win or you die", kv=SENTENCE, **TOY)
     assert other.tensors.shape("blocks.0.attn.pattern") == (2, 5, 6)
     assert other.tensors.shape("blocks.0.attn.k") == (2, 6, 3)
-    assert other.input["kv"]["tokens"] == SENTENCE.split()
-    assert other.result["cross_attention"] is True
-    deep = stages.attend(SMALL, "Hello there", kv=PROMPT, layer=1)
-    assert deep.tensors.shape("blocks.1.attn.pattern")[1:] == (2, len(deep.input["kv"]["ids"]))
+    assert other.input.kv.tokens == SENTENCE.split()
+    assert other.cross_attention is True
+    deep = api.attend("Hello there", kv=PROMPT, layer=1, **SMALL)
+    assert deep.tensors.shape("blocks.1.attn.pattern")[1:] == (2, len(deep.input.kv.ids))
     with pytest.raises(RangeError, match="causal"):
-        stages.attend(TOY, "you win", kv=SENTENCE, mask="causal")
+        api.attend("you win", kv=SENTENCE, mask="causal", **TOY)
 
 
 def test_gqa_groups_and_rope_taps():
-    res = stages.attend(LLAMA, PROMPT)
-    assert res.result["kv_groups"] == {0: [0, 1, 2], 1: [3, 4, 5], 2: [6, 7, 8]}
+    res = api.attend(PROMPT, **LLAMA)
+    assert res.kv_groups == {0: [0, 1, 2], 1: [3, 4, 5], 2: [6, 7, 8]}
     names = res.tensors.names()
     assert "blocks.0.attn.q_rot" in names and "blocks.0.attn.k_rot" in names
     k = res.tensors["blocks.0.attn.k"]
@@ -168,17 +170,17 @@ def test_gqa_groups_and_rope_taps():
 
 def test_attend_range_errors():
     with pytest.raises(RangeError, match="--layer 2"):
-        stages.attend(SMALL, PROMPT, layer=2)
+        api.attend(PROMPT, layer=2, **SMALL)
     with pytest.raises(RangeError, match="--head 4"):
-        stages.attend(SMALL, PROMPT, head=4)
+        api.attend(PROMPT, head=4, **SMALL)
     with pytest.raises(RangeError, match="--valid-lens"):
-        stages.attend(TOY, SENTENCE, valid_lens=7)
+        api.attend(SENTENCE, valid_lens=7, **TOY)
     with pytest.raises(RangeError, match="--valid-lens"):
-        stages.attend(TOY, SENTENCE, valid_lens=0)
+        api.attend(SENTENCE, valid_lens=0, **TOY)
     with pytest.raises(RangeError, match="--query-pos"):
-        stages.attend(TOY, SENTENCE, explain=True, query_pos=6)
+        api.attend(SENTENCE, explain=True, query_pos=6, **TOY)
     with pytest.raises(SelectError, match="q_rot"):
-        stages.attend(TOY, SENTENCE, show=["q_rot"])  # sinusoidal: no rotation
+        api.attend(SENTENCE, show=["q_rot"], **TOY)  # sinusoidal: no rotation
 
 
 # -- attend --inputs ---------------------------------------------------------------------
@@ -195,7 +197,7 @@ def write(tmp_path, data, name="in.json"):
 
 
 def test_inputs_reproduce_seed_000(tmp_path):
-    res = stages.attend_inputs(write(tmp_path, {**SEED000, "scale": 1}), explain=True,
+    res = attend_inputs(write(tmp_path, {**SEED000, "scale": 1}), explain=True,
                                query_pos=0)
     assert res.tensors["attn.q"][0].tolist() == [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
     assert res.tensors["attn.scores"][0].tolist() == [[2, 4, 4], [4, 16, 12], [4, 12, 10]]
@@ -203,26 +205,26 @@ def test_inputs_reproduce_seed_000(tmp_path):
     assert np.allclose(res.tensors["attn.pattern"][0, 0], row)
     assert np.allclose(res.tensors["attn.context"][0, 0], row @ np.array(
         [[1, 2, 3], [2, 8, 0], [2, 6, 3]]))
-    assert res.result["explain"]["context"] == pytest.approx([1.9366, 6.6831, 1.5951], abs=1e-4)
-    default = stages.attend_inputs(write(tmp_path, SEED000))
+    assert res.explain.context == pytest.approx([1.9366, 6.6831, 1.5951], abs=1e-4)
+    default = attend_inputs(write(tmp_path, SEED000))
     assert np.allclose(default.tensors["attn.scaled"], default.tensors["attn.scores"] / math.sqrt(3))
 
 
 def test_inputs_mask_and_output_projection(tmp_path):
     data = {**SEED000, "mask": "causal", "w_o": [[1, 0], [0, 1], [1, 1]]}
-    res = stages.attend_inputs(write(tmp_path, data))
+    res = attend_inputs(write(tmp_path, data))
     pattern = res.tensors["attn.pattern"][0]
     assert pattern[0].tolist() == [1.0, 0.0, 0.0]
     assert np.allclose(res.tensors["attn.out"],
                        res.tensors["attn.context"][0] @ np.array(data["w_o"]))
-    given = stages.attend_inputs(write(tmp_path, {**SEED000, "mask": [[1, 0, 1]] * 3}))
+    given = attend_inputs(write(tmp_path, {**SEED000, "mask": [[1, 0, 1]] * 3}))
     assert (given.tensors["attn.pattern"][0, :, 1] == 0).all()
 
 
 def test_the_shipped_sample_is_seed_000():
-    res = stages.attend_inputs("samples/seed000.json")
+    res = attend_inputs("samples/seed000.json")
     assert res.tensors["attn.q"][0].tolist() == [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
-    assert res.result["scale"] == 1
+    assert res.scale == 1
 
 
 @pytest.mark.parametrize("data, message", [
@@ -242,12 +244,12 @@ def test_the_shipped_sample_is_seed_000():
 ])
 def test_malformed_inputs(tmp_path, data, message):
     with pytest.raises(InputTextError, match=message):
-        stages.attend_inputs(write(tmp_path, data))
+        attend_inputs(write(tmp_path, data))
 
 
 # -- layernorm and ffn ----------------------------------------------------------------
 def test_layernorm_pre_ln_normalises_block_input():
-    res = stages.layernorm(SMALL, PROMPT, layer=1, which="ln2")
+    res = api.layernorm(PROMPT, layer=1, which="ln2", **SMALL)
     t = res.tensors
     x = t["blocks.1.ln2.in"].astype(np.float64)
     assert np.allclose(t["blocks.1.ln2.mean"], x.mean(1), atol=1e-5)
@@ -256,30 +258,30 @@ def test_layernorm_pre_ln_normalises_block_input():
     assert np.abs(normed.mean(1)).max() < 1e-5 and np.abs(normed.var(1) - 1).max() < 1e-3
     assert np.allclose(t["blocks.1.ln2.out"],
                        normed * t["blocks.1.ln2.scale"] + t["blocks.1.ln2.shift"], atol=1e-6)
-    assert max(abs(v - 1) for v in res.result["normed_var"]) < 1e-3
-    final = stages.layernorm(SMALL, PROMPT, which="ln_f")
-    assert "ln_f.normed" in final.tensors and final.result["layer"] is None
+    assert max(abs(v - 1) for v in res.normed_var) < 1e-3
+    final = api.layernorm(PROMPT, which="ln_f", **SMALL)
+    assert "ln_f.normed" in final.tensors and final.layer is None
 
 
 def test_layernorm_post_ln_shows_the_residual_sum_first():
-    res = stages.layernorm(TOY, SENTENCE, which="ln1")
+    res = api.layernorm(SENTENCE, which="ln1", **TOY)
     t = res.tensors
-    assert res.result["residual"] == ["embed.out", "blocks.0.attn.out"]
+    assert res.residual == ["embed.out", "blocks.0.attn.out"]
     assert np.allclose(t["blocks.0.ln1.in"], t["embed.out"] + t["blocks.0.attn.out"], atol=1e-6)
     with pytest.raises(RangeError, match="ln_f"):
-        stages.layernorm(TOY, SENTENCE, which="ln_f")  # post-LN ends normalised
+        api.layernorm(SENTENCE, which="ln_f", **TOY)  # post-LN ends normalised
 
 
 def test_ffn_activation():
-    toy = stages.ffn(TOY, SENTENCE).tensors
+    toy = api.ffn(SENTENCE, **TOY).tensors
     assert toy.shape("blocks.0.ffn.hidden") == (6, 24)
     assert np.array_equal(toy["blocks.0.ffn.act"], np.maximum(toy["blocks.0.ffn.hidden"], 0))
-    gpt = stages.ffn(SMALL, PROMPT, layer=1)
+    gpt = api.ffn(PROMPT, layer=1, **SMALL)
     hidden = torch.from_numpy(gpt.tensors["blocks.1.ffn.hidden"])
     assert np.allclose(gpt.tensors["blocks.1.ffn.act"],
                        F.gelu(hidden, approximate="tanh").numpy(), atol=1e-6)
     assert gpt.tensors.shape("blocks.1.ffn.out") == gpt.tensors.shape("blocks.1.ln2.out")
-    assert gpt.result["activation"] == "gelu_tanh"
+    assert gpt.activation == "gelu_tanh"
 
 
 # -- partial builds -----------------------------------------------------------------------
@@ -289,17 +291,17 @@ def test_ffn_activation():
     ("layernorm", {"layer": 0, "which": "ln2"}, 1), ("attend", {"layer": 1}, 2)])
 def test_stages_that_stop_early_build_only_what_they_run(spec, stage, kw, built):
     stages._CACHE.clear()
-    stages.load(spec, text=SENTENCE)  # the whole model, kept: the stage below reuses it
-    whole = getattr(stages, stage)(spec, SENTENCE, **kw)
+    stages.load(ModelSpec(**spec))  # the whole model, kept: the stage below reuses it
+    whole = getattr(api, stage)(SENTENCE, **kw, **spec)
     stages._CACHE.clear()
-    part = getattr(stages, stage)(spec, SENTENCE, **kw)
+    part = getattr(api, stage)(SENTENCE, **kw, **spec)
     (model, _), = stages._CACHE.values()
     assert model.built_blocks == built
     assert any(p.is_meta for p in model.parameters()) == (built < 2)
     assert whole.tensors.names() == part.tensors.names() and part.tensors.names()
     for name in whole.tensors.names():
         assert np.array_equal(whole.tensors[name], part.tensors[name]), name
-    assert json.dumps(whole.result, sort_keys=True) == json.dumps(part.result, sort_keys=True)
-    stages.load(spec, text=SENTENCE)  # a later whole-model stage builds it whole again
+    assert json.dumps(whole.to_dict(), sort_keys=True) == json.dumps(part.to_dict(), sort_keys=True)
+    stages.load(ModelSpec(**spec))  # a later whole-model stage builds it whole again
     (model, _), = stages._CACHE.values()
     assert not any(p.is_meta for p in model.parameters())

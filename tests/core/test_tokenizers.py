@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tfx_cli.core import tokenizers as tk
 from tfx_cli.core.tokenizers import (ByteTokenizer, get_tokenizer, find_package_file,
-                                     gguf_metadata, visible, weights_tokenizer)
+                                     gguf_metadata, model_tokenizer, visible)
 from tfx_cli.errors import InputTextError, MissingPackageError, TokenizerError
 
 CORPUS = Path(__file__).resolve().parents[2] / "samples" / "corpus.txt"
@@ -169,41 +169,59 @@ def test_ids_outside_the_vocabulary_are_a_tokenizer_error():
 # -- word and char ---------------------------------------------------------------------
 def test_word_vocabulary_comes_from_the_corpus_in_order_of_first_use():
     tok = get_tokenizer("word", corpus_path=CORPUS)
-    assert tok.vocab[:9] == ["<unk>", "<start>", "<end>", "When", "you", "play", "game", "of",
-                             "thrones"]
-    assert tok.encode("When you play game of thrones") == [3, 4, 5, 6, 7, 8]
-    assert tok.encode("you win or you die") == [4, 9, 10, 4, 11]
-    assert tok.special_ids == {0, 1, 2}
+    assert tok.vocab[:10] == ["<unk>", "<start>", "<end>", "<pad>", "When", "you", "play",
+                              "game", "of", "thrones"]
+    assert tok.encode("When you play game of thrones") == [4, 5, 6, 7, 8, 9]
+    assert tok.encode("you win or you die") == [5, 10, 11, 5, 12]
+    assert tok.special_ids == {0, 1, 2, 3}
 
 
 def test_word_unseen_words_are_unk_and_specials_are_read_whole():
     tok = get_tokenizer("word", corpus_path=CORPUS)
-    ids = tok.encode("<start> you win chess <end>")
-    assert ids == [1, 4, 9, 0, 2]
-    assert tok.pieces(ids) == ["<start>", "you", "win", "<unk>", "<end>"]
-    assert tok.added_specials(ids) == ["<start>", "<unk>", "<end>"]
+    ids = tok.encode("<start> you win chess <end> <pad>")
+    assert ids == [1, 5, 10, 0, 2, 3]
+    assert tok.pieces(ids) == ["<start>", "you", "win", "<unk>", "<end>", "<pad>"]
+    assert tok.added_specials(ids) == ["<start>", "<unk>", "<end>", "<pad>"]
 
 
-def test_word_corpus_defaults_to_the_text_and_punctuation_is_split():
+def test_word_corpus_punctuation_is_split(tmp_path):
     text = "Hello, I am here. Am I?"
-    tok = get_tokenizer("word", corpus_text=text)
+    (tmp_path / "c.txt").write_text(text)
+    tok = get_tokenizer("word", corpus_path=tmp_path / "c.txt")
     assert tok.pieces(tok.encode(text)) == ["Hello", ",", "I", "am", "here", ".", "Am", "I",
                                             "?"]
-    assert tok.vocab_size == 3 + 8  # Hello , I am here . Am ?
+    assert tok.vocab_size == 4 + 8  # Hello , I am here . Am ?
     assert tok.decode(tok.encode(text)) == text
     assert tok.decode(tok.encode("don't  stop")) == "<unk> <unk>"
 
 
-def test_char_tokenizer():
-    tok = get_tokenizer("char", corpus_text="abca")
+def test_char_tokenizer(tmp_path):
+    (tmp_path / "c.txt").write_text("abca")
+    tok = get_tokenizer("char", corpus_path=tmp_path / "c.txt")
     assert tok.vocab == ["<unk>", "a", "b", "c"]
     assert tok.encode("cab!") == [3, 1, 2, 0]
     assert tok.decode(tok.encode("abc")) == "abc"
 
 
-def test_word_needs_a_corpus():
-    with pytest.raises(TokenizerError, match="needs a corpus"):
-        get_tokenizer("word")
+def test_the_vocabulary_never_depends_on_the_text():
+    # without --corpus the word and char vocabularies are the default corpus's: the same
+    # word gets the same id whatever text is read
+    from tfx_cli.core.tokenizers import DEFAULT_CORPUS
+
+    tok = get_tokenizer("word")
+    assert tok.vocab == get_tokenizer("word", corpus_path=DEFAULT_CORPUS).vocab
+    assert tok.encode("the cat")[0] == tok.encode("the cat sat")[0] == tok.stoi["the"]
+    assert DEFAULT_CORPUS.read_text() == CORPUS.read_text()  # samples/corpus.txt is a copy
+
+
+def test_a_model_lays_the_vocabulary_into_its_table():
+    from tfx_cli.core.config import ModelSpec, resolve_config
+
+    toy = resolve_config("toy")
+    tok = model_tokenizer(ModelSpec(config="toy"), toy)
+    assert tok.vocab_size == toy.vocab_size == 64  # the table's rows, the rest unused
+    assert tok.pieces([63]) == ["<unused 63>"]
+    assert model_tokenizer(ModelSpec(config="toy"), toy, table=False).vocab_size < 64
 
 
 @pytest.mark.parametrize("content, match", [
@@ -328,7 +346,7 @@ def test_not_a_gguf_file(tmp_path):
 @pytest.mark.parametrize("name", ["word", "char", "byte", "gpt2", "minilm", "smollm2"])
 def test_undecodable_command_line_bytes_are_an_input_error(name):
     # Linux hands Python a non-UTF-8 argument byte 0xff as the lone surrogate U+DCFF.
-    tok = get_tokenizer(name, corpus_text="a b")
+    tok = get_tokenizer(name)
     with pytest.raises(InputTextError, match="not valid UTF-8 \\(byte 0xff"):
         tok.encode("a\udcffb")
 
@@ -341,14 +359,18 @@ def test_unknown_name_lists_the_valid_ones():
         assert name in err.value.message
 
 
-def test_default_and_weights_pick_the_tokenizer(tmp_path):
-    assert get_tokenizer(None, default="byte").name == "byte"
-    assert get_tokenizer(None, default="gpt2", weights="minilm").name == "minilm"
-    assert get_tokenizer("byte", weights="minilm").name == "byte"  # explicit name wins
-    assert weights_tokenizer("smollm2") == "smollm2"
-    assert weights_tokenizer(str(tmp_path)) is None  # no tokenizer.json: config default
-    (tmp_path / "tokenizer.json").write_text("{}")
-    assert weights_tokenizer(str(tmp_path)) == str(tmp_path / "tokenizer.json")
+def test_the_config_or_the_weights_pick_the_tokenizer():
+    from tfx_cli.core.config import ModelSpec, resolve_config, spec_config
+    from tfx_cli.errors import ConfigError
+
+    gpt = resolve_config("gpt124m")
+    assert model_tokenizer(ModelSpec(), gpt).name == "gpt2"
+    assert model_tokenizer(ModelSpec(tokenizer="byte"), gpt).name == "byte"
+    minilm = ModelSpec(weights="minilm")
+    assert model_tokenizer(minilm, spec_config(minilm)).name == "minilm"
+    # the tokenizer follows the weights: another one would feed the model wrong ids
+    with pytest.raises(ConfigError, match="--tokenizer and --weights"):
+        model_tokenizer(ModelSpec(weights="minilm", tokenizer="gpt2"), spec_config(minilm))
 
 
 # -- display ---------------------------------------------------------------------------

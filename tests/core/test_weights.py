@@ -26,7 +26,6 @@ from tfx_cli.errors import MissingPackageError, WeightsError
 def private_cache(tmp_path, monkeypatch):
     """Every test gets its own cache dir, so nothing lands in the user's."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    monkeypatch.setattr(weights, "default_progress", None)
     weights._GGUF_MEMO.clear()
     weights._TORCH_MEMO.clear()
 
@@ -65,7 +64,7 @@ def test_gpt2_folder_config(gpt2_dir):
                                                                                   1000)
     assert cfg.context_length == 64 and cfg.qkv_bias and cfg.tie_embeddings
     assert cfg.activation == "gelu_tanh" and cfg.positional == "learned"
-    assert cfg.name == "tiny-gpt2" and cfg.tokenizer == "gpt2"  # no tokenizer.json there
+    assert cfg.name == "tiny-gpt2" and cfg.tokenizer == str(path / "tokenizer.json")
     # a file inside the folder means the folder
     assert checkpoint_config(str(path / "config.json")) == cfg
 
@@ -407,9 +406,9 @@ def test_weights_reject_shape_overrides(gpt2_dir):
 
 
 def test_tiny_gpt2_runs_through_the_cli(gpt2_dir, tmp_path):
-    # a random 1000-token GPT-2 needs a tokenizer of its size: use the byte tokenizer
+    # a random 1000-token GPT-2 brings a tokenizer.json of its size (checkpoint_makers)
     path, hf = gpt2_dir
-    result = CliRunner().invoke(app, ["trace", "Hi!", "--weights", str(path), "-t", "byte",
+    result = CliRunner().invoke(app, ["trace", "Hi!", "--weights", str(path),
                                       "--select", "logits", "--json"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)

@@ -1,5 +1,8 @@
-"""The tfx/1 envelope: stable keys, data that matches dims and shape, never NaN."""
+"""The tfx/1 envelope: stable keys, data that matches dims and shape, never a bare NaN,
+and a NaN never mistaken for a masked -inf."""
 import json
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from hypothesis import given, settings
@@ -7,10 +10,23 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tfx_cli import __version__
-from tfx_cli.core.trace import Result, Trace
-from tfx_cli.render.jsonout import SCHEMA, array_data, clean, dumps, envelope
+from tfx_cli.core.results import (SCHEMA, InputInfo, ModelInfo, Result, array_json, internal,
+                                  optional, to_json)
+from tfx_cli.core.trace import Trace
+from tfx_cli.render.jsonout import dumps
 
 KEYS = ["schema", "command", "tfx_version", "model", "input", "tensors", "result"]
+
+
+@dataclass(kw_only=True)
+class Sample(Result):
+    command: ClassVar[str] = "attend"
+    loss: object = None
+    nan: float = 0.0
+    top: object = None
+    pair: tuple = ()
+    maybe: int | None = optional()
+    view_only: str = internal("not in JSON")
 
 
 def shape_of(data):
@@ -28,12 +44,11 @@ def make_result():
     masked = np.array([[[0.5, -np.inf, -np.inf], [0.1, 0.2, -np.inf], [1.0, 2.0, 3.0]]] * 2,
                       dtype=np.float32)
     trace.add("blocks.0.attn.masked", masked, "HTS")
-    return Result("attend", model={"config": "toy", "weights": None, "seed": 123},
-                  input={"text": "Hello, I", "tokens": ["Hello", ",", " I"],
-                         "ids": [15496, 11, 314]},
-                  tensors=trace,
-                  result={"loss": np.float32(1.5), "nan": float("nan"),
-                          "top": np.array([1.0, np.inf]), "pair": (1, 2)})
+    return Sample(model=ModelInfo(config="toy", seed=123),
+                  input=InputInfo(text="Hello, I", tokens=["Hello", ",", " I"],
+                                  ids=[15496, 11, 314]),
+                  tensors=trace, loss=np.float32(1.5), nan=float("nan"),
+                  top=np.array([1.0, np.inf, -np.inf]), pair=(1, 2))
 
 
 def test_envelope_keys_in_order():
@@ -43,7 +58,8 @@ def test_envelope_keys_in_order():
     assert doc["command"] == "attend"
     assert doc["tfx_version"] == __version__
     assert doc["model"]["config"] == "toy" and doc["model"]["weights"] is None
-    assert doc["input"]["ids"] == [15496, 11, 314]
+    assert doc["input"] == {"text": "Hello, I", "tokens": ["Hello", ",", " I"],
+                            "ids": [15496, 11, 314]}
 
 
 def test_tensor_dims_and_shape_match_data():
@@ -64,27 +80,36 @@ def test_minus_inf_is_null():
     assert row == [0.5, None, None]
 
 
-def test_result_scalars_are_plain_json():
+def test_result_fields_are_plain_json_and_nan_is_not_null():
     doc = json.loads(dumps(make_result()))
-    assert doc["result"] == {"loss": 1.5, "nan": None, "top": [1.0, None], "pair": [1, 2]}
+    # NaN and +inf are strings: only a masked -inf is null
+    assert doc["result"] == {"loss": 1.5, "nan": "nan", "top": [1.0, "inf", None],
+                             "pair": [1, 2]}
+
+
+def test_optional_and_internal_fields():
+    result = make_result()
+    assert "maybe" not in result.to_dict()["result"]
+    assert "view_only" not in result.to_dict()["result"]
+    result.maybe = 3
+    assert result.to_dict()["result"]["maybe"] == 3
 
 
 def test_empty_result_is_still_a_full_envelope():
-    doc = json.loads(dumps(Result("configs")))
+    doc = json.loads(dumps(Sample()))
     assert list(doc) == KEYS
-    assert doc["model"] is None and doc["input"] is None
-    assert doc["tensors"] == {} and doc["result"] == {}
+    assert doc["model"] is None and doc["input"] is None and doc["tensors"] == {}
 
 
 def test_scalar_tensor():
     trace = Trace()
     trace.add("loss", np.array(np.nan, dtype=np.float32), ())
-    doc = envelope(Result("x", tensors=trace))
-    assert doc["tensors"]["loss"]["data"] is None and doc["tensors"]["loss"]["shape"] == []
+    doc = Sample(tensors=trace).to_dict()
+    assert doc["tensors"]["loss"]["data"] == "nan" and doc["tensors"]["loss"]["shape"] == []
 
 
-def test_clean_nested():
-    assert clean({1: [np.int64(3), (np.float64(-np.inf),)]}) == {"1": [3, [None]]}
+def test_to_json_nested():
+    assert to_json({1: [np.int64(3), (np.float64(-np.inf),)]}) == {"1": [3, [None]]}
 
 
 floats = hnp.arrays(dtype=st.sampled_from([np.float16, np.float32, np.float64]),
@@ -97,12 +122,12 @@ floats = hnp.arrays(dtype=st.sampled_from([np.float16, np.float32, np.float64]),
 def test_dumps_never_emits_nan(array):
     trace = Trace()
     trace.add("x", array, "ABC"[: array.ndim])
-    text = dumps(Result("x", tensors=trace, result={"v": array, "f": float(array.flat[0])
-                                                    if array.size else 0.0}))
+    text = dumps(Sample(tensors=trace, top=array,
+                        loss=float(array.flat[0]) if array.size else 0.0))
     assert "NaN" not in text and "Infinity" not in text
     doc = json.loads(text)
     data = doc["tensors"]["x"]["data"]
     assert list(shape_of(data)) == list(array.shape)
-    finite = np.isfinite(array)
-    assert np.array_equal(np.array(array_data(array), dtype=object) == None,  # noqa: E711
-                          ~finite)
+    written = np.array(array_json(array), dtype=object)
+    assert np.array_equal(written == None, np.isneginf(array))  # noqa: E711
+    assert np.array_equal(written == "nan", np.isnan(array))

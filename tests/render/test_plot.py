@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core.trace import Result, Trace
+from tfx_cli.core.results import (AttendResult, InputInfo, LayerNormResult, LensResult,
+                                  ModelInfo, PosencResult, TraceResult)
+from tfx_cli.core.trace import Trace
 from tfx_cli.errors import MissingPackageError, OutputFileError, SelectError, UsageError
 from tfx_cli.render import plot
 from tfx_cli.render.plot import check_output_path, grid_shape, plot_result
@@ -21,15 +23,28 @@ SMALL = ["--layers", "2", "--heads", "8", "--d-model", "64"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def make_result(command: str, tensors: dict, result: dict | None = None,
-                tokens=TOKENS) -> Result:
+FIELDS = {  # the fields each result type needs beside its tensors (values the plot ignores)
+    "attend": dict(layer=0, heads=[], n_heads=8, n_kv_heads=8, head_dim=8, scale=1.0,
+                   mask="causal", valid_lens=None, cross_attention=False, shown=["pattern"]),
+    "posenc": dict(positional="sinusoidal", n_positions=16, d_model=32, formula=""),
+    "layernorm": dict(which="ln1", layer=0, norm="layernorm", position="pre", eps=1e-5,
+                      normed_mean=[], normed_var=[], formula="", prefix="blocks.0.ln1"),
+    "lens": dict(layers=[], sources=[], norm="", top_ids=[], top_tokens=[], top_probs=[],
+                 next_token_probs=[], output_top_ids=[]),
+    "trace": dict(selected=[], n_selected=0),
+}
+TYPES = {"attend": AttendResult, "posenc": PosencResult, "layernorm": LayerNormResult,
+         "lens": LensResult, "trace": TraceResult}
+
+
+def make_result(command: str, tensors: dict, fields: dict | None = None, tokens=TOKENS):
     trace = Trace()
     for name, (value, dims) in tensors.items():
         trace.add(name, np.asarray(value, dtype=np.float32), dims)
-    data = None if tokens is None else {"text": "".join(tokens), "tokens": tokens,
-                                        "ids": list(range(len(tokens)))}
-    return Result(command=command, model={"config": "gpt124m", "seed": 123}, input=data,
-                  tensors=trace, result=result or {})
+    data = None if tokens is None else InputInfo(text="".join(tokens), tokens=tokens,
+                                                 ids=list(range(len(tokens))))
+    return TYPES[command](model=ModelInfo(config="gpt124m", seed=123), input=data,
+                          tensors=trace, **{**FIELDS[command], **(fields or {})})
 
 
 def softmax_rows(rng, H, T):
@@ -190,8 +205,11 @@ def test_layernorm_bars_before_and_after():
                                     "blocks.0.ln1.mean": (x.mean(-1), "T"),
                                     "blocks.0.ln1.var": (x.var(-1), "T"),
                                     "blocks.0.ln1.normed": (normed, "TC"),
-                                    "blocks.0.ln1.out": (normed, "TC")})
-    stats = plot.norm_stats(res, "blocks.0.ln1")
+                                    "blocks.0.ln1.out": (normed, "TC")},
+                      {"normed_mean": normed.mean(-1).tolist(),
+                       "normed_var": normed.var(-1).tolist()})
+    stats = plot.norm_stats(res)  # read from the result: the plot computes nothing
+    np.testing.assert_allclose(stats["mean before"], x.mean(-1), rtol=1e-5)
     np.testing.assert_allclose(stats["mean after"], 0, atol=1e-5)
     np.testing.assert_allclose(stats["var after"], 1, atol=1e-3)
     fig = plot.PLOTTERS["layernorm"](res, pyplot())

@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from tfx_cli.core.trace import Result, Trace
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from tfx_cli.core.results import InputInfo, ModelInfo, Result, TokenizeResult
+from tfx_cli.core.trace import Trace
+from tfx_cli.registry import COMMANDS
 from tfx_cli.render import views
 from tfx_cli.render.emit import ViewOptions, emit
-from tfx_cli.render.views import (VIEWS, header, kv_table, register, render, scalars,
-                                  shapes_table)
+from tfx_cli.render.matrix import TensorView
+from tfx_cli.render.views import (VIEWS, find_view, header, kv_table, register, render,
+                                  scalars, shapes_table)
 
 TOKENS = ["[CLS]", "When", "you", "play", "[SEP]"]
 
@@ -27,19 +33,28 @@ def widest(text):
     return max(len(line) for line in text.splitlines())
 
 
-def make_result(command="probe", heads=8, **kwargs):
+@dataclass(kw_only=True)
+class Probe(Result):
+    """A result no command has: it gets the generic view."""
+
+    command: ClassVar[str] = "probe"
+    n_params: int = 163009536
+    loss: float = float("nan")
+    per_token: list = field(default_factory=lambda: list(range(100)))
+    top: list = field(default_factory=lambda: [1, 2])
+
+
+def make_result(heads=8):
     rng = np.random.default_rng(0)
     trace = Trace()
     trace.add("tokens.ids", np.arange(5), "T")
     trace.add("embed.out", rng.normal(size=(5, 768)).astype(np.float32), "TC")
     pattern = np.tril(rng.random((heads, 5, 5)))
     trace.add("blocks.0.attn.pattern", pattern, "HTS")
-    return Result(command, model={"config": "gpt124m", "weights": None, "seed": 123},
-                  input={"text": "[CLS] When you play [SEP]", "tokens": TOKENS,
-                         "ids": list(range(5))},
-                  tensors=trace, result={"n_params": 163009536, "loss": float("nan"),
-                                         "per_token": list(range(100)), "top": [1, 2]},
-                  **kwargs)
+    return Probe(model=ModelInfo(config="gpt124m", seed=123),
+                 input=InputInfo(text="[CLS] When you play [SEP]", tokens=TOKENS,
+                                 ids=list(range(5))),
+                 tensors=trace)
 
 
 def test_generic_view_shows_header_scalars_and_every_tensor():
@@ -69,27 +84,19 @@ def test_generic_view_shows_a_few_heads_unless_full():
     assert "head 7 " in out and "more heads" not in out
 
 
-def test_show_selects_tensors_by_glob():
-    c = console()
-    render(make_result(), c, ViewOptions(show=("blocks.*.attn.pattern",)))
-    out = output(c)
-    assert "attn.pattern" in out and "embed.out" not in out
-
-
-def test_registered_view_wins_and_view_name_overrides_command():
+def test_registered_view_wins():
     calls = []
 
-    @register("test-only-view")
+    @register("probe")
     def only(result, c, opts):
         calls.append(result.command)
 
     try:
-        render(make_result(command="test-only-view"), console(), ViewOptions())
-        render(make_result(command="other", view="test-only-view"), console(), ViewOptions())
-        render(make_result(command="other", view="no-such-view"), console(), ViewOptions())
+        render(make_result(), console(), ViewOptions())
     finally:
-        VIEWS.pop("test-only-view")
-    assert calls == ["test-only-view", "other"]
+        VIEWS.pop("probe")
+    assert calls == ["probe"]
+    assert find_view("probe") is None  # no command of that name: the generic view
 
 
 def test_emit_draws_the_view_on_the_given_console():
@@ -102,13 +109,15 @@ def test_emit_draws_the_view_on_the_given_console():
 
 def test_header_without_model():
     c = console()
-    header(c, Result("tokenize", input={"text": "hi"}))
-    assert output(c).splitlines() == ["tfx tokenize", "text: 'hi'"]
+    header(c, TokenizeResult(input=InputInfo(text="hi", tokens=["hi"]), tokenizer="byte",
+                             vocab_size=256, n_tokens=1, decoded="hi", round_trip=True,
+                             special_tokens=[]))
+    assert output(c).splitlines() == ["tfx tokenize", "text: 'hi' (1 token)"]
 
 
 def test_header_names_weights():
     c = console()
-    header(c, Result("run", model={"config": "gpt2", "weights": "/m/[x]", "seed": 1}))
+    header(c, Probe(model=ModelInfo(config="gpt2", weights="/m/[x]", seed=None)))
     assert "weights /m/[x]" in output(c) and "seed" not in output(c)
 
 
@@ -131,7 +140,7 @@ def test_shapes_table_lists_every_tensor():
 
 def test_scalars_skip_big_and_nested():
     values = scalars({"a": 1, "b": list(range(50)), "c": [[1]], "d": {"x": [1]},
-                      "e": {"x": 1}, "f": np.arange(3)})
+                      "e": {"x": 1}, "f": [0, 1, 2]})
     assert values == {"a": 1, "e": {"x": 1}, "f": [0, 1, 2]}
 
 
@@ -140,26 +149,34 @@ def test_scalar_and_higher_rank_tensors():
     trace.add("loss", np.array(2.5), ())
     trace.add("x", np.zeros((2, 2, 4, 4)), "ABTS")
     c = console()
-    render(Result("custom", tensors=trace), c, ViewOptions())
+    render(Probe(tensors=trace), c, ViewOptions())
     out = output(c)
     assert "loss  () = 2.500" in out
     assert "x A=0, B=0" in out and "1 more slice of x" in out
 
 
-def test_missing_view_modules_are_skipped(monkeypatch):
-    monkeypatch.setattr(views, "VIEW_MODULES", ["no_such_view_module"])
-    views._load_view_modules()
+def test_tensor_view_fits_the_console_it_is_drawn_on():
+    # one renderable for every matrix: it reads the width from the console options
+    array = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    for width in (60, 100, 140):
+        c = console(width)
+        c.print(TensorView("m", array, ("T", "C")))
+        assert widest(output(c)) <= width
+    wide, narrow = console(140), console(60)
+    wide.print(TensorView("m", array, ("T", "C")))
+    narrow.print(TensorView("m", array, ("T", "C")))
+    assert widest(output(wide)) > widest(output(narrow))
 
 
-def test_broken_view_module_is_not_hidden(monkeypatch):
+def test_a_broken_view_module_is_not_hidden(monkeypatch):
     def broken(name):
         raise ModuleNotFoundError("No module named 'missing_dependency'",
                                   name="missing_dependency")
 
-    monkeypatch.setattr(views, "VIEW_MODULES", ["view_broken"])
     monkeypatch.setattr(views.importlib, "import_module", broken)
+    monkeypatch.setattr(views, "VIEWS", {})
     with pytest.raises(ModuleNotFoundError):
-        views._load_view_modules()
+        find_view("attend")
 
 
 def test_views_do_not_import_torch():
@@ -171,14 +188,14 @@ def test_views_do_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_view_homes_name_the_module_that_registers_each_view():
-    views._load_view_modules()
-    for name, view in VIEWS.items():
-        if name.startswith("test-"):
+def test_the_registry_names_the_module_of_every_view():
+    for command in COMMANDS:
+        view = find_view(command.name)
+        if command.view is None:
+            assert view is None, command.name
             continue
-        assert name in views.VIEW_HOMES, f"{name} has no entry in VIEW_HOMES"
-        assert view.__module__ == f"tfx_cli.render.{views.VIEW_HOMES[name]}", name
-    assert set(views.VIEW_HOMES.values()) <= set(views.VIEW_MODULES)
+        assert view is not None, command.name
+        assert view.__module__ == f"tfx_cli.render.{command.view}", command.name
 
 
 def test_render_imports_only_the_module_it_needs():

@@ -5,10 +5,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..errors import InputTextError
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
-from .trace import split_list
+                       TextArg, TruncateOpt, model_command, read_text, split_list)
 
 
 class Mask(str, Enum):
@@ -53,7 +51,8 @@ def attend(
     plot: PlotOpt = None,
     force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Show one layer's attention: Q, K, V, the raw scores QKᵀ, scaled (÷√d_k), masked,
     the pattern (softmax, rows sum to 1), the context (pattern·V), the heads joined and
@@ -73,32 +72,19 @@ def attend(
 
       tfx attend "you win or you die" --kv "When you play game of thrones" --config toy --mask none
     """
-    from ..core import stages
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
-
-    stages_shown = split_list(show)
-    if inputs is not None:
-        if text is not None:
-            raise InputTextError("give TEXT or --inputs FILE.json, not both")
-        model_only = {"--kv": kv, "--valid-lens": valid_lens, "--mask": mask,
-                      "--layer": layer or None, "--head": head, "--truncate": truncate or None}
-        given = [name for name, value in model_only.items() if value is not None]
-        if given:
-            raise InputTextError(f"{given[0]} does not apply to --inputs: the file is one "
-                                 "head of one layer, and its mask and scale are keys in it")
-        result = stages.attend_inputs(inputs, explain=explain, query_pos=query_pos,
-                                      show=stages_shown)
-    else:
-        text = read_text(text)
+    if inputs is None:
+        text = read_text(text, encoding=encoding)
         if kv is not None:
-            kv = read_text(kv, what="--kv text")
-        result = stages.attend(spec, text, layer=layer, head=head,
-                               mask=mask.value if mask is not None else None, kv=kv,
-                               valid_lens=valid_lens, explain=explain, query_pos=query_pos,
-                               show=stages_shown, truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full, show=tuple(stages_shown),
-         extra={"explain": explain})
+            kv = read_text(kv, encoding=encoding, what="--kv text")
+    else:
+        model.pop("force")  # with --inputs no model is built: --force is --plot's alone
+    result = api.attend(text, layer=layer, head=head, mask=mask.value if mask else None,
+                        kv=kv, valid_lens=valid_lens, show=split_list(show), explain=explain,
+                        query_pos=query_pos, inputs=inputs, truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

@@ -14,12 +14,7 @@ def configs(json_out: JsonOpt = False) -> None:
 
       tfx configs --json | jq '.result.presets[] | {name, params}'
     """
-    from ..core.config import DEFAULT_CONFIG, PRESETS
-    from ..core.params import total_params
-    from ..core.trace import Result
+    from .. import api
     from ..render.emit import emit
 
-    presets = [{**cfg.to_dict(), "name": name, "params": total_params(cfg)}
-               for name, cfg in PRESETS.items()]
-    emit(Result(command="configs", result={"default": DEFAULT_CONFIG, "presets": presets}),
-         json=json_out)
+    emit(api.configs(), json=json_out)

@@ -6,7 +6,7 @@ from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
 @model_command
 def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt = False,
           precision: PrecisionOpt = 3, full: FullOpt = False, plot: PlotOpt = None,
-          force: ForceOpt = False, *, spec) -> None:
+          force: ForceOpt = False, *, model, encoding) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
     The model's input is embed.out = embed.tok + embed.pos (the hand-worked encoder tutorial, steps 4-6); the
@@ -19,13 +19,12 @@ def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt
 
       tfx embed "Hello, I am" --json | jq '.tensors["embed.out"].shape'
     """
-    from ..core import stages
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
 
-    text = read_text(text)
-    result = stages.embed(spec, text, truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
+    result = api.embed(read_text(text, encoding=encoding), truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -3,8 +3,8 @@ from typing import Annotated
 
 import typer
 
-from ..options import (FullOpt, JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command,
-                       read_text)
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
+                       TruncateOpt, model_command, read_text)
 
 
 @model_command
@@ -15,8 +15,11 @@ def ffn(
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Show one feed-forward sublayer: its input, the hidden pre-activation (T, F), the
     activation (ReLU for toy, GELU-tanh for gpt124m, SiLU-gated for SwiGLU) and the
@@ -27,10 +30,15 @@ def ffn(
       tfx ffn "When you play game of thrones" --config toy
 
       tfx ffn "Hello, I am" --layer 3 --json | jq .result.fraction_positive
-    """
-    from ..core import stages
-    from ..render.emit import emit
 
-    text = read_text(text)
-    emit(stages.ffn(spec, text, layer=layer, truncate=truncate), json=json_out,
-         precision=precision, full=full)
+      tfx ffn "Hello, I am" --plot ffn.png
+    """
+    from .. import api
+    from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
+    result = api.ffn(read_text(text, encoding=encoding), layer=layer, truncate=truncate,
+                     **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

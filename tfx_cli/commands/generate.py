@@ -5,7 +5,7 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (FullOpt, JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command,
-                       read_text)
+                       read_text, split_list)
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
@@ -25,10 +25,10 @@ CandidatesOpt = Annotated[int, typer.Option(
     "--candidates", min=0, help="Most likely alternatives shown (and in JSON) per step.")]
 
 
-def read_prompt(text: Optional[str]) -> str:
+def read_prompt(text: Optional[str], encoding: str) -> str:
     if text is not None and text != "-" and not text.strip():
         raise InputTextError(EMPTY_PROMPT)
-    return read_text(text, what="prompt")
+    return read_text(text, encoding=encoding, what="prompt")
 
 
 @model_command
@@ -56,7 +56,8 @@ def generate(
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Continue PROMPT token by token and show each step: the token chosen, its
     probability and the most likely alternatives.
@@ -92,19 +93,18 @@ def generate(
     import os
     import sys
 
-    from ..core.generate import Sampling, generate as run_generate
+    from .. import api
     from ..render.emit import emit
     from ..render.view_generate import TextStream
 
-    text = read_prompt(prompt)
-    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    text = read_prompt(prompt, encoding)
     quiet = no_stream or bool(os.environ.get("TFX_QUIET"))
     stream = None if quiet else TextStream(sys.stderr, text)
     try:
-        result = run_generate(spec, text, max_new_tokens=max_new_tokens, sampling=sampling,
-                              use_cache=not no_cache, n_candidates=candidates,
-                              select=list(select or ()), stops=list(stop or ()),
-                              on_text=stream.write if stream else None, truncate=truncate)
+        result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
+                              no_cache=no_cache, select=split_list(select), truncate=truncate,
+                              on_text=stream.write if stream else None, **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

@@ -29,7 +29,8 @@ def layernorm(
     plot: PlotOpt = None,
     force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Show one LayerNorm (or RMSNorm): per-token mean and variance, the normalised rows
     (mean ≈ 0, variance ≈ 1), γ (scale), β (shift) and the output.
@@ -43,13 +44,13 @@ def layernorm(
 
       tfx layernorm "Hello, I am" --which ln_f --json | jq .result.normed_var
     """
-    from ..core import stages
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
 
-    text = read_text(text)
-    result = stages.layernorm(spec, text, layer=layer, which=which.value, truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
+    result = api.layernorm(read_text(text, encoding=encoding), layer=layer, which=which.value,
+                           truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -13,7 +13,8 @@ def lens(
     plot: PlotOpt = None,
     force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Logit lens: what each layer would predict if the model stopped there.
 
@@ -40,11 +41,11 @@ def lens(
 
       tfx lens "Hello, I am" --layers 4 --json | jq '.result.top_tokens[-1]'
     """
-    from ..core.generate import lens as run_lens
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
-    result = run_lens(spec, read_text(text), truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
+    result = api.lens(read_text(text, encoding=encoding), truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -16,12 +16,13 @@ def next_token(
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
     candidates: Annotated[int, typer.Option(
-        "--candidates", "-k", min=1, help="How many of the most likely tokens to list.")] = 10,
+        "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
     truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """The model's distribution over the token after TEXT: the most likely tokens with
     their logits and probabilities (softmax of the logits).
@@ -44,10 +45,9 @@ def next_token(
 
       tfx next "Hello, I am" --temperature 0.7 --top-k 5 --top-p 0.9
     """
-    from ..core.generate import Sampling, next_token as run_next
+    from .. import api
     from ..render.emit import emit
 
-    prompt = read_prompt(text)
-    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
-    emit(run_next(spec, prompt, sampling=sampling, n_candidates=candidates, truncate=truncate),
+    emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
+                  top_p=top_p, candidates=candidates, truncate=truncate, **model),
          json=json_out, precision=precision)

@@ -20,7 +20,8 @@ def posenc(
     plot: PlotOpt = None,
     force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Show the positional encoding for TEXT's positions, or for --length N positions.
 
@@ -35,14 +36,14 @@ def posenc(
 
       tfx posenc --length 8 --config smollm2-135m
     """
-    from ..core import stages
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
 
     if text is not None:
-        text = read_text(text)
-    result = stages.posenc(spec, text, length=length, truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
+        text = read_text(text, encoding=encoding)
+    result = api.posenc(text, length=length, truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -2,29 +2,8 @@
 
 No model is built and torch is never imported: this command only needs a tokenizer.
 """
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import EncodingOpt, JsonOpt, TextArg, read_text
-
-TokenizerOpt = Annotated[Optional[str], typer.Option(
-    "--tokenizer", "-t", show_default=False,
-    help="word, char, byte, gpt2, minilm, smollm2, or a tokenizer.json path (or a folder "
-         "holding one). Default: the config's tokenizer.")]
-CorpusOpt = Annotated[Optional[Path], typer.Option(
-    "--corpus", show_default=False,
-    help="Text file whose words (or characters) form the word (char) vocabulary. "
-         "Default: the input text itself.")]
-ConfigOpt = Annotated[Optional[str], typer.Option(
-    "--config", "-c", show_default=False,
-    help="Preset or JSON config whose default tokenizer to use (gpt124m: gpt2, toy: word, "
-         "minilm: minilm).")]
-WeightsOpt = Annotated[Optional[str], typer.Option(
-    "--weights", "-w", show_default=False,
-    help="Use the tokenizer that ships with these weights (minilm, smollm2, a .gguf file, "
-         "an HF folder with tokenizer.json). No weights are loaded.")]
+from ..options import (ConfigOpt, CorpusOpt, EncodingOpt, JsonOpt, TextArg, TokenizerOpt,
+                       WeightsOpt, read_text)
 
 
 def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: CorpusOpt = None,
@@ -35,6 +14,8 @@ def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: Corpu
     Whitespace in tokens is made visible: space ·, newline ↵, tab →, carriage
     return ␍; bytes that are not a whole character show as <0xNN>. HuggingFace
     tokenizers show their own pieces (WordPiece '##ing', byte-level 'Ġam').
+    With --weights the checkpoint's own tokenizer is used (read from its files; no
+    weights are loaded); otherwise --tokenizer, or the default of --config.
 
     Examples:
 
@@ -42,30 +23,10 @@ def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: Corpu
 
       tfx tokenize "When you play game of thrones" -t word --corpus samples/corpus.txt
 
-      tfx tokenize "Hello, I am a sentence." -t minilm --json | jq .input.ids
+      tfx tokenize "Hello, I am a sentence." -w minilm --json | jq .input.ids
     """
-    from ..core.config import resolve_config
-    from ..core.tokenizers import get_tokenizer
-    from ..core.trace import Result
+    from .. import api
     from ..render.emit import emit
 
-    text = read_text(text, encoding=encoding)
-    cfg = resolve_config(config)
-    if weights:  # a path that is not there must not fall back to the default tokenizer
-        from ..core.weights import resolve
-
-        resolve(weights)  # reads no tensors and imports no torch
-    tok = get_tokenizer(tokenizer, default=cfg.tokenizer, corpus_text=text,
-                        corpus_path=corpus, weights=weights)
-    ids = tok.encode(text)
-    decoded = tok.decode(ids)
-    result = Result(
-        command="tokenize",
-        # which preset's default tokenizer applied (none when the weights chose it)
-        model={"config": None if weights and not config else cfg.name, "weights": weights},
-        input={"text": text, "tokens": tok.pieces(ids), "ids": ids},
-        result={"tokenizer": tok.name, "vocab_size": tok.vocab_size, "n_tokens": len(ids),
-                "decoded": decoded, "round_trip": decoded == text,
-                "special_tokens": tok.added_specials(ids)},
-    )
-    emit(result, json=json_out)
+    emit(api.tokenize(read_text(text, encoding=encoding), tokenizer=tokenizer, corpus=corpus,
+                      config=config, weights=weights), json=json_out)

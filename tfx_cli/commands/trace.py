@@ -4,12 +4,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
-
-
-def split_list(values: Optional[List[str]]) -> List[str]:
-    """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]."""
-    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+                       TextArg, TruncateOpt, model_command, read_text, split_list)
 
 
 @model_command
@@ -28,7 +23,8 @@ def trace(
     plot: PlotOpt = None,
     force: ForceOpt = False,
     *,
-    spec,
+    model,
+    encoding,
 ) -> None:
     """Run the whole forward pass on TEXT, record only the names --select picks, and show
     them as a tree with dims and shapes (values with --values; every tensor with --json).
@@ -42,14 +38,13 @@ def trace(
 
       tfx trace "When you play game of thrones" --config toy -s 'blocks.0.attn.*' --values
     """
-    from ..core import stages
+    from .. import api
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
 
-    text = read_text(text)
-    result = stages.trace(spec, text, split_list(select), truncate=truncate)
-    plot_to(result, plot, force)  # the same Result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full,
-         extra={"values": values})
+    result = api.trace(read_text(text, encoding=encoding), select=split_list(select),
+                       truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full, values=values)

@@ -254,5 +254,51 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
 
 
 
-__all__ = ["ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
+# -- what the user asked for ------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model a command runs: a preset or config file with size overrides and a
+    seed (random weights), or a checkpoint (real weights), and the tokenizer to read
+    text with. The command-line options and the API's keyword arguments fill it."""
+
+    config: str | None = None
+    weights: str | None = None
+    seed: int = 123
+    heads: int | None = None
+    layers: int | None = None
+    d_model: int | None = None
+    context: int | None = None
+    tokenizer: str | None = None
+    corpus: Path | None = None
+    no_cache_weights: bool = False
+    force: bool = False  # build even when the weights may not fit in memory
+
+    @property
+    def overrides(self) -> dict:
+        return {"heads": self.heads, "layers": self.layers, "d_model": self.d_model,
+                "context": self.context}
+
+
+SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec))
+SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def spec_config(spec: ModelSpec) -> ModelConfig:
+    """The config a spec asks for: a preset or JSON file with the size overrides applied,
+    or the architecture a checkpoint brings (read from its header, no tensors)."""
+    if spec.weights:
+        if spec.config:
+            raise ConfigError("--config and --weights both given; real weights bring their "
+                              "own architecture, so drop --config")
+        changed = [f"--{k.replace('_', '-')}" for k, v in spec.overrides.items() if v is not None]
+        if changed:
+            raise ConfigError(f"{', '.join(changed)} cannot change a checkpoint's shape; "
+                              "drop it, or use --config for random weights")
+        from .weights import checkpoint_config  # torch-light until tensors are read
+
+        return checkpoint_config(spec.weights)
+    return with_overrides(resolve_config(spec.config), **spec.overrides)
+
+
+__all__ = ["ModelSpec", "spec_config", "SPEC_FIELDS", "SPEC_DEFAULTS", "ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
            "with_overrides", "config_from_dict", "load_config_file"]

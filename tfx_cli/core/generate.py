@@ -27,7 +27,9 @@ import torch
 from ..errors import ConfigError, InputTextError, RangeError, UsageError
 from . import decoding
 from .model import KVCache, Transformer
-from .trace import Result, Trace, check_globs
+from .results import (Candidate, GenerateResult, GenerateSettings, Greedy, LensResult,
+                      NextCandidate, NextResult, NextSettings, StepInfo)
+from .trace import Trace, check_globs
 
 
 # -- sampling ----------------------------------------------------------------------
@@ -309,11 +311,8 @@ EMPTY_PROMPT = ("the prompt has no tokens; a GPT predicts each token from the on
                 "it, so it needs at least one to start from, e.g. \"Hello\"")
 
 
-def need_head(spec, command: str) -> None:
+def need_head(cfg, command: str) -> None:
     """Refuse, before loading any weights, a model that cannot predict tokens."""
-    from .stages import load_config
-
-    cfg = load_config(spec)
     if not cfg.lm_head:
         raise ConfigError(f"{cfg.name} has no output head (lm_head), so it predicts no "
                           f"tokens and `tfx {command}` cannot run it; use a GPT config, e.g. "
@@ -347,34 +346,34 @@ def prompt_ids(loaded, text: str, *, truncate: bool = False) -> list[int]:
     return ids
 
 
-def step_json(step: Step, piece: Callable[[int], str]) -> dict:
-    return {"position": step.position, "id": step.id, "token": piece(step.id),
-            "logit": step.logit, "prob": step.prob, "sample_prob": step.sample_prob,
-            "entropy": step.entropy, "fed": step.fed, "context": step.context,
-            "candidates": [{"id": i, "token": piece(i), "prob": p, "logit": v}
-                           for i, p, v in step.candidates]}
+def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
+    return StepInfo(position=step.position, id=step.id, token=piece(step.id),
+                    logit=step.logit, prob=step.prob, sample_prob=step.sample_prob,
+                    entropy=step.entropy, fed=step.fed, context=step.context,
+                    candidates=[Candidate(id=i, token=piece(i), prob=p, logit=v)
+                                for i, p, v in step.candidates])
 
 
-def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
+def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
-             progress=None, truncate: bool = False) -> Result:
+             truncate: bool = False) -> GenerateResult:
     """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text."""
     from . import stages
 
     if max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens {max_new_tokens} must be at least 1")
-    check_sampling(sampling)  # fail before loading anything
-    need_head(spec, "generate")
-    loaded = stages.load(spec, text=text, progress=progress)
+    check_sampling(sampling)
+    need_head(loaded.cfg, "generate")
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
         check_globs(select, loaded.model.tap_names())
     ids = prompt_ids(loaded, text, truncate=truncate)
+    seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
-    generator = torch.Generator().manual_seed(spec.seed)
+    generator = torch.Generator().manual_seed(seed)
     tracker = TextTracker(loaded.tokenizer.decode, len(ids), stops)
 
     def on_step(step: Step, ids_now: list[int]) -> None:
@@ -392,31 +391,26 @@ def generate(spec, text: str, *, max_new_tokens: int = 20, sampling: Sampling = 
     def piece(i: int) -> str:
         return loaded.tokenizer.pieces([i])[0]
 
-    scalars = {
-        "text": text + tracker.text,
-        "completion": tracker.text,
-        "ids": decoded.ids,
-        "prompt_ids": ids,
-        "new_ids": decoded.ids[len(ids):],
-        "stopped": decoded.stopped,
-        "settings": {"max_new_tokens": max_new_tokens, "temperature": sampling.temperature,
-                     "top_k": sampling.top_k, "top_p": sampling.top_p,
-                     "decoding": "greedy" if sampling.greedy else "sample",
-                     "seed": spec.seed, "stop": list(stops), "cache": decoded.cache_used,
-                     "candidates": n_candidates, "context_length": loaded.cfg.context_length},
-        "steps": [step_json(s, piece) for s in decoded.steps],
-    }
-    return stages.result("generate", loaded, text, ids, decoded.trace, scalars)
+    settings = GenerateSettings(
+        max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+        top_k=sampling.top_k, top_p=sampling.top_p,
+        decoding="greedy" if sampling.greedy else "sample", seed=seed, stop=list(stops),
+        cache=decoded.cache_used, candidates=n_candidates,
+        context_length=loaded.cfg.context_length)
+    return GenerateResult(
+        model=loaded.info, input=stages.input_info(loaded, text, ids), tensors=decoded.trace,
+        text=text + tracker.text, completion=tracker.text, ids=decoded.ids, prompt_ids=ids,
+        new_ids=decoded.ids[len(ids):], stopped=decoded.stopped, settings=settings,
+        steps=[step_info(s, piece) for s in decoded.steps])
 
 
-def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
-               n_candidates: int = 10, truncate: bool = False) -> Result:
+def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
+               n_candidates: int = 10, truncate: bool = False) -> NextResult:
     """The distribution over the token after `text`, and what the sampling filters do."""
     from . import stages
 
     check_sampling(sampling)
-    need_head(spec, "next")
-    loaded = stages.load(spec, text=text)
+    need_head(loaded.cfg, "next")
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text, truncate=truncate)
@@ -427,24 +421,20 @@ def next_token(spec, text: str, *, sampling: Sampling = Sampling(temperature=1.0
     tempered = tempered_probs(logits, sampling.temperature)
     final, kept = filter_logits(logits, sampling)
     pieces = loaded.tokenizer.pieces([i for i, _, _ in top])
-    rows = [{"rank": r + 1, "id": i, "token": tok, "logit": v, "prob": p,
-             "tempered_prob": float(tempered[i]), "kept": bool(kept[i]),
-             "final_prob": float(final[i])}
+    rows = [NextCandidate(rank=r + 1, id=i, token=tok, logit=v, prob=p,
+                          tempered_prob=float(tempered[i]), kept=bool(kept[i]),
+                          final_prob=float(final[i]))
             for r, ((i, p, v), tok) in enumerate(zip(top, pieces))]
     greedy = int(logits.argmax())
-    scalars = {
-        "position": len(ids),
-        "context": len(cropped),
-        "entropy": entropy,
-        "greedy": {"id": greedy, "token": loaded.tokenizer.pieces([greedy])[0],
-                   "prob": float(probs[greedy])},
-        "kept_tokens": int(kept.sum()),
-        "kept_mass": float(tempered[kept].sum()),
-        "settings": {"temperature": sampling.temperature, "top_k": sampling.top_k,
-                     "top_p": sampling.top_p, "candidates": n_candidates},
-        "candidates": rows,
-    }
-    return stages.result("next", loaded, text, ids, Trace(), scalars)
+    return NextResult(
+        model=loaded.info, input=stages.input_info(loaded, text, ids), position=len(ids),
+        context=len(cropped), entropy=entropy,
+        greedy=Greedy(id=greedy, token=loaded.tokenizer.pieces([greedy])[0],
+                      prob=float(probs[greedy])),
+        kept_tokens=int(kept.sum()), kept_mass=float(tempered[kept].sum()),
+        settings=NextSettings(temperature=sampling.temperature, top_k=sampling.top_k,
+                              top_p=sampling.top_p, candidates=n_candidates),
+        candidates=rows)
 
 
 LENS_NORM_HELP = {
@@ -453,7 +443,7 @@ LENS_NORM_HELP = {
 }
 
 
-def lens(spec, text: str, *, truncate: bool = False) -> Result:
+def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
     """Logit lens: read every layer's residual stream through the model's own output.
 
     Row "embed" is embed.out; row i is blocks.{i}.resid_out. Each goes through ln_f (with
@@ -463,8 +453,7 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
     """
     from . import stages
 
-    need_head(spec, "lens")
-    loaded = stages.load(spec, text=text)
+    need_head(loaded.cfg, "lens")
     check_vocab(loaded)
     ids = stages.encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
@@ -484,19 +473,15 @@ def lens(spec, text: str, *, truncate: bool = False) -> Result:
         real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
     norm = (LENS_NORM_HELP[cfg.norm] if model.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
-    scalars = {
-        "layers": ["embed"] + [str(i) for i in range(cfg.n_layers)],
-        "sources": names,
-        "norm": norm,
-        "top_ids": top_ids,
-        "top_tokens": [loaded.tokenizer.pieces(row) for row in top_ids],
-        "top_probs": top_probs,
-        "next_token_probs": next_probs,
-        "output_top_ids": real.indices.tolist(),  # the model's own logits: equal to the last row
-    }
-    return stages.result("lens", loaded, text, ids, Trace(), scalars)
+    return LensResult(
+        model=loaded.info, input=stages.input_info(loaded, text, ids),
+        layers=["embed"] + [str(i) for i in range(cfg.n_layers)], sources=names, norm=norm,
+        top_ids=top_ids, top_tokens=[loaded.tokenizer.pieces(row) for row in top_ids],
+        top_probs=top_probs, next_token_probs=next_probs,
+        # the model's own logits: equal to the last row
+        output_top_ids=real.indices.tolist())
 
 
 __all__ = ["Sampling", "check_sampling", "top_k_mask", "top_p_mask", "filter_logits",
            "tempered_probs", "choose", "Step", "describe", "decode", "Decoded", "greedy_ids",
-           "TextTracker", "generate", "next_token", "lens", "EMPTY_PROMPT"]
+           "TextTracker", "generate", "next_token", "lens", "need_head", "EMPTY_PROMPT"]

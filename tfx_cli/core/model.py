@@ -81,8 +81,15 @@ class Norm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = getattr(self, "in")(x)
-        if not (self.mean.on or self.var.on or self.normed.on):
-            # nothing inside is recorded: one fused kernel instead of six passes over x
+        if not self.normed.on:
+            # the normalised rows are not asked for: one fused kernel instead of six passes
+            # over x. Statistics asked for are computed from x when the trace reads them,
+            # with the same operations as below, so the output stays the fused one.
+            if self.kind == "rmsnorm":
+                self.var.lazy(lambda: x.pow(2).mean(dim=-1), x.shape[:-1])
+            else:
+                self.mean.lazy(lambda: x.mean(dim=-1), x.shape[:-1])
+                self.var.lazy(lambda: x.var(dim=-1, unbiased=False), x.shape[:-1])
             return self.out(self.fused(x))
         if self.kind == "rmsnorm":
             mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)

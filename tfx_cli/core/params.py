@@ -15,7 +15,7 @@ Conventions, stated once and repeated in every result:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .config import ModelConfig
 from ..words import counted
@@ -39,11 +39,6 @@ class Row:
     count: int  # what this row adds to the total (0 when fixed or shared)
     part: str  # the group it sums into (token_embedding, attention, ffn, ...)
     note: str = ""
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["shape"] = list(self.shape) if self.shape is not None else None
-        return out
 
 
 def _linear(name: str, label: str, n_in: int, n_out: int, bias: bool, part: str) -> list[Row]:
@@ -258,34 +253,28 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
                      per_sequence=per_token * T + pooler, causal_skip=causal_skip)
 
 
-# -- everything, as plain data -------------------------------------------------------
-def analyse(cfg: ModelConfig, seq_len: int | None = None) -> dict:
-    """The `result` of `tfx count-params`: plain JSON-ready data."""
+# -- everything, as one result -------------------------------------------------------
+def analyse(cfg: ModelConfig, seq_len: int | None = None, *, model=None):
+    """The result of `tfx count-params`: the breakdown, memory and FLOPs of a config."""
+    from .results import BlockCount, CountParamsResult, FlopSummary
+
     params = count_params(cfg)
     flops = count_flops(cfg, seq_len)
-    return {
-        "total": params.total,
-        "non_embedding": params.non_embedding,
-        "tied": bool(cfg.lm_head and cfg.tie_embeddings),
-        "shared": params.shared,
-        "parts": params.parts,
-        "breakdown": [r.to_dict() for r in params.rows],
-        "per_block": {"rows": [r.to_dict() for r in params.block], "total": params.per_block,
-                      "parts": params.block_parts, "n_layers": params.n_layers,
-                      "all_blocks": params.all_blocks},
-        "shape_convention": SHAPE_CONVENTION,
-        "memory_bytes": weight_bytes(params.total),
-        "seq_len": flops.seq_len,
-        "flops_per_token": flops.per_token,
-        "flops_convention": flops.convention,
-        "flops": {"seq_len": flops.seq_len, "per_token": flops.per_token,
-                  "per_block": flops.per_block,
-                  "without_attention": flops.without_attention,
-                  "per_sequence": flops.per_sequence,
-                  "causal_skip_per_token": flops.causal_skip,
-                  "rows": [r.to_dict() for r in flops.rows],
-                  "block": [r.to_dict() for r in flops.block]},
-    }
+    return CountParamsResult(
+        model=model, total=params.total, non_embedding=params.non_embedding,
+        tied=bool(cfg.lm_head and cfg.tie_embeddings), shared=params.shared,
+        parts=params.parts, breakdown=params.rows,
+        per_block=BlockCount(rows=params.block, total=params.per_block,
+                             parts=params.block_parts, n_layers=params.n_layers,
+                             all_blocks=params.all_blocks),
+        shape_convention=SHAPE_CONVENTION, memory_bytes=weight_bytes(params.total),
+        seq_len=flops.seq_len, flops_per_token=flops.per_token,
+        flops_convention=flops.convention,
+        flops=FlopSummary(seq_len=flops.seq_len, per_token=flops.per_token,
+                          per_block=flops.per_block, without_attention=flops.without_attention,
+                          per_sequence=flops.per_sequence,
+                          causal_skip_per_token=flops.causal_skip, rows=flops.rows,
+                          block=flops.block))
 
 
 __all__ = ["Row", "ParamCount", "FlopCount", "count_params", "count_flops", "total_params",

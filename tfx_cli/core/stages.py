@@ -1,7 +1,9 @@
-"""One function per stage, each returning a Result; plus the shared load/encode/run steps.
+"""One function per stage, each returning a typed result; plus the shared load/encode/run.
 
-A stage function tokenizes, builds or loads the model (cached per process), runs the
-forward pass recording only the names it needs, and packs a Result for render.emit.
+A stage takes a loaded model (`load(spec)`, cached per process) and the text, runs the
+forward pass recording only the names it needs, and returns its result (core/results.py)
+for the terminal view, the JSON envelope and the Python API alike. `tfx_cli.api` decides
+what to load (a stage that stops at layer L needs blocks 0..L only) and calls these.
 """
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from typing import Iterable
 
 import torch
 
-from ..errors import (ConfigError, InputTextError, RangeError, ResourceError, SelectError,
-                      WeightsError)
-from .config import ModelConfig, resolve_config, with_overrides
-from .model import Transformer, build_model
-from .trace import Result, Trace, check_globs
+from ..errors import ConfigError, InputTextError, RangeError, ResourceError, SelectError
 from ..words import counted
+from .config import ModelConfig, ModelSpec, spec_config
+from .model import Transformer, build_model
+from .results import (AttendResult, Candidate, EmbedResult, ExplainKey, ExplainRow,
+                      FFNResult, InputInfo, LayerNormResult, ModelInfo, NormStats,
+                      ParamCheck, PosencResult, ReportResult, RowStats, TraceResult)
+from .trace import Trace, check_globs
 
 torch.set_grad_enabled(False)  # tfx only ever runs inference
 # Same seed, same text, same machine and torch: the same bytes (README "Reproducibility").
@@ -31,34 +35,28 @@ torch.utils.deterministic.fill_uninitialized_memory = False
 
 @dataclass
 class Loaded:
-    """A model ready to run: its config, module, tokenizer, and how it was obtained."""
+    """A model ready to run: its config, module and tokenizer, and how it was obtained."""
 
     cfg: ModelConfig
     model: Transformer
     tokenizer: object
-    info: dict  # the envelope's "model" object
+    spec: ModelSpec
+
+    @property
+    def info(self) -> ModelInfo:
+        """The envelope's "model" object."""
+        return model_info(self.cfg, self.spec)
+
+
+def model_info(cfg: ModelConfig, spec: ModelSpec) -> ModelInfo:
+    return ModelInfo(config=cfg.name, weights=spec.weights,
+                     seed=None if spec.weights else spec.seed, cfg=cfg)
 
 
 _CACHE: dict = {}
 
 
-def load_config(spec) -> ModelConfig:
-    """The config a spec asks for: a preset or JSON file, with size overrides applied."""
-    if spec.weights:
-        if spec.config:
-            raise ConfigError("--config and --weights both given; real weights bring their "
-                              "own architecture, so drop --config")
-        changed = [f"--{k.replace('_', '-')}" for k, v in spec.overrides.items() if v is not None]
-        if changed:
-            raise ConfigError(f"{', '.join(changed)} cannot change a checkpoint's shape; "
-                              "drop it, or use --config for random weights")
-        from .weights import checkpoint_config  # torch-light until tensors are read
-
-        return checkpoint_config(spec.weights)
-    return with_overrides(resolve_config(spec.config), **spec.overrides)
-
-
-def load(spec, *, text: str | None = None, progress=None, blocks: int | None = None) -> Loaded:
+def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded:
     """Tokenizer + model for a spec. Random weights come from spec.seed.
 
     `blocks`: a stage that stops early (attend, ffn, layernorm at layer L: L + 1 blocks;
@@ -66,14 +64,15 @@ def load(spec, *, text: str | None = None, progress=None, blocks: int | None = N
     the model is built on the meta device. PyTorch's RNG is serial, so the values that are
     built equal the whole model's bit for bit, and the seed-exact init of gpt124m's other
     blocks and head (~1 s on 2 cores) is skipped. None builds everything.
+    `progress`: a context-manager factory like render.emit.progress, shown while real
+    weights load; None shows nothing.
     """
-    from .tokenizers import get_tokenizer
+    from .tokenizers import model_tokenizer
 
-    cfg = load_config(spec)
-    tokenizer = get_tokenizer(spec.tokenizer, default=cfg.tokenizer, corpus_text=text,
-                              corpus_path=spec.corpus, weights=spec.weights)
-    if not spec.weights and tokenizer.vocab_size != cfg.vocab_size:
-        # word/char/byte vocabularies come from the text: size the random table to fit
+    cfg = spec_config(spec)
+    tokenizer = model_tokenizer(spec, cfg)
+    if not spec.weights and (spec.tokenizer or spec.corpus is not None):
+        # a tokenizer the user chose for random weights sizes their embedding table
         cfg = replace(cfg, vocab_size=tokenizer.vocab_size)
     key = (cfg, spec.weights, None if spec.weights else spec.seed, spec.no_cache_weights)
     want = None if spec.weights or blocks is None else min(blocks, cfg.n_layers)
@@ -89,9 +88,7 @@ def load(spec, *, text: str | None = None, progress=None, blocks: int | None = N
         else:
             model = build_model(cfg, spec.seed, blocks=want)
         _CACHE[key] = (model, want)
-    info = {"config": cfg.name, "weights": spec.weights,
-            "seed": None if spec.weights else spec.seed, **cfg.to_dict()}
-    return Loaded(cfg, _CACHE[key][0], tokenizer, info)
+    return Loaded(cfg, _CACHE[key][0], tokenizer, spec)
 
 
 def _covers(built: int | None, want: int | None) -> bool:
@@ -140,8 +137,8 @@ def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
     return ids
 
 
-def input_info(loaded: Loaded, text: str, ids: list[int]) -> dict:
-    return {"text": text, "tokens": loaded.tokenizer.pieces(ids), "ids": list(ids)}
+def input_info(loaded: Loaded, text: str, ids: list[int]) -> InputInfo:
+    return InputInfo(text=text, tokens=loaded.tokenizer.pieces(ids), ids=list(ids))
 
 
 def check_range(noun: str, value: int | None, n: int, option: str,
@@ -163,39 +160,25 @@ def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
     return trace
 
 
-def result(command: str, loaded: Loaded, text: str, ids: list[int], trace: Trace,
-           scalars: dict | None = None, view: str | None = None) -> Result:
-    return Result(command=command, model=loaded.info, input=input_info(loaded, text, ids),
-                  tensors=trace, result=scalars or {}, view=view)
-
-
-# -- stages -----------------------------------------------------------------------
-def trace(spec, text: str, select: list[str], *, truncate: bool = False) -> Result:
+# -- trace ----------------------------------------------------------------------------
+def trace(loaded: Loaded, text: str, select: list[str], *,
+          truncate: bool = False) -> TraceResult:
     """The whole forward pass, recording only what the globs select."""
-    loaded = load(spec, text=text)
     ids = encode(loaded, text, truncate=truncate)
     tr = run(loaded, ids, select or ["*"])
-    return result("trace", loaded, text, ids, tr,
-                  {"selected": tr.names(), "n_selected": len(tr)})
-
-
-def model_info(cfg: ModelConfig, spec) -> dict:
-    """The envelope's "model" object for a command that needs no module (posenc --length)."""
-    return {"config": cfg.name, "weights": spec.weights,
-            "seed": None if spec.weights else spec.seed, **cfg.to_dict()}
-
-
-def _row_stats(rows: torch.Tensor) -> dict:
-    """Per-row L2 norm, mean and (population) standard deviation of a (T, C) matrix."""
-    rows = rows.double()
-    return {"norm": rows.norm(dim=-1).tolist(), "mean": rows.mean(dim=-1).tolist(),
-            "std": rows.std(dim=-1, unbiased=False).tolist()}
+    return TraceResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
+                       selected=tr.names(), n_selected=len(tr))
 
 
 # -- embed --------------------------------------------------------------------------
-def embed(spec, text: str, *, truncate: bool = False) -> Result:
+def _row_stats(rows: torch.Tensor) -> RowStats:
+    rows = rows.double()
+    return RowStats(norm=rows.norm(dim=-1).tolist(), mean=rows.mean(dim=-1).tolist(),
+                    std=rows.std(dim=-1, unbiased=False).tolist())
+
+
+def embed(loaded: Loaded, text: str, *, truncate: bool = False) -> EmbedResult:
     """Token embedding rows, positional rows and their sum (seed 001, steps 4-6)."""
-    loaded = load(spec, text=text, blocks=0)
     ids = encode(loaded, text, truncate=truncate)
     cfg = loaded.cfg
     parts = [name for name in ("embed.tok", "embed.pos", "embed.token_type")
@@ -203,40 +186,39 @@ def embed(spec, text: str, *, truncate: bool = False) -> Result:
     # stop_after=-1: the embedding sum is the input of block 0, so no block runs.
     # BERT's norm of the sum has its own view: `tfx layernorm --which embed`.
     tr = run(loaded, ids, parts + ["embed.out"], stop_after=-1)
-    stats = {name: _row_stats(tr.raw(name)) for name in tr.names()}
     total = " + ".join(name.split(".")[1] for name in parts)
-    scalars = {"positional": cfg.positional, "d_model": cfg.d_model, "n_tokens": len(ids),
-               "out": f"LayerNorm({total})" if cfg.embed_norm else total, "rows": stats}
+    note = None
     if cfg.positional == "rope":
-        scalars["note"] = ("rotary positions are applied to q and k inside attention, not "
-                           "added here; see `tfx posenc` and `tfx attend --show q,k`")
+        note = ("rotary positions are applied to q and k inside attention, not added here; "
+                "see `tfx posenc` and `tfx attend --show q,k`")
     elif cfg.positional == "none":
-        scalars["note"] = "this config adds no positional information"
-    return result("embed", loaded, text, ids, tr, scalars)
+        note = "this config adds no positional information"
+    return EmbedResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
+                       positional=cfg.positional, d_model=cfg.d_model, n_tokens=len(ids),
+                       out=f"LayerNorm({total})" if cfg.embed_norm else total,
+                       rows={name: _row_stats(tr.raw(name)) for name in tr.names()},
+                       note=note)
 
 
 # -- posenc -------------------------------------------------------------------------
-def posenc(spec, text: str | None = None, *, length: int | None = None,
-           truncate: bool = False) -> Result:
+def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
+           length: int | None = None, truncate: bool = False,
+           info: ModelInfo | None = None) -> PosencResult:
     """The positional table for TEXT's positions (or positions 0..length-1).
 
     sinusoidal: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same angle);
     learned: the rows of the position embedding; rope: each (position, frequency) angle
-    and the cos/sin tables that rotate q and k.
+    and the cos/sin tables that rotate q and k. `source` is a loaded model, or a config
+    alone for a table that needs no weights (--length with sinusoidal or rotary
+    positions; `info` then names the model).
     """
     from .model import rope_angles, sinusoidal_table
 
-    if (text is None) == (length is None):
-        raise InputTextError("give TEXT or --length N (one of them), e.g. "
-                             "`tfx posenc --length 16`")
-    cfg = load_config(spec)
+    loaded = source if isinstance(source, Loaded) else None
+    cfg = loaded.cfg if loaded is not None else source
     if cfg.positional == "none":
         raise ConfigError(f"config {cfg.name} has no positional encoding (positional=none); "
                           "try --config toy, gpt124m or smollm2-135m")
-    loaded, ids = None, None
-    if text is not None or cfg.positional == "learned":
-        loaded = load(spec, text=text, blocks=0)  # learned tables live in the weights
-        cfg = loaded.cfg
     if text is not None:
         ids = encode(loaded, text, truncate=truncate)
         n = len(ids)
@@ -248,18 +230,18 @@ def posenc(spec, text: str | None = None, *, length: int | None = None,
     P = "T" if text is not None else "P"  # T: rows labelled by the input's tokens
     tr = Trace()
     pos = torch.arange(n)
-    scalars: dict = {"positional": cfg.positional, "n_positions": n, "d_model": cfg.d_model}
+    extra: dict = {}
     if cfg.positional == "sinusoidal":
         two_i = torch.arange(0, cfg.d_model, 2, dtype=torch.float64)
         inv_freq = 1.0 / torch.pow(10000.0, two_i / cfg.d_model)  # (C/2,)
         tr.add("posenc.inv_freq", inv_freq, ("R",))
         tr.add("posenc.angle", pos.double()[:, None] * inv_freq[None, :], (P, "R"))
         tr.add("posenc.table", sinusoidal_table(n, cfg.d_model), (P, "C"))
-        scalars["formula"] = ("PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
-                              "PE(pos, 2i+1) = cos(pos / 10000^(2i/d))")
+        formula = ("PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
+                   "PE(pos, 2i+1) = cos(pos / 10000^(2i/d))")
     elif cfg.positional == "learned":
         tr.add("posenc.table", loaded.model.embed.pos_emb.weight[:n].detach(), (P, "C"))
-        scalars["formula"] = "learned: row pos of the position-embedding table (embed.pos_emb)"
+        formula = "learned: row pos of the position-embedding table (embed.pos_emb)"
     else:  # rope
         D = cfg.head_dim
         inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
@@ -269,17 +251,13 @@ def posenc(spec, text: str | None = None, *, length: int | None = None,
         # the tables as applied: dimension i and i + D/2 share angle i (split-halves layout)
         tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1), (P, "D"))
         tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1), (P, "D"))
-        scalars.update(head_dim=D, rope_theta=cfg.rope_theta,
-                       formula=("angle(pos, i) = pos * theta^(-2i/D); q and k dims (i, i+D/2) "
-                                "rotate by it: x_i' = x_i cos - x_{i+D/2} sin, "
-                                "x_{i+D/2}' = x_{i+D/2} cos + x_i sin"))
-    if loaded is None:
-        return Result(command="posenc", model=model_info(cfg, spec), input=None, tensors=tr,
-                      result=scalars)
-    if text is None:
-        return Result(command="posenc", model=loaded.info, input=None, tensors=tr,
-                      result=scalars)
-    return result("posenc", loaded, text, ids, tr, scalars)
+        extra = {"head_dim": D, "rope_theta": cfg.rope_theta}
+        formula = ("angle(pos, i) = pos * theta^(-2i/D); q and k dims (i, i+D/2) rotate by "
+                   "it: x_i' = x_i cos - x_{i+D/2} sin, x_{i+D/2}' = x_{i+D/2} cos + x_i sin")
+    return PosencResult(model=loaded.info if loaded is not None else info,
+                        input=input_info(loaded, text, ids) if text is not None else None,
+                        tensors=tr, positional=cfg.positional, n_positions=n,
+                        d_model=cfg.d_model, formula=formula, **extra)
 
 
 # -- attend -------------------------------------------------------------------------
@@ -341,16 +319,14 @@ def _one_head(tr: Trace, head: int) -> Trace:
     return out
 
 
-def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
+def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            explain: bool = False, query_pos: int | None = None,
-           show: Iterable[str] | None = None, truncate: bool = False) -> Result:
+           show: Iterable[str] | None = None, truncate: bool = False) -> AttendResult:
     """One layer's attention: q, k, v, QKᵀ, ÷√d_k, mask, softmax, ·V, concat, W_O.
 
     Only blocks 0..layer run and only block `layer`'s attention is recorded.
     """
-    corpus = text if kv is None else text + "\n" + kv  # a word vocabulary covers both texts
-    loaded = load(spec, text=corpus, blocks=max(layer, 0) + 1)
     cfg, model = loaded.cfg, loaded.model
     check_range("layer", layer, cfg.n_layers, "--layer")
     check_range("head", head, cfg.n_heads, "--head")
@@ -385,35 +361,37 @@ def attend(spec, text: str, *, layer: int = 0, head: int | None = None,
         tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select)
     if head is not None:
         tr = _one_head(tr, head)
-    scalars = {"layer": layer, "heads": [head] if head is not None else list(range(cfg.n_heads)),
-               "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
-               "scale": cfg.head_dim ** 0.5, "mask": "causal" if causal else "none",
-               "valid_lens": valid_lens, "cross_attention": kv is not None,
-               "shown": show or ["pattern"]}
-    if cfg.n_kv_heads != cfg.n_heads:
-        scalars["kv_groups"] = kv_groups(cfg)
-    res = result("attend", loaded, text, ids, tr, scalars)
+    source = input_info(loaded, text, ids)
     if kv_ids is not None:
-        res.input["kv"] = input_info(loaded, kv, kv_ids)
+        source.kv = input_info(loaded, kv, kv_ids)
+    explained = None
     if explain:
         prefix = f"blocks.{layer}.attn."
         h = head if head is not None else 0
         local = 0 if head is not None else h  # index into the (possibly sliced) H axis
         rot = "_rot" if cfg.positional == "rope" else ""
-        res.result["explain"] = explain_row(
+        explained = explain_row(
             tr.array(prefix + "q" + rot)[local], tr.array(prefix + "k" + rot)[local],
             tr.array(prefix + "v")[local], None if keep is None else keep.numpy(),
             query_pos, cfg.head_dim ** 0.5, tr.array(prefix + "pattern")[local],
-            head=h, tokens=res.input["tokens"],
-            kv_tokens=res.input["kv"]["tokens"] if kv_ids is not None else None)
+            head=h, tokens=source.tokens,
+            kv_tokens=source.kv.tokens if source.kv is not None else None)
         if show:
-            res.tensors = tr.subset([prefix + s for s in show if prefix + s in tr])
-    return res
+            tr = tr.subset([prefix + s for s in show if prefix + s in tr])
+    return AttendResult(
+        model=loaded.info, input=source, tensors=tr, layer=layer,
+        heads=[head] if head is not None else list(range(cfg.n_heads)),
+        n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        scale=cfg.head_dim ** 0.5, mask="causal" if causal else "none",
+        valid_lens=valid_lens, cross_attention=kv is not None, shown=show or ["pattern"],
+        show_given=bool(show),
+        kv_groups=kv_groups(cfg) if cfg.n_kv_heads != cfg.n_heads else None,
+        explain=explained)
 
 
 def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                 tokens: list | None = None, kv_tokens: list | None = None,
-                scale_label: str = "sqrt(d_k)") -> dict:
+                scale_label: str = "sqrt(d_k)") -> ExplainRow:
     """Query position i of one head, number by number, in float64: each q·k_j, ÷ scale,
     the mask, exp (less the row's largest visible score, which leaves the softmax
     unchanged), the sum, each weight × v_j and their sum. `pattern` is the recorded one,
@@ -431,210 +409,31 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
     weights = exps / total
     weighted = weights[:, None] * v  # (S, Dv)
     context = weighted.sum(axis=0)
-    keys = []
-    for j in range(k.shape[0]):
-        keys.append({"pos": j, "token": kv_tokens[j] if kv_tokens else None,
-                     "k": k[j].tolist(), "dot": float(dots[j]), "scaled": float(scaled[j]),
-                     "visible": bool(visible[j]), "exp": float(exps[j]),
-                     "weight": float(weights[j]), "v": v[j].tolist(),
-                     "weighted_v": weighted[j].tolist()})
+    keys = [ExplainKey(pos=j, token=kv_tokens[j] if kv_tokens else None, k=k[j].tolist(),
+                       dot=float(dots[j]), scaled=float(scaled[j]), visible=bool(visible[j]),
+                       exp=float(exps[j]), weight=float(weights[j]), v=v[j].tolist(),
+                       weighted_v=weighted[j].tolist())
+            for j in range(k.shape[0])]
     model_row = np.asarray(pattern, dtype=np.float64)[i]
-    return {"head": head, "query_pos": i, "query_token": tokens[i] if tokens else None,
-            "d_k": int(q.shape[-1]), "scale": float(scale), "scale_label": scale_label,
-            "q": q[i].tolist(), "max_scaled": float(top), "sum_exp": float(total),
-            "keys": keys, "context": context.tolist(),
-            "max_abs_diff_vs_pattern": float(np.abs(model_row - weights).max())}
-
-
-# -- attend --inputs: hand-made matrices through the same formula ----------------------
-INPUT_KEYS = {"x": "x", "w_q": "w_q", "w_query": "w_q", "w_k": "w_k", "w_key": "w_k",
-              "w_v": "w_v", "w_value": "w_v", "w_o": "w_o", "w_out": "w_o",
-              "scale": "scale", "mask": "mask", "tokens": "tokens", "comment": "comment"}
-
-
-def read_inputs(path) -> dict:
-    """Parse and check an --inputs file; every problem is one InputTextError line."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputTextError(f"--inputs {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputTextError(f"--inputs {path}: cannot read it ({exc})") from None
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InputTextError(f"--inputs {path} is not valid JSON: {exc.msg} at line "
-                             f"{exc.lineno}, column {exc.colno}") from None
-    if not isinstance(data, dict):
-        raise InputTextError(f"--inputs {path}: expected a JSON object with keys x, w_q, "
-                             "w_k, w_v (optional w_o, scale, mask, tokens)")
-    unknown = [key for key in data if key not in INPUT_KEYS]
-    if unknown:
-        raise InputTextError(f"--inputs {path}: unknown key {unknown[0]!r}; valid keys: x, "
-                             "w_q, w_k, w_v, w_o, scale, mask, tokens, comment")
-    got = {}
-    for key, value in data.items():
-        canon = INPUT_KEYS[key]
-        if canon in got:
-            raise InputTextError(f"--inputs {path}: {key!r} given twice (as {canon})")
-        got[canon] = value
-    missing = [key for key in ("x", "w_q", "w_k", "w_v") if key not in got]
-    if missing:
-        raise InputTextError(f"--inputs {path}: missing key {missing[0]!r}; an inputs file "
-                             "needs x (T×d), w_q, w_k (d×d_k) and w_v (d×d_v)")
-    out = {name: _matrix(path, name, got[name]) for name in ("x", "w_q", "w_k", "w_v")}
-    if got.get("w_o") is not None:
-        out["w_o"] = _matrix(path, "w_o", got["w_o"])
-    T, d = out["x"].shape
-    for name in ("w_q", "w_k", "w_v"):
-        if out[name].shape[0] != d:
-            raise InputTextError(f"--inputs {path}: x is {T}×{d} but {name} is "
-                                 f"{_dims(out[name])}; {name} needs {d} rows")
-    if out["w_q"].shape[1] != out["w_k"].shape[1]:
-        raise InputTextError(f"--inputs {path}: w_q is {_dims(out['w_q'])} and w_k is "
-                             f"{_dims(out['w_k'])}; q·k needs the same number of columns")
-    if "w_o" in out and out["w_o"].shape[0] != out["w_v"].shape[1]:
-        raise InputTextError(f"--inputs {path}: w_v gives {out['w_v'].shape[1]} columns but "
-                             f"w_o is {_dims(out['w_o'])}; w_o needs {out['w_v'].shape[1]} rows")
-    out["scale"] = _scale(path, got.get("scale", "sqrt_dk"), out["w_q"].shape[1])
-    out["mask"] = _mask(path, got.get("mask"), T)
-    tokens = got.get("tokens")
-    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != T
-                               or not all(isinstance(t, (str, int, float)) for t in tokens)):
-        raise InputTextError(f"--inputs {path}: tokens must be a list of {T} labels, one per "
-                             "row of x")
-    out["tokens"] = [str(t) for t in tokens] if tokens is not None else \
-        [f"x{i}" for i in range(T)]
-    return out
-
-
-def _dims(m) -> str:
-    return f"{m.shape[0]}×{m.shape[1]}"
-
-
-def _matrix(path, name: str, value) -> torch.Tensor:
-    """A non-empty rectangular list of lists of numbers, as float64."""
-    where = f"--inputs {path}: {name}"
-    if not isinstance(value, list) or not value or not all(isinstance(r, list) for r in value):
-        raise InputTextError(f"{where} must be a matrix: a non-empty list of rows, e.g. "
-                             "[[1, 0], [0, 1]]")
-    width = len(value[0])
-    for i, row in enumerate(value):
-        if len(row) != width or not row:
-            raise InputTextError(f"{where} is ragged: row 0 has {width} numbers but row {i} "
-                                 f"has {len(row)}")
-        for j, cell in enumerate(row):
-            if isinstance(cell, bool) or not isinstance(cell, (int, float)):
-                raise InputTextError(f"{where}[{i}][{j}] is {json_repr(cell)}, not a number")
-    return torch.tensor(value, dtype=torch.float64)
-
-
-def json_repr(value) -> str:
-    import json
-
-    return json.dumps(value)
-
-
-def _scale(path, value, d_k: int) -> float:
-    if value == "sqrt_dk":
-        return d_k ** 0.5
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InputTextError(f"--inputs {path}: scale must be a positive number or "
-                             f"\"sqrt_dk\", got {json_repr(value)}")
-    return float(value)
-
-
-def _mask(path, value, T: int):
-    if value is None or value == "none":
-        return None
-    if value == "causal":
-        return torch.ones(T, T, dtype=torch.bool).tril()
-    m = _matrix(path, "mask", value)
-    if m.shape[0] != T or not ((m == 0) | (m == 1)).all():
-        raise InputTextError(f"--inputs {path}: mask must be \"causal\" or a {T}×{T} matrix "
-                             "of 0 (hidden) and 1 (visible)")
-    if m.shape[1] != T:
-        raise InputTextError(f"--inputs {path}: mask is {_dims(m)} but x has {T} rows, so "
-                             f"keys are {T}; give a {T}×{T} mask")
-    keep = m.bool()
-    empty = (~keep).all(dim=1).nonzero()
-    if len(empty):
-        raise InputTextError(f"--inputs {path}: mask row {int(empty[0])} hides every key; "
-                             "softmax needs at least one 1 per row")
-    return keep
-
-
-def attend_inputs(path, *, explain: bool = False, query_pos: int | None = None,
-                  show: Iterable[str] | None = None) -> Result:
-    """Self-attention on matrices from a JSON file (seed 000's worked example), through
-    model.explicit_attention, the formula the model itself uses, in float64."""
-    from types import SimpleNamespace
-
-    from .model import Tap, explicit_attention
-
-    data = read_inputs(path)
-    stages = ["q", "k", "v", "scores", "scaled", "masked", "pattern", "context"]
-    if "w_o" in data:
-        stages.append("out")
-    show = check_show(show, stages)
-    T = data["x"].shape[0]
-    tr = Trace()
-    tr.add("x", data["x"], ("T", "C"))
-
-    def tap(name: str, *dims: str) -> Tap:
-        t = Tap(*dims)
-        t.name, t.trace = f"attn.{name}", tr
-        return t
-
-    x = data["x"][None]  # (1, T, C): a batch of one, as the model sees it
-    q = tap("q", "H", "T", "D")((x @ data["w_q"])[:, None])  # (1, 1, T, D): one head
-    k = tap("k", "H", "S", "D")((x @ data["w_k"])[:, None])
-    v = tap("v", "H", "S", "D")((x @ data["w_v"])[:, None])
-    taps = SimpleNamespace(scores=tap("scores", "H", "T", "S"),
-                           scaled=tap("scaled", "H", "T", "S"),
-                           masked=tap("masked", "H", "T", "S"),
-                           pattern=tap("pattern", "H", "T", "S"))
-    context = tap("context", "H", "T", "D")(
-        explicit_attention(q, k, v, data["mask"], data["scale"], taps=taps))
-    if "w_o" in data:
-        tap("out", "T", "C")(context[:, 0] @ data["w_o"])
-    if explain:
-        query_pos = T - 1 if query_pos is None else query_pos
-        check_range("query position (row of x)", query_pos, T, "--query-pos",
-                    plural="query positions (rows of x)")
-    elif query_pos is not None:
-        raise RangeError("--query-pos only applies with --explain")
-    d_k = data["w_q"].shape[1]
-    label = "sqrt(d_k)" if abs(data["scale"] - d_k ** 0.5) < 1e-12 else "scale"
-    scalars = {"source": str(path), "n_heads": 1, "head_dim": d_k, "scale": data["scale"],
-               "scale_label": label,
-               "mask": "none" if data["mask"] is None else "given", "heads": [0],
-               "shown": show or ["pattern"],
-               "formula": "tfx_cli.core.model.explicit_attention (the model's own)",
-               "weights": {name: data[name].tolist()
-                           for name in ("w_q", "w_k", "w_v", "w_o") if name in data}}
-    if explain:
-        scalars["explain"] = explain_row(
-            tr.array("attn.q")[0], tr.array("attn.k")[0], tr.array("attn.v")[0],
-            None if data["mask"] is None else data["mask"].numpy(), query_pos, data["scale"],
-            tr.array("attn.pattern")[0], head=0, tokens=data["tokens"], scale_label=label)
-    if show:
-        tr = tr.subset(["x"] + [f"attn.{s}" for s in show])
-    return Result(command="attend", model=None,
-                  input={"file": str(path), "tokens": data["tokens"]}, tensors=tr,
-                  result=scalars)
+    return ExplainRow(head=head, query_pos=i, query_token=tokens[i] if tokens else None,
+                      d_k=int(q.shape[-1]), scale=float(scale), scale_label=scale_label,
+                      q=q[i].tolist(), max_scaled=float(top), sum_exp=float(total),
+                      keys=keys, context=context.tolist(),
+                      max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()))
 
 
 # -- layernorm ------------------------------------------------------------------------
-def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
-              truncate: bool = False) -> Result:
+NORM_CHOICES = ("ln1", "ln2", "ln_f", "embed")
+
+
+def layernorm_blocks(which: str, layer: int) -> int | None:
+    """How many leading blocks `layernorm` needs built (None: the whole model)."""
+    return {"ln1": max(layer, 0) + 1, "ln2": max(layer, 0) + 1, "embed": 0}.get(which)
+
+
+def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
+              truncate: bool = False) -> LayerNormResult:
     """One normalisation: per-token mean and variance, normalised rows, γ, β, output."""
-    blocks = {"ln1": max(layer, 0) + 1, "ln2": max(layer, 0) + 1, "embed": 0}.get(which)
-    loaded = load(spec, text=text, blocks=blocks)
     cfg, model = loaded.cfg, loaded.model
     ids = encode(loaded, text, truncate=truncate)
     valid = ["ln1", "ln2"] + (["ln_f"] if model.ln_f is not None else []) + \
@@ -665,25 +464,29 @@ def layernorm(spec, text: str, *, layer: int = 0, which: str = "ln1",
     if module.shift is not None:
         tr.add(prefix + ".shift", module.shift.detach(), ("C",))
     normed = tr.raw(prefix + ".normed").double()
-    scalars = {"which": which, "layer": layer if which in ("ln1", "ln2") else None,
-               "norm": cfg.norm, "position": cfg.norm_position, "eps": cfg.ln_eps,
-               "normed_mean": normed.mean(-1).tolist(),
-               "normed_var": normed.var(-1, unbiased=False).tolist()}
-    if cfg.norm == "rmsnorm":
-        scalars["normed_mean_square"] = normed.pow(2).mean(-1).tolist()
-        scalars["formula"] = "out = x / sqrt(mean(x²) + eps) * γ"
-    else:
-        scalars["formula"] = "out = (x - mean) / sqrt(var + eps) * γ + β"
+    rms = cfg.norm == "rmsnorm"
+    formula = ("out = x / sqrt(mean(x²) + eps) * γ" if rms
+               else "out = (x - mean) / sqrt(var + eps) * γ + β")
     if post:
-        scalars["residual"] = select[1:]
-        scalars["formula"] = "v = x + Sublayer(x); " + scalars["formula"].replace("x", "v")
-    return result("layernorm", loaded, text, ids, tr, scalars)
+        formula = "v = x + Sublayer(x); " + formula.replace("x", "v")
+    return LayerNormResult(
+        model=loaded.info, input=input_info(loaded, text, ids), tensors=tr, which=which,
+        layer=layer if which in ("ln1", "ln2") else None, norm=cfg.norm,
+        position=cfg.norm_position, eps=cfg.ln_eps, normed_mean=normed.mean(-1).tolist(),
+        normed_var=normed.var(-1, unbiased=False).tolist(),
+        normed_mean_square=normed.pow(2).mean(-1).tolist() if rms else None,
+        formula=formula, residual=select[1:] if post else None, prefix=prefix)
 
 
 # -- ffn ------------------------------------------------------------------------------
-def ffn(spec, text: str, *, layer: int = 0, truncate: bool = False) -> Result:
+FFN_FORMULAS = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
+                "gelu": "out = GELU(x W1 + b1) W2 + b2   (exact, erf)",
+                "gelu_tanh": "out = GELU_tanh(x W1 + b1) W2 + b2",
+                "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down"}
+
+
+def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
-    loaded = load(spec, text=text, blocks=max(layer, 0) + 1)
     cfg = loaded.cfg
     check_range("layer", layer, cfg.n_layers, "--layer")
     ids = encode(loaded, text, truncate=truncate)
@@ -693,16 +496,120 @@ def ffn(spec, text: str, *, layer: int = 0, truncate: bool = False) -> Result:
     tr = run(loaded, ids, [source, f"blocks.{layer}.ffn.*"], stop_after=layer,
              validate=False)
     act = tr.raw(f"blocks.{layer}.ffn.act")
-    formulas = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
-                "gelu": "out = GELU(x W1 + b1) W2 + b2   (exact, erf)",
-                "gelu_tanh": "out = GELU_tanh(x W1 + b1) W2 + b2",
-                "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down"}
-    scalars = {"layer": layer, "activation": cfg.activation, "d_model": cfg.d_model,
-               "d_ff": cfg.d_ff, "input": source, "formula": formulas[cfg.activation],
-               "fraction_positive": float((act > 0).double().mean())}
-    return result("ffn", loaded, text, ids, tr, scalars)
+    return FFNResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
+                     layer=layer, activation=cfg.activation, d_model=cfg.d_model,
+                     d_ff=cfg.d_ff, source=source, formula=FFN_FORMULAS[cfg.activation],
+                     fraction_positive=float((act > 0).double().mean()))
 
 
-__all__ = ["Loaded", "load", "load_config", "encode", "run", "result", "trace",
-           "check_range", "input_info", "WeightsError", "embed", "posenc", "attend",
-           "attend_inputs", "layernorm", "ffn", "explain_row", "read_inputs", "kv_groups"]
+# -- report ---------------------------------------------------------------------------
+def report_layers(value: str | None, n_layers: int) -> list[int]:
+    """'0,1,5' / '2-4' / 'all' (None) -> sorted layer indices, each checked."""
+    from ..errors import UsageError
+
+    if value is None or value.strip().lower() == "all":
+        return list(range(n_layers))
+    layers: set[int] = set()
+    for part in value.split(","):
+        part = part.strip()
+        try:
+            if "-" in part.lstrip("-"):
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                chosen = range(lo, hi + 1)
+            else:
+                chosen = [int(part)]
+        except ValueError:
+            raise UsageError(f"--show-layers {value!r}: expected layer numbers like "
+                             "'0,1,5', a range like '0-3', or 'all'") from None
+        for layer in chosen:
+            check_range("layer", layer, n_layers, "--show-layers")
+            layers.add(layer)
+    return sorted(layers)
+
+
+def norm_stats(tr: Trace, rms: bool) -> list[NormStats]:
+    """Every recorded norm's statistics, from its own mean and var taps, in forward order."""
+    out = []
+    for name in tr.names():
+        if name.endswith(".var"):
+            prefix = name[:-len(".var")]
+            mean = None if rms or prefix + ".mean" not in tr else \
+                tr.array(prefix + ".mean").astype(float).tolist()
+            out.append(NormStats(prefix, mean, tr.array(name).astype(float).tolist()))
+    return out
+
+
+def top_k_per_position(logits: torch.Tensor, k: int, pieces) -> list[list[Candidate]]:
+    """The k most likely next tokens after every position, softmax in float64."""
+    probs = torch.softmax(logits.double(), dim=-1)  # (T, V)
+    top = torch.topk(probs, min(k, probs.shape[-1]), dim=-1)
+    rows = []
+    for values, indices, row in zip(top.values.tolist(), top.indices.tolist(), logits):
+        rows.append([Candidate(id=i, token=piece, prob=p, logit=float(row[i]))
+                     for i, p, piece in zip(indices, values, pieces(indices))])
+    return rows
+
+
+def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k: int = 5,
+           truncate: bool = False, output: str | None = None) -> ReportResult:
+    """What the HTML page shows, from one forward pass: each shown layer's attention
+    pattern, the mean and variance entering every norm (lazy taps: the norms keep their
+    fused kernel, so the patterns are bit for bit what `tfx trace` records), and the
+    next-token top-k after every position (causal models with an output head)."""
+    cfg = loaded.cfg
+    ids = encode(loaded, text, truncate=truncate)
+    layers = list(range(cfg.n_layers)) if layers is None else layers
+    select = [f"blocks.{layer}.attn.pattern" for layer in layers]
+    select += ["*.mean", "*.var"]
+    predicts = cfg.causal and cfg.lm_head and top_k > 0
+    if predicts:
+        select.append("logits")
+    tr = run(loaded, ids, select, validate=False)
+    rms = cfg.norm == "rmsnorm"
+    next_tokens = top_k_per_position(tr.raw("logits"), top_k, loaded.tokenizer.pieces) \
+        if predicts else []
+    shown = tr.subset([n for n in tr.names() if n != "logits"])
+    return ReportResult(model=loaded.info, input=input_info(loaded, text, ids),
+                        tensors=shown, layers=layers, n_heads=cfg.n_heads, norm=cfg.norm,
+                        norms=norm_stats(tr, rms), top_k=top_k if predicts else 0,
+                        next_tokens=next_tokens, output=output)
+
+
+# -- count-params --verify ------------------------------------------------------------
+def verify_params(cfg: ModelConfig, analytic_total: int) -> ParamCheck:
+    """Build the model on torch's meta device (every shape, no storage) and compare its
+    parameters with the analytic count, name by name.
+
+    The meta device makes even gpt2-xl instant and free: parameter counts depend on
+    shapes only, and the modules are built by the same code as real ones.
+    """
+    from .params import count_params
+
+    model = build_model(cfg, device="meta")
+    built = {name: p.numel() for name, p in model.named_parameters()}  # tied ones once
+    expected = count_params(cfg).named_counts()
+    notes = []
+    if not any(name.startswith("pooler.") for name in built):
+        pooler = {k: v for k, v in expected.items() if k.startswith("pooler.")}
+        if pooler:  # counted analytically, but the core does not run BERT's pooler
+            notes.append(f"the core builds no pooler: {sum(pooler.values()):,} parameters "
+                         "counted but not compared")
+            expected = {k: v for k, v in expected.items() if k not in pooler}
+    mismatched = sorted(k for k in set(built) | set(expected) if built.get(k) != expected.get(k))
+    return ParamCheck(
+        verified=not mismatched and sum(built.values()) == sum(expected.values()),
+        model_params=sum(built.values()), expected=sum(expected.values()),
+        analytic_total=analytic_total,
+        modules=sum(1 for _ in model.modules()),  # Tap identities included
+        modules_with_parameters=sum(
+            1 for m in model.modules() if next(m.parameters(recurse=False), None) is not None),
+        parameter_tensors=len(built), mismatched=mismatched, notes=notes,
+        built_on="meta device (shapes only)")
+
+
+__all__ = ["Loaded", "load", "encode", "run", "input_info", "model_info", "check_range",
+           "trace", "embed", "posenc", "attend", "explain_row", "layernorm", "ffn",
+           "report", "report_layers", "verify_params", "kv_groups", "check_show",
+           "ATTN_STAGES", "NORM_CHOICES"]

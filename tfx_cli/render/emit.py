@@ -12,18 +12,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.trace import Result
-
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..core.results import Result
 
 
 @dataclass(frozen=True)
 class ViewOptions:
-    precision: int = 3
-    full: bool = False
-    show: tuple[str, ...] = ()
-    extra: dict | None = None
+    """How a terminal view draws (never what it shows: that is the result's)."""
+
+    precision: int = 3  # decimals in tables
+    full: bool = False  # whole matrices and lists, not head and tail
+    values: bool = False  # trace: print every recorded tensor, not only the tree
 
 
 def stdout_console() -> Console:
@@ -47,8 +48,7 @@ def stderr_console() -> Console:
 
 
 def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool = False,
-         show: tuple[str, ...] = (), extra: dict | None = None,
-         console: Console | None = None) -> None:
+         values: bool = False, console: Console | None = None) -> None:
     if json:
         from .jsonout import dumps
 
@@ -59,7 +59,7 @@ def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool =
     from .views import render
 
     render(result, console or stdout_console(),
-           ViewOptions(precision=precision, full=full, show=tuple(show), extra=extra))
+           ViewOptions(precision=precision, full=full, values=values))
 
 
 def warn(message: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 from rich import box
@@ -21,6 +21,9 @@ from rich.color import Color
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+
+from ..words import counted
+from .common import axis_labels, finite_range
 
 DEFAULT_WIDTH = 80  # what we fit to when no console width is given
 LABEL_MAX = 12      # row labels longer than this are cut with "…"
@@ -38,6 +41,7 @@ SEQUENTIAL = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)),
 DIVERGING = ((0.0, (59, 76, 192)), (0.25, (141, 176, 254)), (0.5, (221, 221, 221)),
              (0.75, (244, 154, 123)), (1.0, (180, 4, 38)))
 LEVELS = 32  # shades per map: finer steps are invisible and would defeat the style cache
+MAX_SLICES = 3  # heads (or other leading slices) drawn before "--full shows all"
 
 
 # ---------------------------------------------------------------- numbers
@@ -109,19 +113,6 @@ def heat_scale(values: np.ndarray, center: float | None = None,
         span = max(abs(lo - center), abs(hi - center)) or 1.0
         return HeatScale(center - span, center + span, center)
     return HeatScale(lo, hi if hi > lo else lo + 1.0)
-
-
-def finite_range(values: np.ndarray) -> tuple[float, float] | None:
-    """(min, max) over the finite entries, without copying them (logits can be big)."""
-    values = np.asarray(values)
-    if values.size == 0:
-        return None
-    finite = np.isfinite(values)
-    if not finite.any():
-        return None
-    lo = np.min(values, where=finite, initial=np.inf)
-    hi = np.max(values, where=finite, initial=-np.inf)
-    return float(lo), float(hi)
 
 
 @lru_cache(maxsize=2 * LEVELS)
@@ -378,3 +369,64 @@ def vector_table(array1d, *, title: str, labels: Sequence | None = None, precisi
                         precision=precision, full=full, heat=heat, max_rows=max_rows,
                         center=center, vrange=vrange, dims=dims, shape=shape or array.shape,
                         corner=corner, width=width)
+
+
+class TensorView:
+    """One recorded tensor as Rich tables, fitted to the console's width: a vector, a
+    matrix, or one matrix per leading index (per head) on one shared heat scale.
+
+    Rows and columns are labelled per dim letter from `axes` (T: the query tokens, S: the
+    key tokens, which differ in cross-attention); `heads` names the H slices (the model's
+    head numbers when --head picked one). Every matrix view of every command is one of
+    these; a blank line goes before each table.
+    """
+
+    def __init__(self, name: str, array, dims: Sequence[str], *,
+                 axes: Mapping[str, Sequence[str] | None] | None = None, precision: int = 3,
+                 full: bool = False, max_slices: int = MAX_SLICES, title: str | None = None,
+                 heat: bool = True, heads: Sequence[int] | None = None):
+        self.name, self.array, self.dims = name, np.asarray(array), tuple(dims)
+        self.axes, self.precision, self.full = axes or {}, precision, full
+        self.max_slices, self.title, self.heat, self.heads = max_slices, title, heat, heads
+
+    def parts(self, width: int) -> list:
+        array, dims, title = self.array, self.dims, self.title or self.name
+        common = dict(precision=self.precision, full=self.full, dims=dims, shape=array.shape,
+                      width=width, heat=self.heat)
+        if array.ndim == 0:
+            return [Text(f"{title}  () = {format_number(array.item(), self.precision)}")]
+        if array.ndim == 1:
+            return [vector_table(array, title=title,
+                                 labels=axis_labels(dims[0], len(array), self.axes), **common)]
+        rows = axis_labels(dims[-2], array.shape[-2], self.axes)
+        cols = axis_labels(dims[-1], array.shape[-1], self.axes)
+        if array.ndim == 2:
+            return [matrix_table(array, title=title, row_labels=rows, col_labels=cols,
+                                 **common)]
+        # (H, T, S) and the like: one table per leading index, all on one heat scale
+        vrange = finite_range(array) if array.dtype.kind == "f" else None
+        indices = list(np.ndindex(array.shape[:-2]))
+        shown = indices if self.full else indices[:self.max_slices]
+        out: list = []
+        for index in shown:
+            out.append(matrix_table(array[index], title=f"{title} {self._slice(index)}",
+                                    row_labels=rows, col_labels=cols, vrange=vrange, **common))
+        if len(shown) < len(indices):
+            rest = len(indices) - len(shown)
+            heads = dims[0] == "H" and array.ndim == 3
+            hint = "--head H picks one, --full shows all" if heads else "--full shows all"
+            out.append(Text(f"… {counted(rest, 'more head' if heads else 'more slice')} of "
+                            f"{self.name} ({hint})", style="dim"))
+        return out
+
+    def _slice(self, index: tuple[int, ...]) -> str:
+        if self.dims[0] == "H" and len(index) == 1:
+            head = self.heads[index[0]] if self.heads is not None else index[0]
+            return f"head {head}"
+        return ", ".join(f"{d}={i}" for d, i in zip(self.dims, index))
+
+    def __rich_console__(self, console, options):
+        for part in self.parts(options.max_width):
+            if isinstance(part, Table):
+                yield Text("")  # a blank line before each table, not before a note
+            yield part

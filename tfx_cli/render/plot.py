@@ -4,11 +4,12 @@ The plot reads the very Result the terminal view and the JSON read: no second fo
 pass, no numbers of its own. matplotlib is an optional extra (`tfx-cli[plot]`), imported
 only here and only when --plot is given, with the Agg backend so no display is needed.
 
-One drawing per command, chosen by `Result.command` (then `Result.view`):
+One drawing per command, chosen by the result's command:
 
   attend     one heat map per head, token labels on both axes, one shared colour bar
   posenc     the sinusoid stripes: positions down, dimensions across
   embed      each (T, C) tensor as a heat map, tokens down
+  ffn        the hidden pre-activation, the activation and the output, tokens down
   layernorm  per-token mean and variance, before and after normalisation
   lens       layers x positions, shaded by the top token's probability, token text inside
   trace      the one selected tensor: 1-D bars, 2-D heat map, (H, ., .) a grid of heads
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -30,14 +30,14 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..core.trace import Result
+from ..core.results import LayerNormResult, LensResult, Result
 from ..errors import MissingPackageError, OutputFileError, SelectError, UsageError
+from .common import axis_labels, finite_range, layer_of, token_axes
 
 PLOT_SUFFIXES = (".png", ".svg")
 INSTALL = "pip install 'tfx-cli[plot]' (or pip install matplotlib)"
 MAX_LABELS = 40        # an axis with more tokens than this labels every k-th one
 MAX_PANELS = 64        # heads drawn before the grid would be unreadable
-TOKEN_DIMS = ("T", "S")
 DIM_NAMES = {"T": "position", "S": "key position", "C": "dimension", "P": "position",
              "R": "frequency", "F": "ffn unit", "D": "head dim", "V": "vocabulary",
              "H": "head", "L": "layer"}
@@ -148,7 +148,7 @@ def plot_result(result: Result, path, force: bool = False) -> Path:
     """Draw `result` into `path` (.png or .svg). Returns the path written."""
     path = check_output_path(path, force)
     plt = require_matplotlib()
-    draw = PLOTTERS.get(result.command) or PLOTTERS.get(result.view or "") or plot_trace
+    draw = PLOTTERS.get(result.command) or plot_trace
     with warnings.catch_warnings():
         # a token whose glyph the font lacks draws as a box; that is not worth a warning
         warnings.simplefilter("ignore", UserWarning)
@@ -191,22 +191,10 @@ def tex_safe(text: str) -> str:
     return text.replace("\\", "\\\\").replace("$", r"\$")
 
 
-def tokens_of(result: Result, key: str | None = None) -> list[str] | None:
-    """The input's tokens made visible and safe for matplotlib; `key="kv"` gives the
-    cross-attention keys' text."""
-    from ..core.tokenizers import visible
-
-    data = result.input or {}
-    if key is not None:
-        data = data.get(key) or {}
-    tokens = data.get("tokens")
-    return [tex_safe(visible(t)) for t in tokens] if tokens is not None else None
-
-
-def axis_tokens(dim: str, size: int, tokens: Sequence[str] | None) -> list[str] | None:
-    if dim in TOKEN_DIMS and tokens is not None and len(tokens) == size:
-        return list(tokens)
-    return None
+def plot_axes(result: Result) -> dict[str, list[str] | None]:
+    """Token labels per dim letter (T queries, S keys), made safe for matplotlib."""
+    return {dim: None if labels is None else [tex_safe(t) for t in labels]
+            for dim, labels in token_axes(result).items()}
 
 
 def label_axis(ax, axis: str, labels: Sequence[str] | None, size: int, fontsize: float) -> None:
@@ -233,18 +221,18 @@ def grid_shape(n: int) -> tuple[int, int]:
     return math.ceil(n / best), best
 
 
-def finite_limits(arrays: Sequence[np.ndarray]) -> tuple[float, float]:
-    values = np.concatenate([a[np.isfinite(a)].ravel() for a in arrays])
-    if values.size == 0:
+def finite_limits(array: np.ndarray) -> tuple[float, float]:
+    """The colour limits of an array: its finite range, widened when it is one value."""
+    found = finite_range(array)
+    if found is None:
         return 0.0, 1.0
-    lo, hi = float(values.min()), float(values.max())
+    lo, hi = found
     return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
 
 
 def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, str],
-                 tokens: Sequence[str] | None, cmap: str, title: str,
-                 colorbar_label: str, vlimits: tuple[float, float] | None = None,
-                 cols: int | None = None, key_tokens: Sequence[str] | None = None):
+                 labels: dict, cmap: str, title: str, colorbar_label: str,
+                 vlimits: tuple[float, float] | None = None, cols: int | None = None):
     """Many (rows, cols) matrices on one shared colour scale, one colour bar for all.
 
     Masked cells (-inf, NaN) stay blank rather than take the lowest colour.
@@ -258,9 +246,9 @@ def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, 
     cell = min(4.2, max(2.4, 0.22 * max(T, S)))  # inches per panel
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 1.2, cell * n_rows + 0.6),
                              squeeze=False, layout="constrained")
-    vmin, vmax = vlimits or finite_limits([m for _, m in panels])
-    row_labels = axis_tokens(dims[0], T, tokens)
-    col_labels = axis_tokens(dims[1], S, key_tokens or tokens)
+    vmin, vmax = vlimits or finite_limits(np.stack([m for _, m in panels]))
+    row_labels = axis_labels(dims[0], T, labels)
+    col_labels = axis_labels(dims[1], S, labels)
     fontsize = token_fontsize(max(T, S))
     image = None
     for ax, (name, matrix) in zip(axes.flat, panels):
@@ -284,22 +272,19 @@ def heatmap_grid(plt, panels: list[tuple[str, np.ndarray]], *, dims: tuple[str, 
 
 
 def describe(result: Result) -> str:
-    """'gpt124m · seed 123' or 'weights minilm': which model the figure shows."""
-    model = result.model or {}
-    name = model.get("name") or model.get("config") or "model"
-    if model.get("weights"):
-        return f"{name} · weights {model['weights']}"
-    return f"{name} · random weights, seed {model.get('seed')}" if "seed" in model else name
+    """'gpt124m · random weights, seed 123' or 'minilm · weights minilm'."""
+    model = result.model
+    if model is None:
+        return "model"
+    if model.weights:
+        return f"{model.name} · weights {model.weights}"
+    return f"{model.name} · random weights, seed {model.seed}" if model.seed is not None \
+        else model.name
 
 
-def _names(result: Result, pattern: str) -> list[str]:
-    rx = re.compile(pattern)
-    return [n for n in result.tensors.names() if rx.fullmatch(n)]
-
-
-def _layer_of(name: str) -> str:
-    match = re.match(r"blocks\.(\d+)\.", name)
-    return f"layer {match.group(1)} · " if match else ""
+def _layer_label(name: str) -> str:
+    layer = layer_of(name)
+    return "" if layer is None else f"layer {layer} · "
 
 
 # ---------------------------------------------------------------- attend
@@ -317,15 +302,12 @@ def plot_attention(result: Result, plt):
         return plot_matrices(result, plt, result.tensors.names())
     name = by_leaf[leaf]
     array, dims = result.tensors.array(name), result.tensors.dims(name)  # (H, T, S)
-    heads = (result.result or {}).get("heads") or list(range(len(array)))
-    if len(heads) != len(array):
-        heads = list(range(len(array)))
-    panels = [(f"{_layer_of(name)}head {h}", array[k]) for k, h in enumerate(heads)]
-    lo, hi = finite_limits([array])
+    heads = result.heads if len(result.heads) == len(array) else list(range(len(array)))
+    panels = [(f"{_layer_label(name)}head {h}", array[k]) for k, h in enumerate(heads)]
+    lo, hi = finite_limits(array)
     diverging = lo < 0 < hi
     bound = max(-lo, hi)
-    return heatmap_grid(plt, panels, dims=dims[1:], tokens=tokens_of(result),
-                        key_tokens=tokens_of(result, "kv"),
+    return heatmap_grid(plt, panels, dims=dims[1:], labels=plot_axes(result),
                         cmap="RdBu_r" if diverging else "viridis",
                         vlimits=(-bound, bound) if diverging else (min(lo, 0.0), hi),
                         title=f"attention {leaf} · {describe(result)}",
@@ -354,7 +336,7 @@ def plot_posenc(result: Result, plt):
         ax.set_title(f"{tex_safe(name)} {tuple(table.shape)}", fontsize=10)
         ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]))
         ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]))
-        label_axis(ax, "y", axis_tokens(dims[0], table.shape[0], tokens_of(result)),
+        label_axis(ax, "y", axis_labels(dims[0], table.shape[0], plot_axes(result)),
                    table.shape[0], token_fontsize(table.shape[0]))
         fig.colorbar(image, ax=ax, shrink=0.9)
     fig.suptitle(f"positional encoding · {describe(result)}", fontsize=12)
@@ -367,27 +349,33 @@ def plot_embed(result: Result, plt):
     return plot_matrices(result, plt, names, title=f"embeddings · {describe(result)}")
 
 
+@plotter("ffn")
+def plot_ffn(result: Result, plt):
+    names = [n for n in result.tensors.names() if result.tensors.array(n).ndim == 2]
+    return plot_matrices(result, plt, names,
+                         title=f"feed-forward, layer {result.layer} · {describe(result)}")
+
+
 def plot_matrices(result: Result, plt, names: list[str], *, title: str | None = None):
     """Each 2-D tensor as its own heat map, stacked, each with its own colour bar."""
     names = [n for n in names if result.tensors.array(n).ndim == 2]
     if not names:
         raise UsageError("--plot found no matrix to draw in this result")
-    tokens = tokens_of(result)
+    labels = plot_axes(result)
     fig, axes = plt.subplots(len(names), 1, squeeze=False, layout="constrained",
                              figsize=(9, min(24, 2.0 + 3.2 * len(names))))
     for ax, name in zip(axes[:, 0], names):
         array, dims = result.tensors.array(name), result.tensors.dims(name)
-        draw_matrix(ax, fig, name, array, dims, tokens)
+        draw_matrix(ax, fig, name, array, dims, labels)
     fig.suptitle(tex_safe(title or describe(result)), fontsize=12)
     return fig
 
 
 def draw_matrix(ax, fig, name: str, array: np.ndarray, dims: Sequence[str],
-                tokens: Sequence[str] | None) -> None:
-    finite = array[np.isfinite(array)]
-    diverging = finite.size and finite.min() < 0 < finite.max()
-    if diverging:
-        bound = float(np.abs(finite).max())
+                labels: dict) -> None:
+    found = finite_range(array)
+    if found is not None and found[0] < 0 < found[1]:
+        bound = max(-found[0], found[1])
         limits = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
     else:
         limits = dict(cmap="viridis")
@@ -396,124 +384,82 @@ def draw_matrix(ax, fig, name: str, array: np.ndarray, dims: Sequence[str],
     ax.set_title(f"{tex_safe(name)} ({', '.join(dims)}) {tuple(array.shape)}", fontsize=10)
     ax.set_ylabel(DIM_NAMES.get(dims[0], dims[0]), fontsize=8)
     ax.set_xlabel(DIM_NAMES.get(dims[1], dims[1]), fontsize=8)
-    label_axis(ax, "y", axis_tokens(dims[0], array.shape[0], tokens), array.shape[0],
+    label_axis(ax, "y", axis_labels(dims[0], array.shape[0], labels), array.shape[0],
                token_fontsize(array.shape[0]))
-    label_axis(ax, "x", axis_tokens(dims[1], array.shape[1], tokens), array.shape[1],
+    label_axis(ax, "x", axis_labels(dims[1], array.shape[1], labels), array.shape[1],
                token_fontsize(array.shape[1]))
     fig.colorbar(image, ax=ax, shrink=0.9)
 
 
 # ---------------------------------------------------------------- layernorm
 
-def norm_groups(result: Result) -> list[str]:
-    """Prefixes of recorded norms ('blocks.0.ln1', 'ln_f'), in forward order."""
-    groups: list[str] = []
-    for name in result.tensors.names():
-        prefix, _, leaf = name.rpartition(".")
-        if leaf in ("mean", "var", "normed", "in") and prefix not in groups:
-            groups.append(prefix)
-    return groups
-
-
-def norm_stats(result: Result, prefix: str) -> dict[str, np.ndarray]:
-    """Per-token statistics over C, before and after normalisation: mean and (biased)
-    variance for LayerNorm; mean and mean square for RMSNorm, which divides by the root
-    of the mean square. 'Before' prefers the recorded taps; 'after' is the normed rows."""
-    tr = result.tensors
-    rms = (result.model or {}).get("norm") == "rmsnorm"
-    second = (lambda x: (x ** 2).mean(-1)) if rms else (lambda x: x.var(-1))
+def norm_stats(result: LayerNormResult) -> dict[str, np.ndarray]:
+    """Per-token statistics over C, before and after normalisation, as the result holds
+    them: the norm's own mean and var taps (RMSNorm's var is the mean square), and the
+    normalised rows' mean and variance (mean square for RMSNorm)."""
+    tr, prefix = result.tensors, result.prefix
+    rms = result.norm == "rmsnorm"
     stats: dict[str, np.ndarray] = {}
-    if f"{prefix}.in" in tr:
-        x = tr.array(f"{prefix}.in").astype(np.float64)  # (T, C)
-        stats["mean before"], stats["var before"] = x.mean(-1), second(x)
     if f"{prefix}.mean" in tr:
         stats["mean before"] = tr.array(f"{prefix}.mean")
-    if f"{prefix}.var" in tr:  # RMSNorm's var tap holds the mean square
-        stats["var before"] = tr.array(f"{prefix}.var")
-    after = f"{prefix}.normed" if f"{prefix}.normed" in tr else f"{prefix}.out"
-    if after in tr:
-        y = tr.array(after).astype(np.float64)  # (T, C)
-        stats["mean after"], stats["var after"] = y.mean(-1), second(y)
+    stats["var before"] = tr.array(f"{prefix}.var")
+    stats["mean after"] = np.asarray(result.normed_mean)
+    stats["var after"] = np.asarray(result.normed_mean_square if rms else result.normed_var)
     return stats
 
 
 @plotter("layernorm")
-def plot_layernorm(result: Result, plt):
-    groups = [g for g in norm_groups(result) if norm_stats(result, g)]
-    if not groups:
-        return plot_trace(result, plt)
-    groups = groups[:6]  # more rows than this is a wall of bars
-    tokens = tokens_of(result) or []
-    rms = (result.model or {}).get("norm") == "rmsnorm"
-    fig, axes = plt.subplots(len(groups), 2, squeeze=False, layout="constrained",
-                             figsize=(11, 3.2 * len(groups) + 0.6))
-    for row, prefix in zip(axes, groups):
-        stats = norm_stats(result, prefix)
-        for ax, what in zip(row, ("mean", "var")):
-            before, after = stats.get(f"{what} before"), stats.get(f"{what} after")
-            n = len(before if before is not None else after)
-            x = np.arange(n)
-            if before is not None:
-                ax.bar(x - 0.2, before, width=0.4, label="before", color="#4c72b0")
-            if after is not None:
-                ax.bar(x + 0.2, after, width=0.4, label="after", color="#dd8452")
-            if what == "var":
-                values = np.concatenate([v for v in (before, after) if v is not None])
-                if values.min() > 0 and values.max() / values.min() > 50:
-                    ax.set_yscale("log")  # raw variances dwarf the normalised 1.0
-            ax.axhline(0.0 if what == "mean" else 1.0, color="grey", lw=0.8, ls="--")
-            label = "mean" if what == "mean" else "mean square" if rms else "variance"
-            ax.set_title(f"{tex_safe(prefix)} · {label} per token", fontsize=10)
-            ax.legend(fontsize=8)
-            labels = axis_tokens("T", n, tokens)
-            if labels is not None:
-                label_axis(ax, "x", labels, n, token_fontsize(n))
-            else:
-                ax.set_xlabel("position")
+def plot_layernorm(result: LayerNormResult, plt):
+    tokens = plot_axes(result)
+    rms = result.norm == "rmsnorm"
+    stats = norm_stats(result)
+    fig, row = plt.subplots(1, 2, squeeze=False, layout="constrained", figsize=(11, 3.8))
+    for ax, what in zip(row[0], ("mean", "var")):
+        before, after = stats.get(f"{what} before"), stats.get(f"{what} after")
+        n = len(after)
+        x = np.arange(n)
+        if before is not None:
+            ax.bar(x - 0.2, before, width=0.4, label="before", color="#4c72b0")
+        ax.bar(x + 0.2, after, width=0.4, label="after", color="#dd8452")
+        if what == "var":
+            values = np.concatenate([v for v in (before, after) if v is not None])
+            if values.min() > 0 and values.max() / values.min() > 50:
+                ax.set_yscale("log")  # raw variances dwarf the normalised 1.0
+        ax.axhline(0.0 if what == "mean" else 1.0, color="grey", lw=0.8, ls="--")
+        label = "mean" if what == "mean" else "mean square" if rms else "variance"
+        ax.set_title(f"{tex_safe(result.prefix)} · {label} per token", fontsize=10)
+        ax.legend(fontsize=8)
+        labels = axis_labels("T", n, tokens)
+        if labels is not None:
+            label_axis(ax, "x", labels, n, token_fontsize(n))
+        else:
+            ax.set_xlabel("position")
     fig.suptitle(f"layer norm before and after · {describe(result)}", fontsize=12)
     return fig
 
 
 # ---------------------------------------------------------------- lens
 
-def lens_table(result: Result) -> tuple[np.ndarray, list[list[str]] | None, list[str]]:
-    """(layers x positions top probability, token text per cell or None, row names)."""
-    res = result.result or {}
-    tr = result.tensors
-    probs = None
-    for name in tr.names():
-        if tr.dims(name) == ("L", "T") and re.search(r"prob", name):
-            probs = tr.array(name)
-            break
-    texts = res.get("top_tokens")
-    if probs is None and res.get("top_probs") is not None:
-        probs = np.asarray(res["top_probs"], dtype=np.float64)
-    if probs is None:
-        raise UsageError("--plot: this lens result holds no top-token probabilities")
-    rows = res.get("layers") or list(range(len(probs)))
-    return np.asarray(probs, dtype=np.float64), texts, [str(r) for r in rows]
-
-
 @plotter("lens")
-def plot_lens(result: Result, plt):
+def plot_lens(result: LensResult, plt):
     from ..core.tokenizers import visible
 
-    probs, texts, rows = lens_table(result)  # (L, T)
+    probs = np.asarray(result.top_probs, dtype=np.float64)  # (L, T)
     n_layers, T = probs.shape
     fig, ax = plt.subplots(figsize=(min(30, 1.5 + 0.9 * T), min(30, 1.5 + 0.45 * n_layers)),
                            layout="constrained")
     image = ax.imshow(probs, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto",
                       interpolation="nearest")
-    if texts is not None and T <= 48:
+    if T <= 48:
         fontsize = 7 if T <= 16 else 5
         for i in range(n_layers):
             for j in range(T):
-                text = tex_safe(visible(str(texts[i][j])))[:10]
+                text = tex_safe(visible(str(result.top_tokens[i][j])))[:10]
                 ax.text(j, i, text, ha="center", va="center", fontsize=fontsize,
                         color="white" if probs[i, j] > 0.55 else "black")
-    ax.set_yticks(range(n_layers), [tex_safe(r) for r in rows], fontsize=8)
+    ax.set_yticks(range(n_layers), [tex_safe(r) for r in result.layers], fontsize=8)
     ax.set_ylabel("layer")
-    label_axis(ax, "x", axis_tokens("T", T, tokens_of(result)), T, token_fontsize(T))
+    label_axis(ax, "x", axis_labels("T", T, plot_axes(result)), T, token_fontsize(T))
     ax.set_xlabel("input position")
     fig.colorbar(image, ax=ax, label="top-token probability", shrink=0.9)
     ax.set_title(f"logit lens · {describe(result)}", fontsize=12)
@@ -532,13 +478,13 @@ def plot_trace(result: Result, plt):
                           "--select blocks.0.attn.pattern")
     name = names[0]
     array, dims = result.tensors.array(name), result.tensors.dims(name)
-    tokens = tokens_of(result)
+    labels = plot_axes(result)
     if array.ndim == 3 and dims[0] == "H":
         panels = [(f"head {h}", array[h]) for h in range(array.shape[0])]
-        lo, hi = finite_limits([array])
+        lo, hi = finite_limits(array)
         diverging = lo < 0 < hi  # scores and values: blue below zero, red above
         bound = max(-lo, hi)
-        return heatmap_grid(plt, panels, dims=dims[1:], tokens=tokens,
+        return heatmap_grid(plt, panels, dims=dims[1:], labels=labels,
                             cmap="RdBu_r" if diverging else "viridis",
                             vlimits=(-bound, bound) if diverging else (lo, hi),
                             title=f"{name} ({', '.join(dims)}) · {describe(result)}",
@@ -551,9 +497,9 @@ def plot_trace(result: Result, plt):
     fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(array) + 1.5), 3.5), layout="constrained")
     values = np.nan_to_num(array.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     ax.bar(np.arange(len(array)), values, color="#4c72b0")
-    labels = axis_tokens(dims[0], len(array), tokens) if dims else None
-    if labels is not None:
-        label_axis(ax, "x", labels, len(array), token_fontsize(len(array)))
+    tick_labels = axis_labels(dims[0], len(array), labels) if dims else None
+    if tick_labels is not None:
+        label_axis(ax, "x", tick_labels, len(array), token_fontsize(len(array)))
     ax.set_xlabel(DIM_NAMES.get(dims[0], dims[0]) if dims else "")
     ax.set_title(f"{tex_safe(name)} ({', '.join(dims)}) · {describe(result)}", fontsize=10)
     return fig

@@ -1,10 +1,10 @@
-"""`tfx report`: one self-contained HTML page built from one Result.
+"""`tfx report`: one self-contained HTML page built from one ReportResult.
 
 The page makes no network request at all: CSS and JavaScript are inline, the data sits in
 a `<script type="application/json">` block, and a Content-Security-Policy forbids any
 fetch, so it works the same from file://, an e-mail attachment or an air-gapped laptop.
 
-What it shows, all from the tensors one forward pass recorded:
+What it shows, all from the result one forward pass made (core.stages.report):
   tokens        the input pieces and their ids
   model view    a layers x heads grid of small attention maps (canvas)
   head view     one head at full size with token labels; hovering a cell reads out the
@@ -24,21 +24,16 @@ import base64
 import html
 import json
 import math
-import re
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .. import __version__
-from ..core.trace import Result
+from ..core.results import ReportResult
+from .common import display_tokens, finite_range, layer_of
 
 DECIMALS = 4
 SCALE = 10 ** DECIMALS  # stored integer = round(weight * SCALE)
-
-PATTERN_RX = re.compile(r"blocks\.(\d+)\.attn\.pattern")
-# What enters each norm. Recording `.in` (not `.mean`/`.var`) keeps the model's fused norm
-# kernel, so the attention weights come out bit for bit as `tfx trace` computes them.
-NORM_IN_RX = re.compile(r"(embed\.ln|blocks\.\d+\.ln[12]|ln_f)\.in")
 
 
 # ---------------------------------------------------------------- data
@@ -55,64 +50,20 @@ def b64(array: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
 
 
-def pattern_layers(result: Result) -> list[tuple[int, str]]:
-    out = []
-    for name in result.tensors.names():
-        match = PATTERN_RX.fullmatch(name)
-        if match:
-            out.append((int(match.group(1)), name))
-    return sorted(out)
-
-
-def display_tokens(result: Result) -> list[str]:
-    from ..core.tokenizers import visible
-
-    return [visible(t) for t in (result.input or {}).get("tokens", [])]
-
-
-def page_data(result: Result) -> dict:
+def page_data(result: ReportResult) -> dict:
     """The JSON the page's script reads: tokens and every shown head, quantised."""
-    layers = pattern_layers(result)
-    patterns, n_heads, shape = {}, 0, (0, 0)
-    for layer, name in layers:
+    patterns, n_heads, shape, layers = {}, 0, (0, 0), []
+    for name in result.tensors.names():
+        layer = layer_of(name)
+        if layer is None or not name.endswith(".attn.pattern"):
+            continue
         array = result.tensors.array(name)  # (H, T, S)
         n_heads, shape = array.shape[0], array.shape[1:]
         patterns[str(layer)] = b64(quantise(array))
-    return {"tokens": display_tokens(result), "ids": (result.input or {}).get("ids", []),
-            "layers": [layer for layer, _ in layers], "heads": n_heads, "T": shape[0],
-            "S": shape[1], "scale": SCALE, "decimals": DECIMALS, "patterns": patterns}
-
-
-def norm_rows(result: Result) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """[(norm name, {"mean": (T,), "var": (T,)})] in forward order, over C of each norm's
-    input: mean and biased variance for LayerNorm, the mean square for RMSNorm (its only
-    statistic; stored under "var" as the model's own tap does)."""
-    rms = (result.model or {}).get("norm") == "rmsnorm"
-    rows = []
-    for name in result.tensors.names():
-        match = NORM_IN_RX.fullmatch(name)
-        if match:
-            x = result.tensors.array(name).astype(np.float64)  # (T, C)
-            stats = {"var": (x ** 2).mean(-1)} if rms else {"mean": x.mean(-1), "var": x.var(-1)}
-            rows.append((match.group(1), stats))
-    return rows
-
-
-def next_tokens(logits: np.ndarray, k: int,
-                pieces: Callable[[list[int]], list[str]]) -> list[list[tuple[str, int, float]]]:
-    """Top-k (piece, id, probability) after every position. logits: (T, V)."""
-    from ..core.tokenizers import visible
-
-    logits = np.asarray(logits, dtype=np.float64)
-    k = min(k, logits.shape[-1])
-    top = np.argpartition(-logits, k - 1, axis=-1)[:, :k]  # (T, k), unordered
-    rows = []
-    for t in range(len(logits)):
-        z = logits[t] - logits[t].max()
-        probs = np.exp(z) / np.exp(z).sum()  # softmax in float64
-        order = top[t][np.argsort(-probs[top[t]], kind="stable")]
-        rows.append([(visible(pieces([int(i)])[0]), int(i), float(probs[i])) for i in order])
-    return rows
+        layers.append(layer)
+    return {"tokens": display_tokens(result.tokens), "ids": list(result.input.ids or []),
+            "layers": layers, "heads": n_heads, "T": shape[0], "S": shape[1], "scale": SCALE,
+            "decimals": DECIMALS, "patterns": patterns}
 
 
 # ---------------------------------------------------------------- html pieces
@@ -121,23 +72,22 @@ def esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def header_html(result: Result, data: dict) -> str:
-    model = result.model or {}
-    name = model.get("name") or model.get("config") or "custom"
-    weights = model.get("weights")
-    source = f"weights {esc(weights)}" if weights else f"random weights, seed {esc(model.get('seed'))}"
-    shape = (f"{model.get('n_layers')} layers · {model.get('n_heads')} heads · "
-             f"d_model {model.get('d_model')} · {model.get('norm')} ({model.get('norm_position')})"
-             f" · {model.get('positional')} positions · "
-             f"{'causal' if model.get('causal') else 'bidirectional'}")
-    text = (result.input or {}).get("text", "")
+def header_html(result: ReportResult, data: dict) -> str:
+    model, cfg = result.model, result.model.cfg
+    seed = "—" if model.seed is None else model.seed  # real weights have no seed
+    source = f"weights {esc(model.weights)}" if model.weights else \
+        f"random weights, seed {esc(seed)}"
+    shape = (f"{cfg.n_layers} layers · {cfg.n_heads} heads · d_model {cfg.d_model} · "
+             f"{cfg.norm} ({cfg.norm_position}) · {cfg.positional} positions · "
+             f"{'causal' if cfg.causal else 'bidirectional'}")
+    text = result.input.text or ""
     return f"""
 <header>
   <h1>tfx report</h1>
   <dl class="facts">
-    <dt>model</dt><dd id="model-name">{esc(name)} · <span id="model-source">{source}</span></dd>
+    <dt>model</dt><dd id="model-name">{esc(model.name)} · <span id="model-source">{source}</span></dd>
     <dt>shape</dt><dd>{esc(shape)}</dd>
-    <dt>seed</dt><dd id="seed">{esc(model.get('seed'))}</dd>
+    <dt>seed</dt><dd id="seed">{esc(seed)}</dd>
     <dt>input</dt><dd><q id="input-text">{esc(text)}</q> · {len(data['tokens'])} tokens</dd>
     <dt>tool</dt><dd>tfx {esc(__version__)}</dd>
   </dl>
@@ -205,42 +155,39 @@ def shade(value: float, lo: float, hi: float) -> str:
     return f"background:rgb({r},{g},{b})"
 
 
-def norm_table(rows, key: str, tokens: Sequence[str], *, log: bool) -> str:
-    values = [r[key] for _, r in rows if key in r]
-    if not values:
+def norm_table(norms, key: str, tokens: Sequence[str], *, log: bool) -> str:
+    rows = [(n.name, getattr(n, key)) for n in norms if getattr(n, key) is not None]
+    if not rows:
         return ""
-    all_values = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
-    transform = (lambda v: math.log10(max(v, 1e-12))) if log else (lambda v: v)
+    found = finite_range(np.concatenate([np.asarray(v, dtype=np.float64) for _, v in rows]))
+    lo, hi = found or (0.0, 1.0)
+    transform = (lambda v: math.log10(max(v, 1e-12))) if log else abs
     if log:
-        lo, hi = (transform(float(all_values.min())), transform(float(all_values.max())))
+        lo, hi = transform(lo), transform(hi)
     else:
-        bound = float(np.abs(all_values).max()) or 1.0
-        lo, hi = 0.0, bound
+        lo, hi = 0.0, max(abs(lo), abs(hi)) or 1.0
     head = "".join(f"<th title='position {i}'>{esc(t)}</th>" for i, t in enumerate(tokens))
     body = []
-    for name, stats in rows:
-        if key not in stats:
-            continue
+    for name, values in rows:
         cells = "".join(
-            f'<td style="{shade(transform(float(v)) if log else abs(float(v)), lo, hi)}" '
+            f'<td style="{shade(transform(float(v)), lo, hi)}" '
             f'title="{esc(name)} · {esc(tokens[i] if i < len(tokens) else i)}">{float(v):.4g}</td>'
-            for i, v in enumerate(stats[key]))
+            for i, v in enumerate(values))
         body.append(f"<tr><th class='norm'>{esc(name)}</th>{cells}</tr>")
     return (f'<div class="scroll"><table class="stats" data-stat="{key}"><thead><tr><th></th>'
             f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
 
-def layernorm_html(result: Result, tokens: Sequence[str]) -> str:
-    rows = norm_rows(result)
-    if not rows:
+def layernorm_html(result: ReportResult, tokens: Sequence[str]) -> str:
+    if not result.norms:
         return ""
-    rms = (result.model or {}).get("norm") == "rmsnorm"
+    rms = result.norm == "rmsnorm"
     var_name = "mean square" if rms else "variance"
-    mean = norm_table(rows, "mean", tokens, log=False)
-    var = norm_table(rows, "var", tokens, log=True)
+    mean = norm_table(result.norms, "mean", tokens, log=False)
+    var = norm_table(result.norms, "var", tokens, log=True)
     return f"""
 <section id="layernorm"><h2>Layer norm statistics</h2>
-  <p class="note">What enters each norm, per token, over the {esc((result.model or {}).get('d_model'))}
+  <p class="note">What enters each norm, per token, over the {esc(result.model.cfg.d_model)}
   features of d_model: {'the mean square (RMSNorm divides by its root)' if rms else
   'mean and biased variance (LayerNorm subtracts the one and divides by the root of the other)'}.
   Shading: |mean| linear, {var_name} on a log scale.</p>
@@ -261,9 +208,9 @@ def next_tokens_html(rows, tokens: Sequence[str]) -> str:
     head = "".join(f"<th>#{i + 1}</th>" for i in range(k))
     body = []
     for t, preds in enumerate(rows):
-        cells = "".join(f'<td style="{shade(p, 0.0, 1.0)}" title="id {i}">'
-                        f'<span class="tokname">{esc(piece)}</span> <span class="prob">'
-                        f"{probability(p)}</span></td>" for piece, i, p in preds)
+        cells = "".join(f'<td style="{shade(c.prob, 0.0, 1.0)}" title="id {c.id}">'
+                        f'<span class="tokname">{esc(display_tokens([c.token])[0])}</span> '
+                        f'<span class="prob">{probability(c.prob)}</span></td>' for c in preds)
         body.append(f"<tr><td class='pos'>{t}</td><th>{esc(tokens[t])}</th>{cells}</tr>")
     return f"""
 <section id="next-tokens"><h2>Next-token top-{k}</h2>
@@ -295,16 +242,11 @@ def json_script(data: dict) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def build_html(result: Result, *, pieces: Callable[[list[int]], list[str]] | None = None,
-               top_k: int = 5) -> str:
-    """The whole page as one string. `pieces` decodes ids for the next-token table."""
+def build_html(result: ReportResult) -> str:
+    """The whole page as one string."""
     data = page_data(result)
     tokens = data["tokens"]
-    predictions = []
-    if pieces is not None and "logits" in result.tensors and top_k > 0:
-        predictions = next_tokens(result.tensors.array("logits"), top_k, pieces)
-    model = result.model or {}
-    title = f"tfx report · {model.get('name') or model.get('config')} · {tokens[:6]}"
+    title = f"tfx report · {result.model.name} · {tokens[:6]}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -319,7 +261,7 @@ def build_html(result: Result, *, pieces: Callable[[list[int]], list[str]] | Non
 {model_view_html(data)}
 {head_view_html(data)}
 {layernorm_html(result, tokens)}
-{next_tokens_html(predictions, tokens)}
+{next_tokens_html(result.next_tokens, tokens)}
 </main>
 {footer_html(data)}
 <script type="application/json" id="tfx-data">{json_script(data)}</script>

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..core.trace import Result
+from ..core.results import ConfigsResult, CountParamsResult, ParamCheck
 from ..words import counted
+from .views import register
 
 
 def si(n: float, unit: str = "") -> str:
@@ -38,14 +39,14 @@ def _table(title: str | None, *, footer: bool = True) -> Table:
                  pad_edge=False, show_footer=footer)
 
 
-def _what(row: dict) -> Text:
-    text = Text(row["label"])
-    if row.get("note"):
-        text.append(f" · {row['note']}", style="dim")
+def _what(row) -> Text:
+    text = Text(row.label)
+    if row.note:
+        text.append(f" · {row.note}", style="dim")
     return text
 
 
-def _param_table(title: str, rows: list[dict], total: int, *, total_label: str,
+def _param_table(title: str, rows: list, total: int, *, total_label: str,
                  n_layers: int) -> Table:
     """One row per parameter tensor; share is of this table's total."""
     table = _table(title)
@@ -55,52 +56,54 @@ def _param_table(title: str, rows: list[dict], total: int, *, total_label: str,
     table.add_column("share", justify="right", no_wrap=True)
     table.add_column("what", overflow="fold")
     for row in rows:
-        dim = "dim" if row["count"] == 0 else ""
-        name = f"blocks.{{i}} × {n_layers}" if row["name"] == "blocks" else row["name"]
-        table.add_row(Text(name, style=dim), _shape(row["shape"]),
-                      Text(f"{row['count']:,}", style=dim), _percent(row["count"], total),
+        dim = "dim" if row.count == 0 else ""
+        name = f"blocks.{{i}} × {n_layers}" if row.name == "blocks" else row.name
+        table.add_row(Text(name, style=dim), _shape(row.shape),
+                      Text(f"{row.count:,}", style=dim), _percent(row.count, total),
                       _what(row))
     return table
 
 
-def _model_line(model: dict) -> Text:
-    heads = f"{model['n_heads']} heads"
-    if model["n_kv_heads"] != model["n_heads"]:
-        heads += f" ({model['n_kv_heads']} kv)"
-    parts = [f"d_model {model['d_model']:,}", heads, counted(model["n_layers"], "layer"),
-             f"d_ff {model['d_ff']:,}", f"context {model['context_length']:,}",
-             f"vocab {model['vocab_size']:,}",
-             f"{model['norm']} {model['norm_position']}", f"{model['positional']} positions",
-             model["activation"]]
+def _model_line(cfg) -> Text:
+    heads = f"{cfg.n_heads} heads"
+    if cfg.n_kv_heads != cfg.n_heads:
+        heads += f" ({cfg.n_kv_heads} kv)"
+    parts = [f"d_model {cfg.d_model:,}", heads, counted(cfg.n_layers, "layer"),
+             f"d_ff {cfg.d_ff:,}", f"context {cfg.context_length:,}",
+             f"vocab {cfg.vocab_size:,}", f"{cfg.norm} {cfg.norm_position}",
+             f"{cfg.positional} positions", cfg.activation]
     return Text(" · ".join(parts), style="dim")
 
 
-def count_params_view(result: Result, console: Console, opts=None) -> None:
-    res, model = result.result, result.model or {}
-    console.print(Text("tfx count-params", style="bold").append(
-        f" · {model.get('config', '')}", style="not bold"))
-    console.print(_model_line(model))
-    total, block = res["total"], res["per_block"]
+@register("count-params")
+def count_params_view(result: CountParamsResult, console: Console, opts=None) -> None:
+    model = result.model
+    title = Text("tfx count-params", style="bold").append(f" · {model.name}", style="not bold")
+    if model.weights:
+        title.append(f" · weights {model.weights} (architecture only)", style="not bold")
+    console.print(title)
+    console.print(_model_line(model.cfg))
+    total, block = result.total, result.per_block
     console.print()
-    n = block["n_layers"]
-    console.print(_param_table("parameters", res["breakdown"], total, total_label="total",
+    n = block.n_layers
+    console.print(_param_table("parameters", result.breakdown, total, total_label="total",
                                n_layers=n))
     console.print()
     where = "blocks.0.*" if n == 1 else f"blocks.{{i}}.*, i = 0 … {n - 1}"
-    console.print(_param_table(f"one block: {where}", block["rows"], block["total"],
+    console.print(_param_table(f"one block: {where}", block.rows, block.total,
                                total_label="one block", n_layers=n))
     console.print()
     line = Text("total ", style="bold").append(f"{total:,}", style="bold")
-    line.append(f" ({si(total)}; {res['non_embedding']:,} without embeddings)")
+    line.append(f" ({si(total)}; {result.non_embedding:,} without embeddings)")
     console.print(line)
-    if res["tied"]:
+    if result.tied:
         console.print(Text(f"tied: the output head shares the token embedding's "
-                           f"{res['shared']:,} parameters, counted once", style="dim"))
-    console.print(Text(res["shape_convention"], style="dim"))
-    _memory(console, res["memory_bytes"])
-    _flops(console, res)
-    if "verify" in res:
-        _verify(console, res["verify"])
+                           f"{result.shared:,} parameters, counted once", style="dim"))
+    console.print(Text(result.shape_convention, style="dim"))
+    _memory(console, result.memory_bytes)
+    _flops(console, result)
+    if result.verify is not None:
+        _verify(console, result.verify)
 
 
 def _memory(console: Console, memory: dict) -> None:
@@ -116,52 +119,51 @@ def _memory(console: Console, memory: dict) -> None:
                        "included", style="dim"))
 
 
-def _flops(console: Console, res: dict) -> None:
-    flops = res["flops"]
-    T, n_layers = flops["seq_len"], res["per_block"]["n_layers"]
+def _flops(console: Console, result: CountParamsResult) -> None:
+    flops = result.flops
+    T, n_layers = flops.seq_len, result.per_block.n_layers
     table = _table(f"forward FLOPs per token at T = {T:,}")
     table.add_column("matmul", footer="per token", no_wrap=True)
     table.add_column("what", no_wrap=True)
-    table.add_column("FLOPs", justify="right", footer=f"{flops['per_token']:,}", no_wrap=True)
+    table.add_column("FLOPs", justify="right", footer=f"{flops.per_token:,}", no_wrap=True)
     table.add_column("operands", overflow="fold", style="dim",
-                     footer=si(flops["per_token"], "FLOP"))
-    for row in flops["block"]:  # one block, names relative to blocks.{i}
-        table.add_row(row["name"], row["label"], f"{row['count']:,}", row["note"])
+                     footer=si(flops.per_token, "FLOP"))
+    for row in flops.block:  # one block, names relative to blocks.{i}
+        table.add_row(row.name, row.label, f"{row.count:,}", row.note)
     table.add_section()
-    for row in flops["rows"]:
-        name = f"blocks.{{i}} × {n_layers}" if row["name"] == "blocks" else row["name"]
-        table.add_row(name, row["label"], f"{row['count']:,}", row["note"])
+    for row in flops.rows:
+        name = f"blocks.{{i}} × {n_layers}" if row.name == "blocks" else row.name
+        table.add_row(name, row.label, f"{row.count:,}", row.note)
     console.print()
     console.print(table)
-    attention = flops["per_token"] - flops["without_attention"]
-    console.print(Text(f"linear layers {flops['without_attention']:,} + attention matmuls "
+    attention = flops.per_token - flops.without_attention
+    console.print(Text(f"linear layers {flops.without_attention:,} + attention matmuls "
                        f"{attention:,} (the part torchinfo omits)"))
-    console.print(Text(f"per sequence of {T:,} tokens: {flops['per_sequence']:,} "
-                       f"({si(flops['per_sequence'], 'FLOP')})"))
-    if flops.get("causal_skip_per_token") is not None:
+    console.print(Text(f"per sequence of {T:,} tokens: {flops.per_sequence:,} "
+                       f"({si(flops.per_sequence, 'FLOP')})"))
+    if flops.causal_skip_per_token is not None:
         console.print(Text(f"if masked scores were skipped (causal): "
-                           f"{flops['causal_skip_per_token']:,} per token"))
-    console.print(Text(f"convention: {res['flops_convention']}", style="dim"))
+                           f"{flops.causal_skip_per_token:,} per token"))
+    console.print(Text(f"convention: {result.flops_convention}", style="dim"))
 
 
-def _verify(console: Console, check: dict) -> None:
-    ok = check["verified"]
+def _verify(console: Console, check: ParamCheck) -> None:
     line = Text("verified: ", style="bold").append(
-        "yes" if ok else "NO", style="green" if ok else "bold red")
-    line.append(f" · the built model has {check['model_params']:,} parameters in "
-                f"{check['parameter_tensors']} tensors; {check['modules']} modules, "
-                f"{check['modules_with_parameters']} holding parameters; "
-                f"built on the {check['built_on']}")
+        "yes" if check.verified else "NO", style="green" if check.verified else "bold red")
+    line.append(f" · the built model has {check.model_params:,} parameters in "
+                f"{check.parameter_tensors} tensors; {check.modules} modules, "
+                f"{check.modules_with_parameters} holding parameters; "
+                f"built on the {check.built_on}")
     console.print()
     console.print(line)
-    for note in check["notes"]:
+    for note in check.notes:
         console.print(Text(note, style="dim"))
-    if check["mismatched"]:
-        console.print(Text("differ: " + ", ".join(check["mismatched"][:12]), style="red"))
+    if check.mismatched:
+        console.print(Text("differ: " + ", ".join(check.mismatched[:12]), style="red"))
 
 
-def configs_view(result: Result, console: Console, opts=None) -> None:
-    res = result.result
+@register("configs")
+def configs_view(result: ConfigsResult, console: Console, opts=None) -> None:
     sizes = _table("presets", footer=False)
     for name in ("name", "d_model", "heads", "layers", "d_ff", "context", "vocab",
                  "parameters"):
@@ -170,30 +172,22 @@ def configs_view(result: Result, console: Console, opts=None) -> None:
     for name in ("name", "norm", "at", "positions", "activation", "causal", "head"):
         switches.add_column(name, no_wrap=True)
     grouped = False
-    for p in res["presets"]:
-        name = Text(p["name"], style="bold" if p["name"] == res["default"] else "")
-        heads = str(p["n_heads"])
-        if p["n_kv_heads"] != p["n_heads"]:
-            heads, grouped = f"{heads} ({p['n_kv_heads']})", True
-        sizes.add_row(name, f"{p['d_model']:,}", heads, str(p["n_layers"]), f"{p['d_ff']:,}",
-                      f"{p['context_length']:,}", f"{p['vocab_size']:,}", f"{p['params']:,}")
-        head = ("tied" if p["tie_embeddings"] else "own") if p["lm_head"] else "none"
-        switches.add_row(name, p["norm"], p["norm_position"], p["positional"],
-                         p["activation"], "yes" if p["causal"] else "no", head)
+    for preset in result.presets:
+        p = preset.cfg
+        name = Text(p.name, style="bold" if p.name == result.default else "")
+        heads = str(p.n_heads)
+        if p.n_kv_heads != p.n_heads:
+            heads, grouped = f"{heads} ({p.n_kv_heads})", True
+        sizes.add_row(name, f"{p.d_model:,}", heads, str(p.n_layers), f"{p.d_ff:,}",
+                      f"{p.context_length:,}", f"{p.vocab_size:,}", f"{preset.params:,}")
+        head = ("tied" if p.tie_embeddings else "own") if p.lm_head else "none"
+        switches.add_row(name, p.norm, p.norm_position, p.positional, p.activation,
+                         "yes" if p.causal else "no", head)
     console.print(sizes)
     if grouped:
         console.print(Text("heads (kv): query heads (key/value heads they share)", style="dim"))
     console.print()
     console.print(switches)
     console.print()
-    console.print(Text(f"default: {res['default']}; pass --config NAME, or a JSON file like "
+    console.print(Text(f"default: {result.default}; pass --config NAME, or a JSON file like "
                        "samples/configs/NAME.json", style="dim"))
-
-
-try:
-    from .views import register
-except ImportError:  # the view registry is not there: render() cannot find views at all
-    pass
-else:
-    register("count-params")(count_params_view)
-    register("configs")(configs_view)

@@ -1,0 +1,69 @@
+"""The one registry: every command, the module that holds it, and the module of its view.
+
+`cli.py` lists and loads commands from it (importing a command's module only when that
+command runs), and `render.views` finds a result's terminal view from it (importing only
+that view module). Pure data: importing it costs nothing.
+
+`summary` is the first paragraph of the command's docstring, kept here so `tfx --help`
+lists every command without importing any of them (a test keeps the two equal).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    name: str  # as typed: tfx count-params
+    module: str  # tfx_cli.commands.<module>
+    func: str  # the Typer function in that module
+    view: str | None  # tfx_cli.render.<view> registers the terminal view (None: generic)
+    summary: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("tokenize", "tokenize", "tokenize", "view_tokenize",
+            "Split TEXT into tokens and show each token's id."),
+    Command("embed", "embed", "embed", "view_stages",
+            "Show each token's embedding row, its positional row and their sum (T, C)."),
+    Command("posenc", "posenc", "posenc", "view_stages",
+            "Show the positional encoding for TEXT's positions, or for --length N "
+            "positions."),
+    Command("attend", "attend", "attend", "view_stages",
+            "Show one layer's attention: Q, K, V, the raw scores QKᵀ, scaled (÷√d_k), "
+            "masked, the pattern (softmax, rows sum to 1), the context (pattern·V), the "
+            "heads joined and the output projection W_O."),
+    Command("layernorm", "layernorm", "layernorm", "view_stages",
+            "Show one LayerNorm (or RMSNorm): per-token mean and variance, the normalised "
+            "rows (mean ≈ 0, variance ≈ 1), γ (scale), β (shift) and the output."),
+    Command("ffn", "ffn", "ffn", "view_stages",
+            "Show one feed-forward sublayer: its input, the hidden pre-activation (T, F), "
+            "the activation (ReLU for toy, GELU-tanh for gpt124m, SiLU-gated for SwiGLU) "
+            "and the output (T, C)."),
+    Command("trace", "trace", "trace", "view_stages",
+            "Run the whole forward pass on TEXT, record only the names --select picks, and "
+            "show them as a tree with dims and shapes (values with --values; every tensor "
+            "with --json)."),
+    Command("configs", "configs", "configs", "view_params",
+            "List the presets: sizes, switches and parameter counts."),
+    Command("count-params", "count_params", "count_params", "view_params",
+            "Count parameters, weight memory and forward FLOPs per token, from the config "
+            "alone."),
+    Command("generate", "generate", "generate", "view_generate",
+            "Continue PROMPT token by token and show each step: the token chosen, its "
+            "probability and the most likely alternatives."),
+    Command("next", "next", "next_token", "view_generate",
+            "The model's distribution over the token after TEXT: the most likely tokens "
+            "with their logits and probabilities (softmax of the logits)."),
+    Command("lens", "lens", "lens", "view_generate",
+            "Logit lens: what each layer would predict if the model stopped there."),
+    Command("report", "report", "report", None,
+            "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
+            "maps, a clickable head view with hover values, layer-norm statistics, and the "
+            "next-token top-k."),
+)
+
+BY_NAME = {command.name: command for command in COMMANDS}
+
+
+def find(name: str | None) -> Command | None:
+    return BY_NAME.get(name or "")
