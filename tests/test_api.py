@@ -1,0 +1,123 @@
+"""The Python API is the CLI without Typer: for every command, `api.X(...).to_dict()` is
+the document `tfx X ... --json` prints, and a loaded model gives the same results."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli import api
+from tfx_cli.cli import app
+from tfx_cli.core.results import AttendResult, Result
+from tfx_cli.errors import ConfigError, InputTextError, UsageError
+from tfx_cli.registry import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCE = "When you play game of thrones"
+SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
+SMALL_KW = dict(layers=2, d_model=32, heads=4)
+
+# (CLI arguments, the same call through the API)
+CASES = {
+    "tokenize": (["tokenize", "Hello, I am"], lambda: api.tokenize("Hello, I am")),
+    "tokenize-word": (["tokenize", SENTENCE, "-c", "toy"],
+                      lambda: api.tokenize(SENTENCE, config="toy")),
+    "configs": (["configs"], lambda: api.configs()),
+    "count-params": (["count-params", "--config", "gpt2", "--seq-len", "64", "--verify"],
+                     lambda: api.count_params(config="gpt2", seq_len=64, verify=True)),
+    "embed": (["embed", SENTENCE, "-c", "toy"], lambda: api.embed(SENTENCE, config="toy")),
+    "posenc": (["posenc", SENTENCE, "-c", "toy"], lambda: api.posenc(SENTENCE, config="toy")),
+    "posenc-length": (["posenc", "--length", "5", "-c", "smollm2-135m"],
+                      lambda: api.posenc(length=5, config="smollm2-135m")),
+    "attend": (["attend", SENTENCE, *SMALL, "--layer", "1", "--head", "2", "--explain"],
+               lambda: api.attend(SENTENCE, layer=1, head=2, explain=True, **SMALL_KW)),
+    "attend-kv": (["attend", "you win", "--kv", SENTENCE, "-c", "toy", "--show", "q,pattern"],
+                  lambda: api.attend("you win", kv=SENTENCE, config="toy",
+                                     show=["q", "pattern"])),
+    "attend-inputs": (["attend", "--inputs", str(ROOT / "samples" / "seed000.json"),
+                       "--explain"],
+                      lambda: api.attend(inputs=ROOT / "samples" / "seed000.json",
+                                         explain=True)),
+    "layernorm": (["layernorm", SENTENCE, "-c", "toy", "--which", "ln2"],
+                  lambda: api.layernorm(SENTENCE, config="toy", which="ln2")),
+    "ffn": (["ffn", SENTENCE, *SMALL, "--layer", "1"],
+            lambda: api.ffn(SENTENCE, layer=1, **SMALL_KW)),
+    "trace": (["trace", SENTENCE, *SMALL, "--select", "blocks.*.attn.pattern,logits"],
+              lambda: api.trace(SENTENCE, select=["blocks.*.attn.pattern", "logits"],
+                                **SMALL_KW)),
+    "generate": (["generate", "Hello", *SMALL, "-n", "3", "--temperature", "0.8", "--seed",
+                  "7", "--select", "blocks.0.attn.pattern"],
+                 lambda: api.generate("Hello", max_new_tokens=3, temperature=0.8, seed=7,
+                                      select=["blocks.0.attn.pattern"], **SMALL_KW)),
+    "next": (["next", "Hello, I am", *SMALL, "--top-k", "3", "--candidates", "4"],
+             lambda: api.next("Hello, I am", top_k=3, candidates=4, **SMALL_KW)),
+    "lens": (["lens", "Hello, I am", *SMALL], lambda: api.lens("Hello, I am", **SMALL_KW)),
+    "report": (["report", SENTENCE, *SMALL, "--show-layers", "1", "--candidates", "2"],
+               lambda: api.report(SENTENCE, show_layers="1", candidates=2, **SMALL_KW)),
+}
+
+
+def cli_json(args):
+    result = CliRunner().invoke(app, [*args, "--json"], env={"TFX_QUIET": "1"})
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_api_result_is_the_cli_json(case):
+    args, call = CASES[case]
+    result = call()
+    assert isinstance(result, Result) and result.command == args[0]
+    # through JSON text, as the CLI writes it: floats and nulls compare as printed
+    assert json.loads(json.dumps(result.to_dict())) == cli_json(args)
+
+
+def test_every_command_has_a_case():
+    assert {c.name for c in COMMANDS} <= {args[0] for args, _ in CASES.values()}
+
+
+def test_tensors_are_numpy_and_fields_are_attributes():
+    r = api.attend(SENTENCE, config="toy", explain=True)
+    assert isinstance(r, AttendResult)
+    pattern = r.tensors["blocks.0.attn.pattern"]
+    assert isinstance(pattern, np.ndarray) and pattern.shape == (2, 6, 6)
+    assert set(r.arrays()) == set(r.tensors.names())
+    assert r.explain.query_pos == 5 and r.heads == [0, 1] and r.tokens[0] == "When"
+
+
+def test_a_loaded_model_runs_every_stage_on_the_same_weights():
+    m = api.load(config="gpt124m", seed=5, **SMALL_KW)
+    assert m.config.n_layers == 2 and m.tokenizer.name == "gpt2" and "seed 5" in repr(m)
+    for name, call in [("attend", lambda f: f("Hello there", layer=1)),
+                       ("trace", lambda f: f("Hello there", select=["logits"])),
+                       ("next", lambda f: f("Hello there")),
+                       ("layernorm", lambda f: f("Hello there", which="ln_f"))]:
+        once = call(getattr(m, name))
+        fresh = call(lambda *a, **k: getattr(api, name)(*a, seed=5, **SMALL_KW, **k))
+        assert once.to_dict() == fresh.to_dict(), name
+    assert list(m.generate("Hello", max_new_tokens=2).new_ids) == \
+        api.generate("Hello", max_new_tokens=2, seed=5, **SMALL_KW).new_ids
+
+
+def test_api_errors_are_the_cli_errors():
+    with pytest.raises(ConfigError, match="unknown config 'nope'"):
+        api.embed("hi", config="nope")
+    with pytest.raises(InputTextError, match="empty"):
+        api.embed("   ", config="toy")
+    with pytest.raises(UsageError, match="--weights is empty"):
+        api.embed("hi", weights="")
+    with pytest.raises(UsageError, match="--mask"):
+        api.attend("hi", config="toy", mask="diagonal")
+    with pytest.raises(TypeError, match="unknown model option"):
+        api.embed("hi", confg="toy")
+
+
+def test_importing_the_api_does_not_import_torch():
+    code = ("import sys, tfx_cli.api as api; api.tokenize('Hello'); api.configs(); "
+            "api.count_params(config='gpt2'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
