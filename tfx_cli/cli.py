@@ -197,7 +197,7 @@ app = typer.Typer(
          "  tfx count-params --config gpt124m\n\n"
          "  tfx generate \"Hello, I am\" --max-new-tokens 6 --json | jq .result",
     no_args_is_help=True,
-    **APP_SETTINGS,
+    **{**APP_SETTINGS, "add_completion": True},
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -1,4 +1,5 @@
 """Start-up must stay cheap: importing the CLI or asking for help never loads torch."""
+import os
 import subprocess
 import sys
 
@@ -44,6 +45,21 @@ def test_top_level_help_loads_no_command_and_no_rich_console():
     for command in COMMANDS:  # every command is listed, by name, at the start of a row
         assert f"│ {command.name} " in out
     assert "\x1b[" not in out  # no styles when stdout is not a terminal
+
+
+def test_shell_completion_script_and_completions():
+    code, out, mods = _main_output(["--show-completion", "bash"])
+    assert code == 0 and "_tfx_completion()" in out and "complete" in out
+    assert not {m for m in mods if m.startswith("tfx_cli.commands.")} and "torch" not in mods
+    env = {**os.environ, "_TFX_COMPLETE": "complete_bash", "COMP_CWORD": "2"}
+    run = subprocess.run([sys.executable, "-c", "from tfx_cli.cli import main; main()"],
+                         env={**env, "COMP_WORDS": "tfx attend --hea"}, capture_output=True,
+                         text=True)
+    assert run.stdout.split() == ["--head", "--heads"]  # options of a command loaded on demand
+    env["COMP_CWORD"] = "1"
+    run = subprocess.run([sys.executable, "-c", "from tfx_cli.cli import main; main()"],
+                         env={**env, "COMP_WORDS": "tfx co"}, capture_output=True, text=True)
+    assert run.stdout.split() == ["configs", "count-params"]
 
 
 def test_a_command_loads_only_its_own_module():
