@@ -41,6 +41,7 @@ ROOT = HERE.parent
 MARK = "BENCH_RESULT "  # a worker's last stdout line: MARK + JSON
 
 TEXT = "When you play game of thrones"
+TABLE_BASE = "python -c 'import typer, rich.console, rich.table'"
 
 
 # -- sizes ---------------------------------------------------------------------------
@@ -410,6 +411,9 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         cases += [
             Case("python -c 'import typer, rich'", "startup", "python",
                  argv=[py, "-c", "import typer, rich"]),
+            # what any Rich table costs before tfx draws one: the base of the table views
+            Case(TABLE_BASE, "startup", "python",
+                 argv=[py, "-c", "import typer, rich.console, rich.table"]),
             Case("tfx --help", "startup", "tfx", argv=tfx + ["--help"]),
             Case("tfx tokenize", "startup", "tfx", argv=tfx + ["tokenize", TEXT]),
             Case("tfx count-params", "startup", "tfx",
@@ -419,6 +423,7 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
             Case("tfx tokenize --json", "startup", "tfx", argv=tfx + ["tokenize", TEXT, "--json"]),
             Case("tfx count-params --json", "startup", "tfx",
                  argv=tfx + ["count-params", "--config", "gpt124m", "--json"]),
+            Case("tfx configs --json", "startup", "tfx", argv=tfx + ["configs", "--json"]),
         ]
         if not args.smoke:
             cases.append(Case("tfx attend", "startup", "tfx",
@@ -560,9 +565,14 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
             return None
         return ratio(gen["tfx"]["name"], gen[peer]["name"], key, invert=True)
 
+    # start-up: --help and the --json forms against `import typer, rich`; the table views
+    # against `import typer, rich.console, rich.table`, the price of any Rich table
     base = "python -c 'import typer, rich'"
     plan = [(f"{n} / import typer,rich", lambda k, n=n: ratio(n, base, k), "<=", 1.5)
-            for n in ("tfx --help", "tfx tokenize", "tfx count-params")]
+            for n in ("tfx --help", "tfx tokenize --json", "tfx count-params --json",
+                      "tfx configs --json")]
+    plan += [(f"{n} / import typer,rich tables", lambda k, n=n: ratio(n, TABLE_BASE, k), "<=",
+              1.5) for n in ("tfx tokenize", "tfx count-params")]
     plan += [
         ("tfx attend / HF attentions script",
          lambda k: ratio("tfx attend", "HF attentions script", k), "<=", 0.5),

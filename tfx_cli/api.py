@@ -25,12 +25,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from typing import TYPE_CHECKING
+
 from .core.config import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
-from .core.results import (AttendInputsResult, AttendResult, ConfigsResult,
-                           CountParamsResult, EmbedResult, FFNResult, GenerateResult,
-                           LayerNormResult, LensResult, NextResult, PosencResult,
-                           ReportResult, TokenizeResult, TraceResult)
 from .errors import InputTextError, UsageError
+
+if TYPE_CHECKING:  # the result classes load with the command that makes them
+    from .core.results import (AttendInputsResult, AttendResult, ConfigsResult,
+                               CountParamsResult, EmbedResult, FFNResult, GenerateResult,
+                               LayerNormResult, LensResult, NextResult, PosencResult,
+                               ReportResult, TokenizeResult, TraceResult)
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
@@ -222,7 +226,7 @@ def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | No
              config: str | None = None, weights: str | None = None) -> TokenizeResult:
     """Split `text` into tokens: with `tokenizer`, the tokenizer of `weights` (read from
     the checkpoint's header, no tensors), or the default one of `config`."""
-    from .core.results import InputInfo, ModelInfo
+    from .core.results import InputInfo, ModelInfo, TokenizeResult
     from .core.tokenizers import model_tokenizer
 
     spec, _ = _spec({"config": config, "weights": weights, "tokenizer": tokenizer,
@@ -244,7 +248,7 @@ def configs() -> ConfigsResult:
     """Every preset with its shape, switches and parameter count."""
     from .core.config import DEFAULT_CONFIG, PRESETS
     from .core.params import total_params
-    from .core.results import Preset
+    from .core.results import ConfigsResult, Preset
 
     return ConfigsResult(default=DEFAULT_CONFIG,
                          presets=[Preset(cfg, total_params(cfg)) for cfg in PRESETS.values()])

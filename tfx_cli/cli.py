@@ -141,6 +141,10 @@ class TfxGroup(TyperGroup):
             args = sys.argv[1:]
         if "--debug" in args:
             DEBUG["on"] = True
+        if os.environ.get("_TFX_COMPLETE"):  # the shell asks for completions
+            from typer.completion import completion_init
+
+            completion_init()
         try:
             rv = super().main(args=args, prog_name=prog_name or "tfx",
                               complete_var=complete_var, standalone_mode=False, **extra)
@@ -197,9 +201,34 @@ app = typer.Typer(
          "  tfx count-params --config gpt124m\n\n"
          "  tfx generate \"Hello, I am\" --max-new-tokens 6 --json | jq .result",
     no_args_is_help=True,
-    **{**APP_SETTINGS, "add_completion": True},
+    **APP_SETTINGS,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _completion(action: str):
+    """--show-completion / --install-completion SHELL: Typer's own script and installer,
+    imported only when asked for (Typer's add_completion would build them, and import
+    subprocess, on every run)."""
+
+    def callback(ctx, param, value):
+        if value is None or ctx.resilient_parsing:
+            return
+        if value not in SHELLS:
+            from .errors import UsageError
+
+            raise UsageError(f"{param.opts[0]} {value!r}: not a shell tfx completes; "
+                             f"valid: {', '.join(SHELLS)}")
+        from typer import completion
+
+        completion.completion_init()
+        (completion.show_callback if action == "show" else completion.install_callback)(
+            ctx, param, value)
+
+    return callback
 
 
 def _version(value: bool) -> None:
@@ -213,6 +242,14 @@ def root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
     version: Annotated[Optional[bool], typer.Option(
         "--version", callback=_version, is_eager=True, help="Print the version.")] = None,
+    install_completion: Annotated[Optional[str], typer.Option(
+        "--install-completion", metavar="SHELL", callback=_completion("install"),
+        is_eager=True, expose_value=False,
+        help="Install tab completion for SHELL (bash, zsh, fish, powershell).")] = None,
+    show_completion: Annotated[Optional[str], typer.Option(
+        "--show-completion", metavar="SHELL", callback=_completion("show"), is_eager=True,
+        expose_value=False,
+        help="Print the tab-completion script for SHELL, to copy or source.")] = None,
 ) -> None:
     """Look inside transformers: every stage, every intermediate, on your own text."""
     if debug:

@@ -1,6 +1,7 @@
 """Tokenizers: pinned ids for the real vocabularies, lossless round trips, clear errors."""
 import functools
 import marshal
+import sys
 import importlib.util
 import shutil
 from pathlib import Path
@@ -42,11 +43,9 @@ def test_gpt2_endoftext_in_text_is_the_special_token():
 def test_gpt2_builds_from_local_files_without_touching_the_tiktoken_cache(tmp_path,
                                                                            monkeypatch):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    tk.gpt2_encoding.cache_clear()
-    try:
-        assert tk.gpt2_encoding().encode("Hello, I am") == [15496, 11, 314, 716]
-    finally:
-        tk.gpt2_encoding.cache_clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # build, not read, the table
+    assert _fresh_encoding().encode("Hello, I am") == [15496, 11, 314, 716]
+    (tmp_path / "xdg").rename(tmp_path.parent / f"{tmp_path.name}-xdg")
     assert list(tmp_path.iterdir()) == []  # read straight from the package, no copies
     import os
     assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path)  # restored
@@ -54,10 +53,12 @@ def test_gpt2_builds_from_local_files_without_touching_the_tiktoken_cache(tmp_pa
 
 def _fresh_encoding():
     tk.gpt2_encoding.cache_clear()
+    tk.gpt2_ranks.cache_clear()
     try:
         return tk.gpt2_encoding()
     finally:
         tk.gpt2_encoding.cache_clear()
+        tk.gpt2_ranks.cache_clear()
 
 
 def test_gpt2_rank_table_is_cached_between_runs(tmp_path, monkeypatch):
@@ -98,6 +99,50 @@ def test_an_unwritable_cache_is_skipped(tmp_path, monkeypatch):
 
 def test_gpt2_encoding_is_cached_per_process():
     assert tk.gpt2_encoding() is tk.gpt2_encoding()
+    assert tk.gpt2_ranks() is tk.gpt2_ranks()
+
+
+# Texts mixing what GPT-2's pre-tokenizer tells apart: letters of several scripts, digits
+# and other numbers, combining marks, apostrophes and contractions, every kind of white
+# space (Unicode's White_Space, and U+001C..U+001F, which Python calls space but it does
+# not), punctuation, emoji and the special token.
+ALPHABET = ("aZé日本ßΩж" "0123٣½Ⅻ" "\u0301\u0303" "'" "sStTreveml" "!?.,-_$\\" "👋🏽"
+            " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2009\u200a\u2028\u2029\u202f\u205f"
+            "\u3000\x1c\x1d\x1e\x1f\x00\u200b")
+MIXED = st.lists(st.one_of(st.sampled_from(list(ALPHABET)),
+                           st.sampled_from(["'s", "'ll", "'ve", "'re", "'d", "'m", "'t",
+                                            "<|endoftext|>", "  ", "\n\n", " 123"])),
+                 max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(MIXED, TEXT))
+@example("it's  two  spaces\n\nok 1234 ÿ 👋")
+@example(" \u2009x")
+def test_gpt2_python_path_gives_tiktoken_ids(text):
+    tok = tk.GPT2Tokenizer()
+    assert tok.encode(text) == tk.gpt2_encoding().encode(text, allowed_special="all")
+    assert tok.pieces(tok.encode(text)) == [tk.bytes_piece(
+        tk.gpt2_encoding().decode_single_token_bytes(i)) for i in tok.encode(text)]
+
+
+def test_gpt2_long_text_goes_to_tiktoken(monkeypatch):
+    text = "The night is dark and full of terrors. " * 100  # over SHORT characters
+    tok = tk.GPT2Tokenizer()
+    assert len(text) > tok.SHORT
+    monkeypatch.setattr(tk, "gpt2_bpe", None)  # the Python path would fail now
+    assert tok.encode(text) == tk.gpt2_encoding().encode(text)
+
+
+def test_gpt2_short_text_needs_no_tiktoken():
+    import subprocess
+
+    code = ("import sys; from tfx_cli.core.tokenizers import get_tokenizer; "
+            "t = get_tokenizer('gpt2'); ids = t.encode('Hello, I am'); "
+            "print(ids, t.decode(ids), t.pieces(ids), 'tiktoken' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[15496, 11, 314, 716] Hello, I am ['Hello', ',', ' I', ' am'] False"
 
 
 @settings(max_examples=150, deadline=None)

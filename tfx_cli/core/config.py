@@ -5,7 +5,6 @@ paying for a torch import.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -192,10 +191,14 @@ def _check_type(source: str, key: str, annotation: str, value) -> None:
         ok = isinstance(value, str)
         want = "a string"
     if not ok:
+        import json
+
         raise ConfigError(f"{source}: config key {key} must be {want}, got {json.dumps(value)}")
 
 
 def load_config_file(path: Path) -> ModelConfig:
+    import json
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

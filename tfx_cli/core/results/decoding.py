@@ -1,0 +1,109 @@
+"""Results of the decoding commands: generate, next and lens."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from . import Result
+
+
+@dataclass
+class Candidate:
+    id: int
+    token: str
+    prob: float
+    logit: float
+
+
+@dataclass
+class StepInfo:
+    position: int
+    id: int
+    token: str
+    logit: float
+    prob: float
+    sample_prob: float
+    entropy: float
+    fed: int
+    context: int
+    candidates: list[Candidate]
+
+
+@dataclass
+class GenerateSettings:
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    decoding: str
+    seed: int
+    stop: list[str]
+    cache: bool
+    candidates: int
+    context_length: int
+
+
+@dataclass(kw_only=True)
+class GenerateResult(Result):
+    command: ClassVar[str] = "generate"
+    text: str
+    completion: str
+    ids: list[int]
+    prompt_ids: list[int]
+    new_ids: list[int]
+    stopped: str
+    settings: GenerateSettings
+    steps: list[StepInfo]
+
+
+@dataclass
+class NextCandidate:
+    rank: int
+    id: int
+    token: str
+    logit: float
+    prob: float
+    tempered_prob: float
+    kept: bool
+    final_prob: float
+
+
+@dataclass
+class Greedy:
+    id: int
+    token: str
+    prob: float
+
+
+@dataclass
+class NextSettings:
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    candidates: int
+
+
+@dataclass(kw_only=True)
+class NextResult(Result):
+    command: ClassVar[str] = "next"
+    position: int
+    context: int
+    entropy: float
+    greedy: Greedy
+    kept_tokens: int
+    kept_mass: float
+    settings: NextSettings
+    candidates: list[NextCandidate]
+
+
+@dataclass(kw_only=True)
+class LensResult(Result):
+    command: ClassVar[str] = "lens"
+    layers: list[str]
+    sources: list[str]
+    norm: str
+    top_ids: list[list[int]]
+    top_tokens: list[list[str]]
+    top_probs: list[list[float]]
+    next_token_probs: list[list[float]]
+    output_top_ids: list[int]
