@@ -164,7 +164,7 @@ class Model:
                  top_k: int | None = None, top_p: float | None = None,
                  stop: Sequence[str] | None = None, candidates: int = 5,
                  no_cache: bool = False, select: Sequence[str] | None = None,
-                 truncate: bool = False,
+                 truncate: bool = False, ignore_eos: bool = False,
                  on_text: Callable[[str], None] | None = None) -> GenerateResult:
         from .core.generate import Sampling, generate
 
@@ -172,7 +172,7 @@ class Model:
                         sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
                         use_cache=not no_cache, n_candidates=candidates,
                         select=list(select or ()), stops=list(stop or ()), on_text=on_text,
-                        truncate=truncate)
+                        truncate=truncate, ignore_eos=ignore_eos)
 
     def next(self, text: str, *, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, candidates: int = 10,
@@ -371,19 +371,19 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None,
              stop: Sequence[str] | None = None, candidates: int = 5, no_cache: bool = False,
              select: Sequence[str] | None = None, truncate: bool = False,
-             on_text: Callable[[str], None] | None = None, **model: Any) -> GenerateResult:
+             ignore_eos: bool = False, on_text: Callable[[str], None] | None = None,
+             **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced."""
-    from .core.generate import Sampling, check_sampling
+    from .core.generate import Sampling, check_new_tokens, check_sampling
 
-    if max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens {max_new_tokens} must be at least 1")
+    check_new_tokens(max_new_tokens)
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
     _needs_head(model, "generate")
     return _model(model).generate(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
-        truncate=truncate, on_text=on_text)
+        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text)
 
 
 def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # noqa: A001

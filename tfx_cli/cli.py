@@ -22,8 +22,10 @@ DEBUG = {"on": bool(os.environ.get("TFX_DEBUG"))}
 
 
 def _fail(message: str, code: int) -> None:
+    from .render.common import terminal_text  # a message may quote what the user typed
+
     try:
-        sys.stderr.write(f"tfx: error: {' '.join(message.split())}\n")
+        sys.stderr.write(f"tfx: error: {terminal_text(' '.join(message.split()))}\n")
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):
         pass
@@ -161,6 +163,9 @@ class TfxGroup(TyperGroup):
             hint = ""
             if exc.ctx is not None:
                 hint = f" (see `{exc.ctx.command_path} --help`)"
+            if exc.format_message().startswith("Got unexpected extra argument"):
+                hint = (" (a text of several words goes in quotes: "
+                        f"{exc.ctx.command_path if exc.ctx else 'tfx'} \"Hello world\")")
             _fail(exc.format_message() + hint, 2)
         except CLICK_ERROR as exc:
             _fail(exc.format_message(), exc.exit_code)

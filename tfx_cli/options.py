@@ -16,7 +16,7 @@ from typing import Annotated, List, Optional, get_type_hints
 
 import typer
 
-from .errors import InputTextError
+from .errors import InputTextError, UsageError
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (tfx/1) on stdout.")]
 PrecisionOpt = Annotated[int, typer.Option("--precision", min=0, max=12,
@@ -118,15 +118,25 @@ def model_command(fn):
     return wrapper
 
 
-def split_list(values: Optional[List[str]]) -> List[str]:
-    """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]."""
-    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+def split_list(values: Optional[List[str]], option: str) -> List[str]:
+    """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]. An empty
+    value is not "everything": it is refused, like every empty value."""
+    parts = [part.strip() for value in values or [] for part in value.split(",")]
+    if any(not part for part in parts):
+        raise UsageError(f"{option} has an empty name ({', '.join(map(repr, values))}); give "
+                         "names separated by commas, e.g. {option} a,b".replace("{option}",
+                                                                                 option))
+    return parts
 
 
 def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text") -> str:
     """The TEXT argument, or standard input for '-'. Empty text is an error."""
     if text is None:
         raise InputTextError(f"no {what} given; pass it as an argument or '-' to read stdin")
+    if text != "-" and encoding.replace("_", "-").lower() not in ("utf-8", "utf8"):
+        raise UsageError(f"--encoding {encoding} applies to text read from stdin ('-'), but "
+                         f"the {what} was given as an argument; drop --encoding, or pipe the "
+                         "text in and pass '-'")
     if text == "-":
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
         if isinstance(data, bytes):
@@ -141,7 +151,7 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
                 raise InputTextError(f"unknown encoding {encoding!r}; try utf-8 or latin-1") from None
         else:
             text = data
-        text = text.rstrip("\n")
+        text = text.rstrip("\r\n")  # the file's last line break (Unix or Windows)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:  # undecodable bytes in argv arrive as surrogates

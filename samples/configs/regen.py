@@ -4,15 +4,17 @@
 
 tests/core/test_params.py checks the files still equal the presets.
 """
+import json
 from pathlib import Path
 
-from tfx_cli.core.config import PRESETS, config_json
+from tfx_cli.core.config import PRESETS
 
 HERE = Path(__file__).resolve().parent
 
 
 def preset_files() -> dict[str, str]:
-    return {f"{name}.json": config_json(cfg) + "\n" for name, cfg in PRESETS.items()}
+    return {f"{name}.json": json.dumps(cfg.to_dict(), indent=2) + "\n"
+            for name, cfg in PRESETS.items()}
 
 
 if __name__ == "__main__":

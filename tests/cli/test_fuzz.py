@@ -56,6 +56,29 @@ SHOW = mix(st.sampled_from(["pattern", "q,k,v", "scores,scaled,masked", "out,con
            st.sampled_from(["q_rot", "bogus", "", ","]))
 
 
+# every option tfx has, with what it takes (None: a flag)
+ANY_OPTIONS = [
+    ("--config", st.sampled_from(["toy", "gpt124m", "", "nope"])),
+    ("--weights", st.sampled_from(["minilm", "", "nothere"])), ("--seed", INTS),
+    ("--heads", SIZES), ("--layers", SIZES), ("--d-model", SIZES), ("--context", SIZES),
+    ("--tokenizer", st.sampled_from(["byte", "word", "char", "gpt2", "minilm", ""])),
+    ("--corpus", st.sampled_from(["CORPUS", "nothere", ""])),
+    ("--encoding", st.sampled_from(["utf-8", "latin-1", ""])), ("--no-cache-weights", None),
+    ("--force", None), ("--truncate", None), ("--full", None), ("--precision", INTS),
+    ("--layer", SMALL_INTS), ("--head", SMALL_INTS), ("--mask", st.sampled_from(["none", "x"])),
+    ("--kv", TEXTS), ("--valid-lens", INTS), ("--show", SHOW), ("--explain", None),
+    ("--query-pos", SMALL_INTS), ("--inputs", st.sampled_from(["INPUTS", "nothere"])),
+    ("--which", st.sampled_from(["ln1", "ln_f", "x"])), ("--select", GLOBS),
+    ("--values", None), ("--length", INTS), ("--temperature", FLOATS), ("--top-k", INTS),
+    ("--top-p", FLOATS), ("--candidates", INTS), ("--max-new-tokens", INTS),
+    ("--stop", TEXTS), ("--no-cache", None), ("--no-stream", None), ("--ignore-eos", None),
+    ("--seq-len", SIZES), ("--tie", None), ("--verify", None),
+    ("--show-layers", st.sampled_from(["all", "0", "x"])),
+    ("--output", st.sampled_from(["OUT/stray.html", "OUT/x.txt"])),
+    ("--plot", st.sampled_from(["OUT/stray.txt", "OUT/missing/x.png"])),
+]
+
+
 def text_arg(value: str) -> list:
     # a text that starts with '-' would parse as an option; `--` marks it as the argument
     return ["--", value] if value.startswith("-") and value != "-" else [value]
@@ -108,7 +131,17 @@ def invocations(draw):
                                     "configs", "count-params", "bogus"]))
     text = draw(TEXTS)
     wants_json = draw(st.booleans()) and command not in ("report", "bogus")
+
     json_flag = ["--json"] if wants_json else []
+    if command != "bogus" and draw(st.integers(0, 3)) == 0:
+        # any option of any command, with a value of the right kind or not: it applies
+        # (exit 0) or is refused (exit 2), never silently misread
+        stray = draw(st.lists(st.sampled_from(ANY_OPTIONS), min_size=1, max_size=2))
+        extra = []
+        for name, values in stray:
+            extra += [name] if values is None else [name, draw(values)]
+        return ([command, *extra, *json_flag, *text_arg(draw(TEXTS))], None,
+                wants_json and command not in ("report",))
     if command == "configs":
         return [command, *json_flag, *flag(draw, "--verbose", 8)], None, wants_json
     if command == "count-params":
@@ -127,6 +160,10 @@ def invocations(draw):
     text_args = text_arg(text) if command != "posenc" or draw(st.booleans()) else []
     if command == "tokenize":
         opts = maybe(draw, "-t", st.sampled_from(["byte", "char", "word", "gpt2", "", "x"]))
+        opts += maybe(draw, "-c", st.sampled_from(["toy", "gpt124m", "", "nope"]), 4)
+        opts += maybe(draw, "-w", st.sampled_from(["minilm", "nothere", "", "BADJSON"]), 4)
+        opts += maybe(draw, "--corpus", st.sampled_from(["CORPUS", "nothere", ""]), 5)
+        opts += flag(draw, "--full", 6)
         return [command, *opts, *json_flag, *text_args], stdin, wants_json
     opts = draw(model_args(encoder_ok=command not in ("generate", "next", "lens")))
     opts += flag(draw, "--truncate", 4)
@@ -159,7 +196,8 @@ def invocations(draw):
                                                  ""])))]
         opts += maybe(draw, "--show-layers", st.sampled_from(["all", "0", "0-1", "1-0", "9",
                                                               "", "x", "-1", "0,0"]), 2)
-        opts += maybe(draw, "--top-k", INTS, 4) + flag(draw, "--force", 2)
+        opts += maybe(draw, "--candidates", INTS, 4) + flag(draw, "--force", 2)
+        opts += flag(draw, "--json", 3)
     if command != "report":
         opts += maybe(draw, "--precision", INTS, 5) + json_flag
         opts += flag(draw, "--full", 8) if command != "next" else []
@@ -173,8 +211,12 @@ def places(tmp_path_factory):
     (root / "llama.json").write_text(json.dumps(LLAMA_CONFIG_DATA), encoding="utf-8")
     (root / "bad.json").write_text('{"d_model": 8,', encoding="utf-8")
     (root / "out").mkdir()
+    (root / "corpus.txt").write_text("you win or you die", encoding="utf-8")
+    (root / "inputs.json").write_text('{"x": [[1, 0], [0, 1]], "w_q": [[1], [0]], '
+                                      '"w_k": [[1], [0]], "w_v": [[1], [0]]}', encoding="utf-8")
     return {"LLAMA_CONFIG": str(root / "llama.json"), "BADJSON": str(root / "bad.json"),
-            "OUT": str(root / "out")}
+            "OUT": str(root / "out"), "CORPUS": str(root / "corpus.txt"),
+            "INPUTS": str(root / "inputs.json")}
 
 
 LLAMA_CONFIG_DATA = LLAMA_LIKE
@@ -215,5 +257,8 @@ def test_fuzz_cli(places, drawn):
         assert result.stdout == "", args
         return
     assert len(err.splitlines()) <= 3, (args, err)  # a warning or two at most
+    # a checkpoint brings its tokenizer: no run may read its weights with another one
+    names = set(args)
+    assert not ({"-w", "--weights"} & names and {"-t", "--tokenizer"} & names), args
     if wants_json:
         json.loads(result.stdout, parse_constant=_no_constants)

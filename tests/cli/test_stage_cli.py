@@ -162,6 +162,8 @@ def test_view_draws_the_json_tensors(make, monkeypatch, capsys):
     seen, _ = drawn_arrays(result, monkeypatch)
     checked = 0
     for title, array in seen:
+        if not title:
+            continue  # a table laid out only to count the columns that fit
         name = title.split()[0]
         if title.endswith(" per row"):  # embed's statistics come from result.rows
             rows = doc["result"]["rows"][name]

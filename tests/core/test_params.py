@@ -149,3 +149,8 @@ def test_sample_config_files_equal_the_presets():
         assert loaded == cfg and loaded.name == name, f"{path} is stale: run regen.py"
         assert path.read_text(encoding="utf-8") == json.dumps(cfg.to_dict(), indent=2) + "\n"
     assert sorted(p.stem for p in folder.glob("*.json")) == sorted(PRESETS)
+    import runpy  # the generator itself still runs and writes exactly these files
+
+    regen = runpy.run_path(str(folder / "regen.py"))
+    assert regen["preset_files"]() == {p.name: p.read_text(encoding="utf-8")
+                                       for p in folder.glob("*.json")}

@@ -33,8 +33,9 @@ def attend(
         help="Padding mask: only the first N keys are visible (1..key length).")] = None,
     show: Annotated[Optional[List[str]], typer.Option(
         "--show", show_default=False,
-        help="Stages to print, comma-separated: q,k,v,scores,scaled,masked,pattern,context,"
-        "concat,out (q_rot,k_rot for RoPE). Default: pattern and a table of shapes.")] = None,
+        help="Stages to print, comma-separated: q, k, v, scores, scaled, masked, pattern, "
+        "context, concat, out (q_rot, k_rot for RoPE). Default: pattern and a table of "
+        "shapes.")] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Spell out one head and one query position with every number.")] = False,
     query_pos: Annotated[Optional[int], typer.Option(
@@ -84,7 +85,7 @@ def attend(
     else:
         model.pop("force")  # with --inputs no model is built: --force is --plot's alone
     result = api.attend(text, layer=layer, head=head, mask=mask.value if mask else None,
-                        kv=kv, valid_lens=valid_lens, show=split_list(show), explain=explain,
+                        kv=kv, valid_lens=valid_lens, show=split_list(show, "--show"), explain=explain,
                         query_pos=query_pos, inputs=inputs, truncate=truncate, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

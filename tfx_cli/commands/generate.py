@@ -51,6 +51,9 @@ def generate(
         "step, as step.{i}.NAME: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
     no_stream: Annotated[bool, typer.Option(
         "--no-stream", help="Do not echo the text to stderr while it is produced.")] = False,
+    ignore_eos: Annotated[bool, typer.Option(
+        "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
+        "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
     truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
@@ -103,8 +106,9 @@ def generate(
     try:
         result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
-                              no_cache=no_cache, select=split_list(select), truncate=truncate,
-                              on_text=stream.write if stream else None, **model)
+                              no_cache=no_cache, select=split_list(select, "--select"), truncate=truncate,
+                              ignore_eos=ignore_eos, on_text=stream.write if stream else None,
+                              **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

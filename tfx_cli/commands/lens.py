@@ -37,9 +37,12 @@ def lens(
 
     Examples:
 
-      tfx lens "The capital of France is" --config gpt2
+      tfx lens "The capital of France is" --weights smollm2
 
-      tfx lens "Hello, I am" --layers 4 --json | jq '.result.top_tokens[-1]'
+      tfx lens "The capital of France is" -w smollm2 --json | jq -c '.result.top_tokens[][-1]'
+
+    (Random weights, e.g. --config gpt2, give every layer the input token back: there is
+    nothing learned to read.)
     """
     from .. import api
     from ..render.emit import emit

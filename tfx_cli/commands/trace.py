@@ -44,7 +44,7 @@ def trace(
 
     check_plot(plot, force)
 
-    result = api.trace(read_text(text, encoding=encoding), select=split_list(select),
+    result = api.trace(read_text(text, encoding=encoding), select=split_list(select, "--select"),
                        truncate=truncate, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full, values=values)

@@ -44,9 +44,12 @@ class ModelConfig:
     lm_head: bool = True  # BertModel has no output head
     pooler: bool = False  # BERT's pooler (counted, not run by the stage commands)
     tokenizer: str = "gpt2"  # default tokenizer for this config
+    eos_ids: tuple[int, ...] = ()  # end-of-sequence tokens: generate stops at them
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.eos_ids, list):  # from a JSON config file
+            object.__setattr__(self, "eos_ids", tuple(self.eos_ids))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.d_ff is None:
@@ -92,17 +95,32 @@ class ModelConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"config field {name}={getattr(self, name)!r} is not one of "
                                   f"{', '.join(allowed)}")
-        if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+        if not _number(self.dropout) or not 0 <= self.dropout < 1:
             raise ConfigError(f"config field dropout must be in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.ln_eps, (int, float)) or self.ln_eps <= 0:
-            raise ConfigError(f"config field ln_eps must be a positive number, got {self.ln_eps!r}")
+        # a zero, negative or infinite eps or rotary base makes every pattern NaN
+        for name in ("ln_eps", "rope_theta"):
+            value = getattr(self, name)
+            if not _number(value) or not 0 < value < float("inf"):
+                raise ConfigError(f"config field {name} must be a positive, finite number, "
+                                  f"got {value!r}")
+        ids = self.eos_ids
+        if not isinstance(ids, tuple) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size
+                for i in ids):
+            raise ConfigError(f"config field eos_ids must list token ids below vocab_size "
+                              f"{self.vocab_size}, got {list(ids) if isinstance(ids, tuple) else ids!r}")
         if not isinstance(self.token_types, int) or self.token_types < 0:
             raise ConfigError(f"config field token_types must be >= 0, got {self.token_types!r}")
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self)}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _divisors(n: int) -> str:
@@ -178,7 +196,11 @@ def _check_type(source: str, key: str, annotation: str, value) -> None:
     ann = str(annotation)
     if value is None and "None" in ann:
         return
-    if ann.startswith("int"):
+    if ann.startswith("tuple"):
+        ok = isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)
+        want = "a list of whole numbers"
+    elif ann.startswith("int"):
         ok = isinstance(value, int) and not isinstance(value, bool)
         want = "a whole number"
     elif ann.startswith("float"):

@@ -52,11 +52,22 @@ class Sampling:
         return self.temperature == 0
 
 
+MAX_NEW_TOKENS = 100_000  # a bound that catches a typo, not one a real run meets (~1 h)
+
+
+def check_new_tokens(n: int) -> None:
+    if n < 1:
+        raise UsageError(f"--max-new-tokens {n} must be at least 1")
+    if n > MAX_NEW_TOKENS:
+        raise UsageError(f"--max-new-tokens {n:,} is more than tfx generates in one run "
+                         f"({MAX_NEW_TOKENS:,}); ask for fewer")
+
+
 def check_sampling(sampling: Sampling, vocab_size: int | None = None) -> None:
     """One-line errors for impossible settings; the vocabulary check needs the model."""
     t, k, p = sampling.temperature, sampling.top_k, sampling.top_p
     if not math.isfinite(t) or t < 0:
-        raise UsageError(f"--temperature {t} must be 0 (greedy) or positive; "
+        raise UsageError(f"--temperature {t} must be 0 (greedy) or a positive, finite number; "
                          "try 0.7 for mild sampling")
     if k is not None and k < 1:
         raise UsageError(f"--top-k {k} must be at least 1 (1 is greedy)")
@@ -209,13 +220,13 @@ LONG_GENERATION = 32
 def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
            sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
            use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
-           should_stop: Callable[[list[int]], bool] | None = None,
+           should_stop: Callable[[list[int]], str | None] | None = None,
            on_step: Callable[[Step, list[int]], None] | None = None,
            keep_logits: bool = False) -> Decoded:
     """Append up to `max_new_tokens` ids to `prompt`; one Step per new token.
 
     select: trace names (globs) recorded at every step as "step.{i}.<name>".
-    should_stop(ids): called after each token; True ends decoding early.
+    should_stop(ids): called after each token; a reason ("stop", "eos") ends decoding.
     """
     ids = list(prompt)
     # A bidirectional model's earlier positions would change as tokens are added, so a
@@ -250,8 +261,9 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
             out.steps.append(step)
             if on_step is not None:
                 on_step(step, ids)
-            if should_stop is not None and should_stop(ids):
-                out.stopped = "stop"
+            reason = should_stop(ids) if should_stop is not None else None
+            if reason:
+                out.stopped = reason
                 break
     return out
 
@@ -357,12 +369,15 @@ def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
 def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
-             truncate: bool = False) -> GenerateResult:
-    """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text."""
+             truncate: bool = False, ignore_eos: bool = False) -> GenerateResult:
+    """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text.
+
+    Decoding stops early at a --stop text, or at one of the model's end-of-sequence
+    tokens (cfg.eos_ids, from the checkpoint) unless `ignore_eos`; that token stays in
+    the ids but is not part of the text."""
     from . import stages
 
-    if max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens {max_new_tokens} must be at least 1")
+    check_new_tokens(max_new_tokens)
     check_sampling(sampling)
     need_head(loaded.cfg, "generate")
     check_vocab(loaded)
@@ -375,15 +390,23 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     # weights never depend on whether (or how much) we sample.
     generator = torch.Generator().manual_seed(seed)
     tracker = TextTracker(loaded.tokenizer.decode, len(ids), stops)
+    eos = () if ignore_eos else loaded.cfg.eos_ids
+    ended: list[str] = []
 
     def on_step(step: Step, ids_now: list[int]) -> None:
+        if step.id in eos:
+            ended.append("eos")
+            ids_now = ids_now[:-1]  # the end-of-sequence token is no text
         chunk = tracker.update(ids_now)
         if chunk and on_text is not None:
             on_text(chunk)
 
+    def should_stop(_ids: list[int]) -> str | None:
+        return "eos" if ended else "stop" if tracker.stopped else None
+
     decoded = decode(loaded.model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
                      generator=generator, use_cache=use_cache, n_candidates=n_candidates,
-                     select=select, should_stop=lambda _ids: tracker.stopped, on_step=on_step)
+                     select=select, should_stop=should_stop, on_step=on_step)
     rest = tracker.flush()
     if rest and on_text is not None:
         on_text(rest)
@@ -395,8 +418,8 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
         max_new_tokens=max_new_tokens, temperature=sampling.temperature,
         top_k=sampling.top_k, top_p=sampling.top_p,
         decoding="greedy" if sampling.greedy else "sample", seed=seed, stop=list(stops),
-        cache=decoded.cache_used, candidates=n_candidates,
-        context_length=loaded.cfg.context_length)
+        eos_ids=list(loaded.cfg.eos_ids), ignore_eos=ignore_eos, cache=decoded.cache_used,
+        candidates=n_candidates, context_length=loaded.cfg.context_length)
     return GenerateResult(
         model=loaded.info, input=stages.input_info(loaded, text, ids), tensors=decoded.trace,
         text=text + tracker.text, completion=tracker.text, ids=decoded.ids, prompt_ids=ids,

@@ -7,6 +7,7 @@ InputTextError line naming the key and what it needs. The matrices then go throu
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import torch
@@ -100,6 +101,9 @@ def _matrix(path, name: str, value) -> torch.Tensor:
         for j, cell in enumerate(row):
             if isinstance(cell, bool) or not isinstance(cell, (int, float)):
                 raise InputTextError(f"{where}[{i}][{j}] is {json_repr(cell)}, not a number")
+            if not math.isfinite(cell):  # JSON readers accept NaN and Infinity
+                raise InputTextError(f"{where}[{i}][{j}] is {cell}; every entry must be a "
+                                     "finite number")
     return torch.tensor(value, dtype=torch.float64)
 
 
@@ -112,8 +116,9 @@ def json_repr(value) -> str:
 def _scale(path, value, d_k: int) -> float:
     if value == "sqrt_dk":
         return d_k ** 0.5
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InputTextError(f"--inputs {path}: scale must be a positive number or "
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise InputTextError(f"--inputs {path}: scale must be a positive, finite number or "
                              f"\"sqrt_dk\", got {json_repr(value)}")
     return float(value)
 
@@ -170,6 +175,12 @@ def attend_inputs(path, *, explain: bool = False, query_pos: int | None = None,
                            pattern=tap("pattern", "H", "T", "S"))
     context = tap("context", "H", "T", "D")(
         explicit_attention(q, k, v, data["mask"], data["scale"], taps=taps))
+    if not (torch.isfinite(q).all() and torch.isfinite(k).all() and torch.isfinite(v).all()
+            and torch.isfinite(tr.raw("attn.pattern")).all()
+            and torch.isfinite(context).all()):
+        raise InputTextError(f"--inputs {path}: the products overflow float64 (entries near "
+                             f"{float(data['x'].abs().max()):.3g} in x); scale the matrices "
+                             "down")
     if "w_o" in data:
         tap("out", "T", "C")(context[:, 0] @ data["w_o"])
     if explain:

@@ -49,7 +49,7 @@ ALIASES = {
 }
 FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
            "ckpt.pt, or an alias (minilm, smollm2)")
-CACHE_FORMAT = 1  # bump when the cached tensors' meaning changes
+CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
 
 # GGUF tensor types tfx dequantises (what the gguf package implements, by name)
@@ -98,6 +98,10 @@ def resolve(weights: str) -> Checkpoint:
             raise WeightsError(f"folder {path} has no config.json; pass {FORMATS}")
         return Checkpoint(path, "hf", alias or path.resolve().name, alias)
     if path.name == "config.json" or path.suffix == ".safetensors":
+        if not (path.parent / "config.json").is_file():
+            raise WeightsError(f"{path} is a safetensors file without the config.json that "
+                               "says its architecture; pass the HuggingFace folder that holds "
+                               "both (save_pretrained writes them together)")
         return resolve(str(path.parent))  # a file inside an HF folder means the folder
     try:
         with open(path, "rb") as fh:
@@ -143,6 +147,7 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 # -- HuggingFace folders ------------------------------------------------------------
 ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "BertModel": "bert",
                  "LlamaForCausalLM": "llama"}
+MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama"}  # config.json model_type
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -166,6 +171,8 @@ def _hf_family(ckpt: Checkpoint, hf: dict) -> str:
     for arch in archs:
         if arch in ARCHITECTURES:
             return ARCHITECTURES[arch]
+    if not archs and hf.get("model_type") in MODEL_TYPES:  # older or hand-written configs
+        return MODEL_TYPES[hf["model_type"]]
     named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
     raise WeightsError(f"{ckpt.path / 'config.json'}: unknown architecture {named}; tfx reads "
                        f"{', '.join(ARCHITECTURES)}")
@@ -178,7 +185,33 @@ def _activation(ckpt: Checkpoint, name) -> str:
     return _ACTIVATIONS[name]
 
 
+def _eos_ids(value, vocab_size: int) -> tuple[int, ...]:
+    """An eos_token_id entry (one id, a list, or none) as the ids generate stops at."""
+    values = value if isinstance(value, list) else [value]
+    return tuple(dict.fromkeys(v for v in values
+                               if isinstance(v, int) and not isinstance(v, bool)
+                               and 0 <= v < vocab_size))
+
+
+def _hf_eos(ckpt: Checkpoint, hf: dict) -> tuple[int, ...]:
+    """generation_config.json's eos_token_id when the folder has one (instruct models end
+    their turn there), else config.json's."""
+    vocab = hf.get("vocab_size") or 0
+    gen = ckpt.path / "generation_config.json"
+    if gen.is_file():
+        ids = _eos_ids(_read_json(gen).get("eos_token_id"), vocab)
+        if ids:
+            return ids
+    return _eos_ids(hf.get("eos_token_id"), vocab)
+
+
 def _hf_config(ckpt: Checkpoint) -> ModelConfig:
+    cfg = _hf_architecture(ckpt)
+    hf = _read_json(ckpt.path / "config.json")
+    return replace(cfg, eos_ids=_hf_eos(ckpt, hf)) if cfg.lm_head else cfg
+
+
+def _hf_architecture(ckpt: Checkpoint) -> ModelConfig:
     hf = _read_json(ckpt.path / "config.json")
     family = _hf_family(ckpt, hf)
     tok_file = ckpt.path / "tokenizer.json"
@@ -556,7 +589,8 @@ def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
         qkv_bias=False, proj_bias=False, norm="rmsnorm",
         ln_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), activation="swiglu",
         positional="rope", rope_theta=float(get("rope.freq_base", 10000.0)), causal=True,
-        tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path))
+        tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path),
+        eos_ids=_eos_ids(_field(reader, "tokenizer.ggml.eos_token_id"), int(vocab)))
 
 
 def _unpermute(w, n_heads: int):

@@ -13,6 +13,24 @@ if TYPE_CHECKING:
 TOKEN_DIMS = ("T", "S")  # dims whose positions are input tokens (queries, keys)
 
 
+# Characters that would drive the terminal rather than show: C0 and C1 controls (newline
+# and tab excepted), DEL, and the bidirectional marks and overrides that reorder what
+# follows ("Trojan Source", CVE-2021-42574).
+_DRIVES = frozenset([*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u061c",
+                     "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)),
+                     *map(chr, range(0x2066, 0x206A))]) - {"\n", "\t"}
+
+
+def terminal_text(text: str) -> str:
+    """User or model text as a terminal may print it: every character that would move the
+    cursor, recolour or reorder the screen is written out (<0x1B>, <U+202E>); newlines and
+    tabs stay, and so do emoji joiners and every other visible character."""
+    if not any(ch in _DRIVES for ch in text):
+        return text
+    return "".join((f"<0x{ord(ch):02X}>" if ord(ch) < 0x100 else f"<U+{ord(ch):04X}>")
+                   if ch in _DRIVES else ch for ch in text)
+
+
 def display_tokens(tokens: Sequence[str] | None) -> list[str] | None:
     """Tokens as a reader should see them: whitespace and invisible characters shown."""
     return None if tokens is None else [visible(str(t)) for t in tokens]
@@ -52,6 +70,16 @@ def finite_range(values: np.ndarray) -> tuple[float, float] | None:
     return float(lo), float(hi)
 
 
+def head_tail(n: int, keep: int) -> tuple[list[int], int | None]:
+    """Indices kept when `n` items must fit in `keep`: the first half and the last half.
+    Returns the indices and where the cut goes (None when nothing is cut)."""
+    if n <= keep:
+        return list(range(n)), None
+    keep = max(keep, 1)
+    head, tail = (keep + 1) // 2, keep // 2
+    return list(range(head)) + list(range(n - tail, n)), head
+
+
 def layer_of(name: str) -> int | None:
     """The block a trace name belongs to: blocks.3.attn.pattern -> 3."""
     parts = name.split(".")
@@ -60,5 +88,5 @@ def layer_of(name: str) -> int | None:
     return None
 
 
-__all__ = ["display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",
+__all__ = ["terminal_text", "head_tail", "display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",
            "TOKEN_DIMS"]

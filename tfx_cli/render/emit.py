@@ -63,12 +63,19 @@ def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool =
 
 
 def warn(message: str) -> None:
-    stderr_console().print(f"[yellow]tfx: warning:[/] {message}", markup=True)
+    from rich.text import Text
+
+    from .common import terminal_text
+
+    stderr_console().print(Text("tfx: warning: ", style="yellow") + Text(terminal_text(message)),
+                           soft_wrap=True)  # one line, like an error
 
 
 def info(message: str) -> None:
+    from .common import terminal_text
+
     if not os.environ.get("TFX_QUIET"):
-        stderr_console().print(message, markup=False)
+        stderr_console().print(terminal_text(message), markup=False)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..words import counted
-from .common import axis_labels, finite_range
+from .common import axis_labels, finite_range, head_tail
 
 DEFAULT_WIDTH = 80  # what we fit to when no console width is given
 LABEL_MAX = 12      # row labels longer than this are cut with "…"
@@ -153,16 +153,6 @@ def _labels(labels: Sequence | None, n: int) -> list:
     if labels is None or len(labels) != n:
         return list(range(n))  # no (or mismatched) labels: positions
     return list(labels)
-
-
-def head_tail(n: int, keep: int) -> tuple[list[int], int | None]:
-    """Indices kept when `n` items must fit in `keep`: the first half and the last half.
-    Returns the indices and where the cut goes (None when nothing is cut)."""
-    if n <= keep:
-        return list(range(n)), None
-    keep = max(keep, 1)
-    head, tail = (keep + 1) // 2, keep // 2
-    return list(range(head)) + list(range(n - tail, n)), head
 
 
 def _alternate(n: int):
@@ -333,6 +323,15 @@ def matrix_table(array2d, *, title: str, row_labels: Sequence | None = None,
     return outer
 
 
+def columns_that_fit(array2d, width: int, precision: int = 3,
+                     row_labels: Sequence | None = None) -> int:
+    """How many columns matrix_table shows of this matrix at this width (head and tail):
+    views pass the smallest to tables that should cut the same columns."""
+    table = matrix_table(array2d, title="", row_labels=row_labels, precision=precision,
+                         width=width)
+    return sum(1 for col in table.columns[1:] if col.header.plain.strip() != CUT_COL)
+
+
 def _fits(cols: list[int], widths: dict[int, int], label_width: int, budget: int) -> bool:
     return label_width + 2 + sum(1 + widths[j] + 2 for j in cols) <= budget
 
@@ -384,15 +383,19 @@ class TensorView:
     def __init__(self, name: str, array, dims: Sequence[str], *,
                  axes: Mapping[str, Sequence[str] | None] | None = None, precision: int = 3,
                  full: bool = False, max_slices: int = MAX_SLICES, title: str | None = None,
-                 heat: bool = True, heads: Sequence[int] | None = None):
+                 heat: bool = True, heads: Sequence[int] | None = None,
+                 max_cols: int | None = None):
         self.name, self.array, self.dims = name, np.asarray(array), tuple(dims)
         self.axes, self.precision, self.full = axes or {}, precision, full
         self.max_slices, self.title, self.heat, self.heads = max_slices, title, heat, heads
+        self.max_cols = max_cols
 
     def parts(self, width: int) -> list:
         array, dims, title = self.array, self.dims, self.title or self.name
         common = dict(precision=self.precision, full=self.full, dims=dims, shape=array.shape,
                       width=width, heat=self.heat)
+        if array.ndim >= 2:
+            common["max_cols"] = self.max_cols
         if array.ndim == 0:
             return [Text(f"{title}  () = {format_number(array.item(), self.precision)}")]
         if array.ndim == 1:

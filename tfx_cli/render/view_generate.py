@@ -16,7 +16,7 @@ from rich.text import Text
 from ..core.results import GenerateResult, GenerateSettings, LensResult, NextResult
 from ..core.tokenizers import visible
 from ..words import counted
-from .common import display_tokens
+from .common import display_tokens, terminal_text
 from .emit import ViewOptions
 from .matrix import HeatScale, TensorView, format_number, head_tail, label_text, needs_sci
 from .views import header, kv_table, register, shapes_table
@@ -34,10 +34,11 @@ class TextStream:
         self.file, self.prompt, self.started = file, prompt, False
 
     def write(self, chunk: str) -> None:
+        # model output must not drive the terminal: control characters are written out
         if not self.started:
-            self.file.write(self.prompt)
+            self.file.write(terminal_text(self.prompt))
             self.started = True
-        self.file.write(chunk)
+        self.file.write(terminal_text(chunk))
         self.file.flush()
 
     def close(self) -> None:
@@ -97,7 +98,8 @@ def generate_view(result: GenerateResult, console: Console, opts: ViewOptions) -
     steps = result.steps
     header(console, result)
     console.print()
-    console.print(Text(result.input.text, style="dim") + Text(result.completion, style="bold"))
+    console.print(Text(terminal_text(result.input.text), style="dim") +
+                  Text(terminal_text(result.completion), style="bold"))
     console.print()
     sampled = result.settings.decoding == "sample"
     probs = [s.prob for s in steps] + [c.prob for s in steps for c in s.candidates]
@@ -127,7 +129,10 @@ def generate_view(result: GenerateResult, console: Console, opts: ViewOptions) -
                 for c in step.candidates[:shown]]
         table.add_row(*row)
     console.print(table)
-    footer = {"stopped by": result.stopped, **_settings_line(result.settings)}
+    stopped = result.stopped
+    if stopped == "eos" and steps:
+        stopped = f"eos: the model ended its text ({visible(steps[-1].token)})"
+    footer = {"stopped by": stopped, **_settings_line(result.settings)}
     if shown < k:
         footer["candidates"] = f"{shown} of {k} shown (--full or --json for all)"
     console.print(kv_table(footer, precision=opts.precision))

@@ -22,7 +22,7 @@ from ..core.trace import Trace
 from ..words import counted
 from .common import token_axes
 from .emit import ViewOptions
-from .matrix import TensorView, format_number, matrix_table
+from .matrix import TensorView, columns_that_fit, format_number, matrix_table, needs_sci
 from .views import (dims_text, header, kv_table, print_tensors, register, shape_text,
                     shapes_table)
 
@@ -128,13 +128,19 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
     for col in ("j", "key", "q·k", f"÷{scale}", "mask", "exp", "weight"):
         steps.add_column(col, justify="left" if col in ("key", "mask") else "right",
                          no_wrap=True, max_width=12 if col == "key" else None)
+    # each column in scientific notation when fixed decimals would round it to 0.000
+    sci = {name: needs_sci(np.array([getattr(k, name) for k in ex.keys] or [0.0]), p)
+           for name in ("dot", "scaled", "exp", "weight")}
+
+    def cell(key, name: str) -> str:
+        return format_number(getattr(key, name), p, sci[name])
+
     for key in ex.keys:
-        steps.add_row(str(key.pos), Text(visible(str(key.token or ""))),
-                      format_number(key.dot, p), format_number(key.scaled, p),
-                      "" if key.visible else "-inf",
-                      format_number(key.exp, p) if key.visible else "0",
-                      format_number(key.weight, p))
-    steps.add_row("", Text("sum", style="bold"), "", "", "", format_number(ex.sum_exp, p),
+        steps.add_row(str(key.pos), Text(visible(str(key.token or ""))), cell(key, "dot"),
+                      cell(key, "scaled"), "" if key.visible else "-inf",
+                      cell(key, "exp") if key.visible else "0", cell(key, "weight"))
+    steps.add_row("", Text("sum", style="bold"), "", "", "",
+                  format_number(ex.sum_exp, p, sci["exp"]),
                   format_number(sum(k.weight for k in ex.keys), p))
     console.print(steps)
     console.print(Text(f"   exp(s − max) with max = {format_number(ex.max_scaled, p)}: "
@@ -264,7 +270,13 @@ def ffn_view(result: FFNResult, console: Console, opts: ViewOptions) -> None:
                             "input": result.source, "formula": result.formula,
                             "fraction_positive": result.fraction_positive},
                            precision=opts.precision))
-    print_tensors(console, result, opts)
+    # the (T, F) tables side by side in the reader's mind: the same columns in each
+    trace = result.tensors
+    wide = [n for n in trace.names() if trace.dims(n) == ("T", "F")]
+    cols = min(columns_that_fit(trace.array(n), console.width, opts.precision,
+                                token_axes(result)["T"]) for n in wide) if wide else None
+    for name in trace.names():
+        console.print(_view(result, name, opts, max_cols=cols if name in wide else None))
 
 
 # ---------------------------------------------------------------- trace

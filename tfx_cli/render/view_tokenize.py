@@ -9,7 +9,10 @@ from rich.text import Text
 from ..core.results import TokenizeResult
 from ..core.tokenizers import visible
 from ..words import counted
+from .common import head_tail
 from .views import header, kv_table, register
+
+MAX_ROWS = 60  # tokens listed before "--full shows all" (the first 30 and the last 30)
 
 
 @register("tokenize")
@@ -22,7 +25,14 @@ def tokenize_view(result: TokenizeResult, console: Console, opts=None) -> None:
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("token", overflow="fold")
     table.add_column("id", justify="right", no_wrap=True)
-    for pos, (piece, token_id) in enumerate(zip(result.input.tokens, result.input.ids)):
+    n = len(result.input.ids)
+    full = opts is not None and opts.full
+    rows, cut = head_tail(n, n if full else MAX_ROWS)
+    for k, pos in enumerate(rows):
+        if k == cut:
+            table.add_row("⋮", Text(f"… {counted(n - len(rows), 'more token')} "
+                                    "(--full shows all)", style="dim"), "⋮")
+        piece, token_id = result.input.tokens[pos], result.input.ids[pos]
         # Text, never markup: a token such as "[CLS]" must print literally.
         style = "italic cyan" if piece in specials else ""
         table.add_row(str(pos), Text(visible(piece), style=style), str(token_id))
@@ -31,4 +41,5 @@ def tokenize_view(result: TokenizeResult, console: Console, opts=None) -> None:
     console.print(table)
     console.print()
     console.print(kv_table({"decoded": result.decoded,
-                            "round trip": "exact" if result.round_trip else "differs"}))
+                            "round trip": "exact" if result.round_trip else "differs"},
+                           full=full))

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from ..core.trace import Trace, is_ndarray
 from ..words import counted
+from .common import terminal_text
 from .emit import ViewOptions
 
 if TYPE_CHECKING:
@@ -65,9 +66,9 @@ def header(console: Console, result: Result) -> None:
     line = Text(f"tfx {result.command}", style="bold")
     model = result.model
     if model is not None:
-        line.append(f" · {model.name}")
+        line.append(f" · {terminal_text(model.name)}")
         if model.weights:
-            line.append(f" · weights {model.weights}")
+            line.append(f" · weights {terminal_text(model.weights)}")
         elif model.seed is not None:
             line.append(f" · random weights, seed {model.seed}")
     console.print(line, no_wrap=True, overflow="ellipsis")
@@ -90,7 +91,9 @@ def format_value(value, precision: int = 3) -> str:
     if isinstance(value, float):
         from .matrix import format_number
 
-        return format_number(value, precision)
+        # like a table column: scientific where fixed decimals would show 0.000 or run long
+        sci = 0 < abs(value) < 0.5 * 10.0 ** -precision or abs(value) >= 1e6
+        return format_number(value, precision, sci=sci)
     if is_ndarray(value):
         if value.ndim == 0:
             return format_value(value.item(), precision)
@@ -104,14 +107,29 @@ def format_value(value, precision: int = 3) -> str:
     return str(value)
 
 
-def kv_table(items: dict, *, title: str | None = None, precision: int = 3) -> Table:
-    """Key | value, two columns; values shown literally (no markup)."""
+MAX_VALUE = 600  # characters of one value shown before "--full shows all"
+
+
+def cut_text(text: str, full: bool = False, limit: int = MAX_VALUE) -> str:
+    """A long value cut to its head and tail, saying how much was left out."""
+    if full or len(text) <= limit:
+        return text
+    keep = limit // 2
+    return (f"{text[:keep]} … [{len(text) - 2 * keep:,} more characters; --full shows all] "
+            f"… {text[-keep:]}")
+
+
+def kv_table(items: dict, *, title: str | None = None, precision: int = 3,
+             full: bool = False) -> Table:
+    """Key | value, two columns; values shown literally (no markup, no terminal control
+    characters) and long ones cut unless `full`."""
     table = Table(title=Text(title, style="bold") if title else None, show_header=False,
                   box=None, title_justify="left", padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold")
     for key, value in items.items():
-        table.add_row(Text(str(key)), Text(format_value(value, precision)))
+        shown = terminal_text(cut_text(format_value(value, precision), full))
+        table.add_row(Text(terminal_text(str(key))), Text(shown))
     return table
 
 

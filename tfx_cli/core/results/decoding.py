@@ -38,6 +38,8 @@ class GenerateSettings:
     decoding: str
     seed: int
     stop: list[str]
+    eos_ids: list[int]  # the model's end-of-sequence tokens
+    ignore_eos: bool
     cache: bool
     candidates: int
     context_length: int
@@ -51,7 +53,7 @@ class GenerateResult(Result):
     ids: list[int]
     prompt_ids: list[int]
     new_ids: list[int]
-    stopped: str
+    stopped: str  # max_new_tokens, stop (a --stop text) or eos (an end-of-sequence token)
     settings: GenerateSettings
     steps: list[StepInfo]
 
