@@ -25,3 +25,19 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_ci_installs_torch_first_and_pinned():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert ci.index("torch==2.13.0") < ci.index("pip install -q -e .")
+
+
+def test_the_from_python_example_runs_and_says_what_it_prints():
+    """README "From Python": the block runs as written, and the values its comments quote
+    are the ones it gives."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md (From Python)", "exec"), namespace)
+    api, r, m = namespace["api"], namespace["r"], namespace["m"]
+    assert r.tensors["blocks.0.attn.pattern"].shape == (2, 6, 6)
+    assert r.explain.query_pos == 5 and r.explain.keys[2].token == "play"
+    assert r.to_dict()["result"]["mask"] == "none"
+    ids = m.generate("Hello, I am", max_new_tokens=6).ids
+    assert ids == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
+    assert "# " + str(ids) in block
