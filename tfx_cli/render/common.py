@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..core.tokenizers import visible
-
 if TYPE_CHECKING:
     import numpy as np
 
@@ -33,6 +31,8 @@ def terminal_text(text: str) -> str:
 
 def display_tokens(tokens: Sequence[str] | None) -> list[str] | None:
     """Tokens as a reader should see them: whitespace and invisible characters shown."""
+    from ..core.tokenizers import visible
+
     return None if tokens is None else [visible(str(t)) for t in tokens]
 
 

@@ -38,13 +38,14 @@ def stdout_console() -> Console:
             self.quiet = True
             raise BrokenPipeError
 
-    return _StdoutConsole(highlight=False, soft_wrap=False)
+    # emoji=False: ":name:" in a token stays text (and Rich skips loading its emoji table)
+    return _StdoutConsole(highlight=False, soft_wrap=False, emoji=False)
 
 
 def stderr_console() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool = False,
