@@ -169,3 +169,12 @@ def test_encoder_without_next_tokens(tmp_path):
     assert 'id="next-tokens"' not in html  # not causal: no next-token table
     assert html.count('class="thumb"') == 1 * 2
     assert "<th class='norm'>blocks.0.ln1</th>" in html
+
+
+def test_real_weights_show_no_seed(tmp_path):
+    """The header said "seed None" for real weights: they have no seed, so it shows —."""
+    path = tmp_path / "r.html"
+    result = run("report", "Hello there", "-w", "minilm", "-o", str(path))
+    assert result.exit_code == 0, result.output
+    page = path.read_text(encoding="utf-8")
+    assert '<dd id="seed">—</dd>' in page and "None" not in page.split("<main>")[0]
