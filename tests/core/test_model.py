@@ -251,3 +251,16 @@ def test_partial_build_asking_for_every_block_is_the_whole_model():
     part = build_model(cfg, seed=5, blocks=9)
     assert part.built_blocks == 2 and not any(p.is_meta for p in part.parameters())
     assert torch.equal(part(IDS), build_model(cfg, seed=5)(IDS))
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama_gqa_rope"])
+def test_a_run_resumes_from_any_block_input(family):
+    model = build_model(FAMILIES[family], seed=3)
+    with torch.inference_mode():
+        with model.record(["embed.out", "blocks.*.resid_out"]) as trace:
+            whole = model(IDS)
+        context = model.attention_context(IDS.shape[1])
+        for first in range(model.cfg.n_layers):
+            entering = "embed.out" if first == 0 else f"blocks.{first - 1}.resid_out"
+            resumed = model.run_blocks(trace.raw(entering)[None], context, first=first)
+            assert torch.equal(resumed, whole), first

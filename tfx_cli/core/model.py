@@ -472,29 +472,45 @@ class Transformer(nn.Module):
         if start + T > self.cfg.context_length:
             raise ValueError(f"{start + T} positions exceed the context length "
                              f"{self.cfg.context_length}")
-        positions = torch.arange(start, start + T)
         self.tokens.ids(ids)
-        x = self.embed(ids, positions, token_type_ids)  # (B, T, C)
-        attn_kw: dict = {"cache": cache, "start": start}
+        x = self.embed(ids, torch.arange(start, start + T), token_type_ids)  # (B, T, C)
+        if stop_after is not None and stop_after < 0:
+            return None  # the embedding was all that was asked for
+        context = self.attention_context(T, start=start, cache=cache, keep=keep)
+        return self.run_blocks(x, context, stop_after=stop_after, head=head)
+
+    def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
+                          keep: torch.Tensor | None | str = "auto") -> dict:
+        """What every block's attention needs besides x: the keep-mask (the config's own
+        for "auto"), the cache and where the new positions start, and rotary angles."""
+        attn_kw: dict = {"keep": keep, "cache": cache, "start": start}
         if isinstance(keep, str):
-            keep = self.mask(T, start + T, start)
+            attn_kw["keep"] = self.mask(T, start + T, start)
             attn_kw["is_causal"] = self.cfg.causal and start == 0  # square: query i, keys <= i
         if self.cfg.positional == "rope":
             angles = rope_angles(torch.arange(0, start + T), self.cfg.head_dim,
                                  self.cfg.rope_theta)
             attn_kw.update(q_angles=angles[start:], k_angles=angles[start:])
-        if stop_after is not None and stop_after < 0:
-            return None  # the embedding was all that was asked for
+        return attn_kw
+
+    def run_blocks(self, x: torch.Tensor, context: dict, *, first: int = 0,
+                   stop_after: int | None = None, head: str = "all") -> torch.Tensor | None:
+        """Blocks first..last on the residual stream x (B, T, C) entering block `first`,
+        then the final norm and head: the rest of forward, so a run can resume from any
+        block's input (activation patching starts each patched run there)."""
         last = self.cfg.n_layers if stop_after is None else min(stop_after, self.cfg.n_layers - 1)
         if last >= self.built_blocks and self.built_blocks < self.cfg.n_layers:
             raise RuntimeError(f"this model was built with {self.built_blocks} of "
                                f"{self.cfg.n_layers} blocks; build it whole to run further")
-        for i, block in enumerate(self.blocks):
-            x = block(x, keep, **attn_kw)
+        attn_kw = dict(context)
+        keep = attn_kw.pop("keep")
+        for i in range(first, self.cfg.n_layers):
+            x = self.blocks[i](x, keep, **attn_kw)
             if stop_after is not None and i >= stop_after:
                 return None
+        cache = context["cache"]
         if cache is not None:
-            cache.length = start + T
+            cache.length = context["start"] + x.shape[1]
         if self.ln_f is not None:
             x = self.ln_f(x)
         if not self.cfg.lm_head or head == "none":
