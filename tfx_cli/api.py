@@ -324,16 +324,17 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
 
         if text is not None:
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
-        given = {"--layer": layer or None, "--head": head, "--mask": mask, "--kv": kv,
+        given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
                  "--valid-lens": valid_lens, "--truncate": truncate or None}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
                       if k in SPEC_DEFAULTS and v != SPEC_DEFAULTS[k]})
         named = [name for name, value in given.items() if value is not None]
         if named:
             raise InputTextError(f"{named[0]} does not apply to --inputs: the file is one "
-                                 "head of one layer, its weights and mask are keys in it, "
+                                 "layer, its weights, mask and valid_lens are keys in it, "
                                  "and no model is built")
-        return attend_inputs(inputs, explain=explain, query_pos=query_pos, show=show)
+        return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
+                             show=show)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate)

@@ -308,7 +308,7 @@ def kv_groups(cfg: ModelConfig) -> dict[int, list[int]]:
     return {g: list(range(g * group, (g + 1) * group)) for g in range(cfg.n_kv_heads)}
 
 
-def _one_head(tr: Trace, head: int) -> Trace:
+def one_head(tr: Trace, head: int) -> Trace:
     """Keep only head `head` of every (H, ...) tensor; the H axis stays, now of size 1."""
     out = Trace()
     for name in tr.names():
@@ -360,7 +360,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     else:
         tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select)
     if head is not None:
-        tr = _one_head(tr, head)
+        tr = one_head(tr, head)
     source = input_info(loaded, text, ids)
     if kv_ids is not None:
         source.kv = input_info(loaded, kv, kv_ids)

@@ -20,7 +20,7 @@ from ..core.results import (AttendInputsResult, AttendResult, EmbedResult, Expla
 from ..core.tokenizers import visible
 from ..core.trace import Trace
 from ..words import counted
-from .common import token_axes
+from .common import terminal_text, token_axes
 from .emit import ViewOptions
 from .matrix import TensorView, columns_that_fit, format_number, matrix_table, needs_sci
 from .views import (dims_text, header, kv_table, print_tensors, register, shape_text,
@@ -165,9 +165,13 @@ MAX_HEADS = 16  # heads attend draws before "--head H picks one, --full shows al
 
 def _attend_summary(result: AttendResult | AttendInputsResult) -> dict:
     if isinstance(result, AttendInputsResult):
-        return {"source": result.source, "n_heads": result.n_heads,
-                "head_dim": result.head_dim, "scale": result.scale, "mask": result.mask,
-                "heads": result.heads, "formula": result.formula}
+        summary = {"source": result.source, "n_heads": result.n_heads,
+                   "head_dim": result.head_dim, "scale": result.scale, "mask": result.mask}
+        if result.valid_lens is not None:
+            summary["valid_lens"] = result.valid_lens
+        summary.update(cross_attention=result.cross_attention, heads=result.heads,
+                       formula=result.formula)
+        return summary
     summary = {"layer": result.layer, "heads": result.heads, "n_heads": result.n_heads,
                "n_kv_heads": result.n_kv_heads, "head_dim": result.head_dim,
                "scale": result.scale, "mask": result.mask}
@@ -189,9 +193,11 @@ def attend_view(result: AttendResult | AttendInputsResult, console: Console,
     if source is not None and source.file:
         console.print(Text(f"inputs: {source.file}", style="dim"))
     if source is not None and source.kv is not None:
-        console.print(Text("keys/values from: ", style="dim") + Text(repr(source.kv.text)) +
-                      Text(f" ({counted(len(source.kv.tokens), 'token')})", style="dim"),
-                      no_wrap=True, overflow="ellipsis")
+        hand_made = source.kv.text is None  # attend --inputs: the file's x_kv
+        where = "x_kv" if hand_made else repr(source.kv.text)
+        count = counted(len(source.kv.tokens), "row" if hand_made else "token")
+        console.print(Text("keys/values from: ", style="dim") + Text(terminal_text(where)) +
+                      Text(f" ({count})", style="dim"), no_wrap=True, overflow="ellipsis")
     console.print(kv_table(_attend_summary(result), precision=opts.precision))
     if result.explain is not None:
         explain_view(result.explain, console, opts)

@@ -100,11 +100,13 @@ class AttendInputsResult(Result):
     head_dim: int
     scale: float
     scale_label: str
-    mask: str
+    mask: str  # none, causal, given, valid_lens, or two of them joined by " + "
+    valid_lens: int | list[int] | None = optional()
+    cross_attention: bool = False
     heads: list[int]
     shown: list[str]
     formula: str
-    weights: dict[str, list[list[float]]]
+    weights: dict[str, list]  # one matrix per name, or (several heads) a list of them
     explain: ExplainRow | None = optional()
     show_given: bool = internal(False)
 
