@@ -487,7 +487,7 @@ def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
             normed = model.ln_f(resid) if model.ln_f is not None else resid
-            probs = torch.softmax(model.lm_head(normed)[0].double(), dim=-1)  # (T, V)
+            probs = torch.softmax(model.unembed(normed)[0].double(), dim=-1)  # (T, V)
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())

@@ -212,7 +212,7 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
     alone for a table that needs no weights (--length with sinusoidal or rotary
     positions; `info` then names the model).
     """
-    from .model import rope_angles, sinusoidal_table
+    from .model import rope_frequencies, sinusoidal_table
 
     loaded = source if isinstance(source, Loaded) else None
     cfg = loaded.cfg if loaded is not None else source
@@ -243,14 +243,15 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
         tr.add("posenc.table", loaded.model.embed.pos_emb.weight[:n].detach(), (P, "C"))
         formula = "learned: row pos of the position-embedding table (embed.pos_emb)"
     else:  # rope
-        D = cfg.head_dim
-        inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
-        angles = rope_angles(pos, D, cfg.rope_theta)  # (n, D/2), what the model uses
+        D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
+        inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope)
+        angles = (pos.double()[:, None] * inv_freq[None, :]).float()  # (n, D/2), as used
         tr.add("posenc.inv_freq", inv_freq, ("R",))
         tr.add("posenc.angle", angles, (P, "R"))
-        # the tables as applied: dimension i and i + D/2 share angle i (split-halves layout)
-        tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1), (P, "D"))
-        tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1), (P, "D"))
+        # the tables as applied: dimension i and i + D/2 share angle i (split-halves
+        # layout); yarn scales both by its attention factor
+        tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1) * factor, (P, "D"))
+        tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1) * factor, (P, "D"))
         extra = {"head_dim": D, "rope_theta": cfg.rope_theta}
         formula = ("angle(pos, i) = pos * theta^(-2i/D); q and k dims (i, i+D/2) rotate by "
                    "it: x_i' = x_i cos - x_{i+D/2} sin, x_{i+D/2}' = x_{i+D/2} cos + x_i sin")
@@ -286,15 +287,16 @@ def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: i
     """Layer `layer`'s attention with queries from one text and keys/values from another
     (the encoder-decoder attention of seed 001): each text runs up to the attention's
     input, then the layer's own Attention is called with kv_x."""
-    from .model import rope_angles
+    from .model import rope_tables
 
     model, cfg = loaded.model, loaded.cfg
     block = model.blocks[layer]
     x_q, x_kv = _layer_input(loaded, ids, layer), _layer_input(loaded, kv_ids, layer)
     kw = {}
-    if cfg.positional == "rope":
-        kw = {"q_angles": rope_angles(torch.arange(len(ids)), cfg.head_dim, cfg.rope_theta),
-              "k_angles": rope_angles(torch.arange(len(kv_ids)), cfg.head_dim, cfg.rope_theta)}
+    if cfg.positional == "rope":  # each text rotated by its own positions
+        local = block.attn.window is not None and cfg.rope_local_theta is not None
+        kw = {"rot": rope_tables(torch.arange(len(ids)), cfg, local=local),
+              "k_rot": rope_tables(torch.arange(len(kv_ids)), cfg, local=local)}
     with model.record(select) as tr, torch.inference_mode():
         if cfg.norm_position == "pre":  # pre-LN: attention reads the normalised stream
             x_q, x_kv = block.ln1(x_q), block.ln1(x_kv)
