@@ -145,9 +145,7 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 
 
 # -- HuggingFace folders ------------------------------------------------------------
-ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "BertModel": "bert",
-                 "LlamaForCausalLM": "llama"}
-MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama"}  # config.json model_type
+from .families import ARCHITECTURES, DECODERS, MODEL_TYPES, decoder_config, map_decoder
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -245,32 +243,9 @@ def _hf_architecture(ckpt: Checkpoint) -> ModelConfig:
             activation=_activation(ckpt, hf.get("hidden_act", "gelu")), positional="learned",
             causal=False, token_types=hf.get("type_vocab_size", 2), embed_norm=True,
             lm_head=False, pooler=True, tokenizer=tokenizer)
-    # llama
-    # transformers 5 keeps rope_theta inside rope_parameters; older files at the top
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        raise WeightsError(f"{ckpt.path / 'config.json'}: rope scaling "
-                           f"{rope.get('rope_type', rope.get('type'))!r} is not supported")
-    theta = rope.get("rope_theta") or hf.get("rope_theta") or 10000.0
-    d, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
-    if hf.get("head_dim") not in (None, d // heads):
-        raise WeightsError(f"{ckpt.path / 'config.json'}: head_dim {hf['head_dim']} is not "
-                           f"hidden_size / num_attention_heads = {d // heads}")
-    if _activation(ckpt, hf.get("hidden_act", "silu")) != "swiglu":
-        raise WeightsError(f"{ckpt.path / 'config.json'}: Llama needs hidden_act silu")
-    bias = bool(hf.get("attention_bias", False))
-    if bool(hf.get("mlp_bias", False)) != bias:
-        raise WeightsError(f"{ckpt.path / 'config.json'}: attention_bias and mlp_bias must "
-                           "agree (tfx has one bias switch for projections)")
-    return ModelConfig(
-        vocab_size=hf.get("vocab_size", 32000),
-        context_length=hf.get("max_position_embeddings", 2048), d_model=d, n_heads=heads,
-        n_kv_heads=hf.get("num_key_value_heads") or heads,
-        n_layers=hf.get("num_hidden_layers", 32), d_ff=hf.get("intermediate_size", 11008),
-        qkv_bias=bias, proj_bias=bias, norm="rmsnorm", ln_eps=hf.get("rms_norm_eps", 1e-6),
-        activation="swiglu", positional="rope", rope_theta=float(theta),
-        causal=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        tokenizer=tokenizer)
+    # the decoder families: Llama and its descendants, GPT-NeoX (core/families.py)
+    where = str(ckpt.path / "config.json")
+    return ModelConfig(**decoder_config(family, hf, where), causal=True, tokenizer=tokenizer)
 
 
 def _safetensors_files(ckpt: Checkpoint) -> list[Path]:
@@ -395,33 +370,10 @@ def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
     return out, src
 
 
-def _map_llama(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
-    state = _strip_prefix(state, ("model.",))
-    out, src = {}, {}
-    names = {"self_attn.q_proj": "attn.W_query", "self_attn.k_proj": "attn.W_key",
-             "self_attn.v_proj": "attn.W_value", "self_attn.o_proj": "attn.out_proj",
-             "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.fc1",
-             "mlp.down_proj": "ffn.fc2", "input_layernorm": "ln1.scale",
-             "post_attention_layernorm": "ln2.scale"}
-    for key, t in state.items():
-        parts = key.split(".")
-        ours = key
-        if key == "embed_tokens.weight":
-            ours = "embed.tok_emb.weight"
-        elif key == "norm.weight":
-            ours = "ln_f.scale"
-        elif key.endswith("rotary_emb.inv_freq"):
-            continue  # recomputed from rope_theta
-        elif parts[0] == "layers" and len(parts) >= 4:
-            inner, leaf = ".".join(parts[2:-1]), parts[-1]
-            if inner in names:
-                mod = names[inner]
-                ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{leaf}")
-        out[ours], src[ours] = t, key
-    return out, src
-
-
-_HF_MAPS = {"gpt2": _map_gpt2, "bert": _map_bert, "llama": _map_llama}
+def _hf_map(family: str) -> Callable:
+    if family in DECODERS:
+        return lambda state, cfg: map_decoder(family, state, cfg)
+    return {"gpt2": _map_gpt2, "bert": _map_bert}[family]
 
 
 # -- nanoGPT ckpt.pt ----------------------------------------------------------------
@@ -808,7 +760,7 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
         state = _read_safetensors(_safetensors_files(ckpt))
-        state, src = _HF_MAPS[_hf_family(ckpt, hf)](state, cfg)
+        state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
         return state, src, False
     if ckpt.kind == "torch":
         obj = _torch_checkpoint(ckpt.path)

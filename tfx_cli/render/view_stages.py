@@ -109,7 +109,8 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
     """Seed 000's and 001's arithmetic on paper, with this run's numbers."""
     p, full = opts.precision, opts.full
     token = f" {visible(str(ex.query_token))!r}" if ex.query_token is not None else ""
-    scale = "√d_k" if ex.scale_label == "sqrt(d_k)" else "scale"
+    scale = "√d_k" if ex.scale_label == "sqrt(d_k)" else \
+        ex.scale_label.replace("sqrt(", "√(") if ex.scale_label.startswith("sqrt(") else "scale"
     console.print()
     console.print(Text(f"explain · head {ex.head} · query position {ex.query_pos}{token}"
                        f" · d_k = {ex.d_k} · {scale} = {format_number(ex.scale, p)}",
@@ -121,25 +122,30 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
         for key in ex.keys:
             console.print(Text(f"   q·k_{key.pos} = {_terms(ex.q, key.k, p)} = "
                                f"{_num(key.dot, p)}"), overflow="fold")
+    capped = ex.softcap is not None
+    cap = f"{ex.softcap:g}·tanh(s/{ex.softcap:g}), " if capped else ""
     steps = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                  title=Text(f"{next(step)}. scores, ÷{scale}, "
+                  title=Text(f"{next(step)}. scores, ÷{scale}, {cap}"
                              "mask, exp(s − max), softmax", style="bold"),
                   title_justify="left")
-    for col in ("j", "key", "q·k", f"÷{scale}", "mask", "exp", "weight"):
+    columns = ["j", "key", "q·k", f"÷{scale}"] + (["capped"] if capped else []) + \
+        ["mask", "exp", "weight"]
+    for col in columns:
         steps.add_column(col, justify="left" if col in ("key", "mask") else "right",
                          no_wrap=True, max_width=12 if col == "key" else None)
     # each column in scientific notation when fixed decimals would round it to 0.000
-    sci = {name: needs_sci(np.array([getattr(k, name) for k in ex.keys] or [0.0]), p)
-           for name in ("dot", "scaled", "exp", "weight")}
+    sci = {name: needs_sci(np.array([getattr(k, name) or 0.0 for k in ex.keys] or [0.0]), p)
+           for name in ("dot", "scaled", "capped", "exp", "weight")}
 
     def cell(key, name: str) -> str:
         return format_number(getattr(key, name), p, sci[name])
 
     for key in ex.keys:
         steps.add_row(str(key.pos), Text(visible(str(key.token or ""))), cell(key, "dot"),
-                      cell(key, "scaled"), "" if key.visible else "-inf",
+                      cell(key, "scaled"), *([cell(key, "capped")] if capped else []),
+                      "" if key.visible else "-inf",
                       cell(key, "exp") if key.visible else "0", cell(key, "weight"))
-    steps.add_row("", Text("sum", style="bold"), "", "", "",
+    steps.add_row("", Text("sum", style="bold"), "", "", *([""] if capped else []), "",
                   format_number(ex.sum_exp, p, sci["exp"]),
                   format_number(sum(k.weight for k in ex.keys), p))
     console.print(steps)
