@@ -248,16 +248,44 @@ def _hf_architecture(ckpt: Checkpoint) -> ModelConfig:
     return ModelConfig(**decoder_config(family, hf, where), causal=True, tokenizer=tokenizer)
 
 
-def _safetensors_files(ckpt: Checkpoint) -> list[Path]:
-    single = ckpt.path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index = ckpt.path / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = _read_json(index).get("weight_map") or {}
-        return [ckpt.path / name for name in sorted(set(weight_map.values()))]
-    raise WeightsError(f"folder {ckpt.path} has no model.safetensors; save the model with "
-                       "save_pretrained(..., safe_serialization=True)")
+def _weight_files(ckpt: Checkpoint) -> list[Path]:
+    """The tensor files of an HF folder: model.safetensors; the shards its index lists
+    (model.safetensors.index.json); or, for older saves, pytorch_model.bin and its
+    shards. A shard the index names but the folder lacks is an error naming it."""
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (ckpt.path / single).is_file():
+            return [ckpt.path / single]
+        if (ckpt.path / index).is_file():
+            weight_map = _read_json(ckpt.path / index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise WeightsError(f"{ckpt.path / index} has no weight_map; the checkpoint "
+                                   "index is damaged")
+            files = [ckpt.path / name for name in sorted(set(map(str, weight_map.values())))]
+            missing = [f for f in files if not f.is_file()]
+            if missing:
+                raise WeightsError(f"{ckpt.path / index} names the shard {missing[0].name}, "
+                                   f"which {ckpt.path} lacks; copy every shard into the "
+                                   "folder")
+            return files
+    raise WeightsError(f"folder {ckpt.path} has no model.safetensors or pytorch_model.bin; "
+                       "save the model with save_pretrained")
+
+
+def _read_tensor_files(files: list[Path]) -> dict:
+    """Every tensor of the files, safetensors or (weights_only) torch pickles."""
+    state: dict = {}
+    for file in files:
+        if file.suffix == ".bin":
+            obj = _torch_load(file)
+            if not isinstance(obj, dict):
+                raise WeightsError(f"{file} is not a state dict (it holds a "
+                                   f"{type(obj).__name__}); save the model with "
+                                   "save_pretrained")
+            state.update(obj)
+        else:
+            state.update(_read_safetensors([file]))
+    return state
 
 
 def _read_safetensors(files: list[Path]) -> dict:
@@ -386,10 +414,22 @@ def _file_id(path: Path) -> tuple:
 
 
 def _torch_checkpoint(path: Path) -> dict:
-    """torch.load with weights_only=True: tensors and plain containers, never code."""
+    """A nanoGPT checkpoint (a dict with model_args and model), read safely."""
     key = _file_id(path)
     if key in _TORCH_MEMO:
         return _TORCH_MEMO[key]
+    obj = _torch_load(path)
+    if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
+            and isinstance(obj.get("model"), dict)):
+        raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
+                           "'model'); pass an HF folder or a .gguf instead")
+    _TORCH_MEMO.clear()
+    _TORCH_MEMO[key] = obj
+    return obj
+
+
+def _torch_load(path: Path):
+    """torch.load with weights_only=True: tensors and plain containers, never code."""
     import pickle
     import warnings
 
@@ -412,12 +452,6 @@ def _torch_checkpoint(path: Path) -> dict:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint "
                            f"({type(exc).__name__}: {first})") from None
-    if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
-            and isinstance(obj.get("model"), dict)):
-        raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
-                           "'model'); pass an HF folder or a .gguf instead")
-    _TORCH_MEMO.clear()
-    _TORCH_MEMO[key] = obj
     return obj
 
 
@@ -759,7 +793,7 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
 
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
-        state = _read_safetensors(_safetensors_files(ckpt))
+        state = _read_tensor_files(_weight_files(ckpt))
         state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
         return state, src, False
     if ckpt.kind == "torch":
