@@ -43,7 +43,8 @@ ConfigOpt = Annotated[Optional[str], typer.Option(
     "Default: gpt124m.", show_default=False, rich_help_panel="Model")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights", "-w", help="Real weights: an HF folder, a .gguf file, a nanoGPT ckpt.pt, or "
-    "an alias (minilm, smollm2). Brings its own architecture and tokenizer.",
+    "an alias (minilm, smollm2, qwen2.5-0.5b, gemma3-270m). Brings its own architecture and "
+    "tokenizer.",
     show_default=False, rich_help_panel="Model")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights (and sampling).",
                                       min=0, max=SEED_MAX, rich_help_panel="Model")]
