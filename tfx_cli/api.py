@@ -231,7 +231,9 @@ def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | No
 
     spec, _ = _spec({"config": config, "weights": weights, "tokenizer": tokenizer,
                      "corpus": corpus})
-    cfg = spec_config(spec)
+    # weights alone: their tokenizer is all that is needed, not their architecture (a GGUF
+    # tokenizes even when tfx cannot run its model)
+    cfg = None if spec.weights and not spec.config else spec_config(spec)
     tok = model_tokenizer(spec, cfg, table=False)
     text = _text(text)
     ids = tok.encode(text)

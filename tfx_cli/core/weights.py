@@ -144,6 +144,16 @@ def checkpoint_config(weights: str) -> ModelConfig:
     return replace(cfg, name=ckpt.name)
 
 
+def checkpoint_tokenizer(weights: str) -> str:
+    """The tokenizer a checkpoint brings, as a --tokenizer value. A GGUF carries its
+    tokenizer in its header, so its architecture is not read (tokenize works for any
+    GGUF whose tokenizer tfx reads); other formats say theirs in their config."""
+    ckpt = resolve(weights)
+    if ckpt.kind == "gguf":
+        return ckpt.alias or str(ckpt.path)
+    return checkpoint_config(weights).tokenizer
+
+
 def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
     data = _cache_read_json(ckpt, "config.json")
     try:
@@ -861,6 +871,6 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     return model
 
 
-__all__ = ["Checkpoint", "resolve", "checkpoint_config", "load_weights",
+__all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
            "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
            "MINILM_INSTALL", "SMOLLM2_INSTALL"]
