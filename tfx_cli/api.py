@@ -365,8 +365,8 @@ def _needs_head(model: dict, command: str) -> None:
     """Refuse a model without an output head before building or loading it."""
     from .core.generate import need_head
 
-    spec, _ = _spec(model)
-    need_head(spec_config(spec), command)
+    spec, progress = _spec(model)
+    need_head(spec_config(spec, progress=progress), command)
 
 
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,

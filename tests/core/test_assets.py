@@ -261,3 +261,14 @@ def test_weights_resolve_the_aliases_to_the_joined_files(site):
         assert (ckpt.kind, ckpt.alias, ckpt.name) == ("gguf", alias, alias)
         assert ckpt.path == gguf_path(alias)
         assert ALIASES[alias][2].startswith(assets.ASSETS[alias].install)
+
+
+def test_loading_a_model_shows_the_join_as_progress(site):
+    from tfx_cli.core.config import ModelSpec
+    from tfx_cli.core.stages import load
+
+    fake_qwen(site)  # parts of no real model: loading stops after the join
+    events, progress = recorder()
+    with pytest.raises(WeightsError):
+        load(ModelSpec(weights=QWEN), progress=progress)
+    assert ("open", f"preparing {QWEN}") in events and (1.0, f"joining {QWEN}") in events

@@ -126,9 +126,10 @@ def resolve(weights: str, *, progress=None) -> Checkpoint:
     raise WeightsError(f"{path} is not a format tfx reads; pass {FORMATS}")
 
 
-def checkpoint_config(weights: str) -> ModelConfig:
-    """The architecture a checkpoint brings, as a ModelConfig named after it."""
-    ckpt = resolve(weights)
+def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
+    """The architecture a checkpoint brings, as a ModelConfig named after it. `progress`
+    as for resolve."""
+    ckpt = resolve(weights, progress=progress)
     try:
         if ckpt.kind == "hf":
             cfg = _hf_config(ckpt)
