@@ -239,14 +239,14 @@ def test_gemma_matches_transformers_on_the_sentences(gemma, gemma_ref):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(TEXT)
 def test_qwen_matches_transformers_on_any_text(qwen, qwen_ref, text):
     assert qwen.encode(text) == qwen_ref(text)["input_ids"]
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(TEXT)
 def test_gemma_matches_transformers_on_any_text(gemma, gemma_ref, text):
     assert gemma.encode(text) == gemma_ref(text)["input_ids"]
