@@ -231,7 +231,9 @@ def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | No
 
     spec, _ = _spec({"config": config, "weights": weights, "tokenizer": tokenizer,
                      "corpus": corpus})
-    cfg = spec_config(spec)
+    # weights alone: their tokenizer is all that is needed, not their architecture (a GGUF
+    # tokenizes even when tfx cannot run its model)
+    cfg = None if spec.weights and not spec.config else spec_config(spec)
     tok = model_tokenizer(spec, cfg, table=False)
     text = _text(text)
     ids = tok.encode(text)
@@ -364,8 +366,8 @@ def _needs_head(model: dict, command: str) -> None:
     """Refuse a model without an output head before building or loading it."""
     from .core.generate import need_head
 
-    spec, _ = _spec(model)
-    need_head(spec_config(spec), command)
+    spec, progress = _spec(model)
+    need_head(spec_config(spec, progress=progress), command)
 
 
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,

@@ -416,9 +416,10 @@ SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec))
 SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
 
 
-def spec_config(spec: ModelSpec) -> ModelConfig:
+def spec_config(spec: ModelSpec, *, progress=None) -> ModelConfig:
     """The config a spec asks for: a preset or JSON file with the size overrides applied,
-    or the architecture a checkpoint brings (read from its header, no tensors)."""
+    or the architecture a checkpoint brings (read from its header, no tensors; `progress`
+    shows the one-time join of a checkpoint shipped in parts, see weights.resolve)."""
     if spec.weights:
         if spec.config:
             raise ConfigError("--config and --weights both given; real weights bring their "
@@ -429,7 +430,7 @@ def spec_config(spec: ModelSpec) -> ModelConfig:
                               "drop it, or use --config for random weights")
         from .weights import checkpoint_config  # torch-light until tensors are read
 
-        return checkpoint_config(spec.weights)
+        return checkpoint_config(spec.weights, progress=progress)
     return with_overrides(resolve_config(spec.config), **spec.overrides)
 
 

