@@ -36,6 +36,13 @@ FAMILIES = {
                     {"rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                       "original_max_position_embeddings": 16}}),
+    # Phi-3.5's long-context rotation: per-pair factors, long ones past 8 positions, so
+    # the 12-token forward uses long_factor and decoding crosses from short to long
+    "phi3-longrope": ("Phi3Config", "Phi3ForCausalLM",
+                      {"pad_token_id": 0, "original_max_position_embeddings": 8,
+                       "rope_scaling": {"type": "longrope",
+                                        "short_factor": [1.0 + i / 8 for i in range(8)],
+                                        "long_factor": [1.0 + i for i in range(8)]}}),
     "qwen2-linear-rope": ("Qwen2Config", "Qwen2ForCausalLM",
                           {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
 }
@@ -100,10 +107,14 @@ def test_cached_decoding_matches_the_full_forward(family):
     name, path, hf = family
     model = load_weights(str(path), checkpoint_config(str(path)))
     cached = decode(model, IDS[:3], max_new_tokens=10, keep_logits=True)
+    # (longrope's factors follow the text's length: crossing the trained context, the
+    # cache is rotated again with the long ones, so cached still equals recomputed)
     plain = decode(model, IDS[:3], max_new_tokens=10, use_cache=False, keep_logits=True)
     assert cached.ids == plain.ids, name
     for a, b in zip(cached.logits, plain.logits):
         assert (a - b).abs().max() <= 1e-5, name
+    if "longrope" in name:
+        assert [s.fed for s in cached.steps][5:8] == [1, 9, 1], "the cache was not rebuilt"
     with torch.inference_mode():  # and transformers' own greedy continuation
         out = hf.generate(torch.tensor([IDS[:3]]), max_new_tokens=10, do_sample=False,
                           attention_mask=torch.ones(1, 3, dtype=torch.long),

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 POSITIONALS = ("learned", "sinusoidal", "rope", "none")
 
 
@@ -68,8 +68,10 @@ class ModelConfig:
         for key in ("eos_ids", "sliding_layers"):  # lists from a JSON config file
             if isinstance(getattr(self, key), list):
                 object.__setattr__(self, key, tuple(getattr(self, key)))
-        if isinstance(self.rope_scaling, dict):
-            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
+        if isinstance(self.rope_scaling, dict):  # lists (longrope's factors) become tuples
+            object.__setattr__(self, "rope_scaling", tuple(sorted(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k, v in self.rope_scaling.items())))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.d_ff is None:
@@ -206,6 +208,18 @@ class ModelConfig:
         if kind != "default" and not (_number(rope.get("factor")) and rope["factor"] > 0):
             raise ConfigError(f"rope scaling {kind} needs a positive factor, got "
                               f"{rope.get('factor')!r}")
+        if kind == "longrope":
+            pairs = (self.rotary_dim or self.head_dim) // 2
+            for key in ("short_factor", "long_factor"):
+                value = rope.get(key)
+                if not (isinstance(value, tuple) and len(value) == pairs and
+                        all(_number(v) and v > 0 for v in value)):
+                    raise ConfigError(f"rope scaling longrope needs {key}: {pairs} positive "
+                                      f"numbers, one per rotated pair")
+            old = rope.get("original_max_position_embeddings")
+            if not (isinstance(old, int) and not isinstance(old, bool) and old > 0):
+                raise ConfigError("rope scaling longrope needs original_max_position_"
+                                  "embeddings, the context it was trained on")
 
     def to_dict(self) -> dict:
         """The JSON config: a file holding it reads back as this config. head_dim is null
@@ -298,8 +312,12 @@ def _check_type(source: str, key: str, annotation: str, value) -> None:
     if value is None and "None" in ann:
         return
     if key == "rope_scaling":
-        ok = isinstance(value, dict) and all(isinstance(v, (int, float, str)) and
-                                             not isinstance(v, bool) for v in value.values())
+        def simple(v) -> bool:
+            return isinstance(v, (int, float, str)) and not isinstance(v, bool)
+        ok = isinstance(value, dict) and all(
+            simple(v) or (isinstance(v, list) and all(simple(x) and not isinstance(x, str)
+                                                      for x in v))
+            for v in value.values())
         want = "an object of numbers and names, e.g. {\"rope_type\": \"linear\", \"factor\": 2}"
     elif ann.startswith("tuple"):
         ok = isinstance(value, list) and all(

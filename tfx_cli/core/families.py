@@ -43,8 +43,12 @@ MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mis
 DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox")
 GEMMA = ("gemma2", "gemma3")
 ROPE_KEYS = ("factor", "original_max_position_embeddings", "low_freq_factor",
-             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor")
-SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
+             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
+             "short_factor", "long_factor")
+SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn", "longrope")
+# older names transformers still reads: Phi-3's first long-context configs said "su", and
+# its config class reads "yarn" as longrope too
+ROPE_ALIASES = {"su": "longrope"}
 
 
 def rope_settings(hf: dict, where: str, layer_type: str | None = None) -> tuple[float, dict]:
@@ -56,6 +60,9 @@ def rope_settings(hf: dict, where: str, layer_type: str | None = None) -> tuple[
     legacy = hf.get("rope_scaling") or {}
     scaling = params if params.get("rope_type", "default") != "default" else legacy
     kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    kind = ROPE_ALIASES.get(kind, kind)
+    if kind == "yarn" and "long_factor" in scaling:
+        kind = "longrope"
     if kind not in SUPPORTED_ROPE:
         raise WeightsError(f"{where}: rope scaling type {kind!r} is not supported; tfx "
                            f"computes {', '.join(SUPPORTED_ROPE)}")
@@ -63,6 +70,13 @@ def rope_settings(hf: dict, where: str, layer_type: str | None = None) -> tuple[
         hf.get("rotary_emb_base") or 10000.0
     out = {} if kind == "default" else {"rope_type": kind}
     out.update({k: scaling[k] for k in ROPE_KEYS if scaling.get(k) is not None})
+    if kind == "longrope":
+        # Phi-3 keeps the trained context beside max_position_embeddings, and a missing
+        # factor is their ratio (what transformers' longrope computes)
+        old = hf.get("original_max_position_embeddings") or \
+            out.get("original_max_position_embeddings") or hf.get("max_position_embeddings")
+        out["original_max_position_embeddings"] = old
+        out.setdefault("factor", hf.get("max_position_embeddings", old) / old)
     return float(theta), out
 
 

@@ -133,7 +133,7 @@ def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
 
 
 def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
-                     ) -> tuple[torch.Tensor, float]:
+                     length: int = 0) -> tuple[torch.Tensor, float]:
     """The rotation frequency of each pair of a dim-wide rotation, theta^(-2i/dim), as a
     scaling type changes them for longer contexts, and the factor cos and sin are then
     multiplied by (yarn's attention factor; 1 otherwise). float64, (dim/2,).
@@ -142,7 +142,10 @@ def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
     ones, divides the slow ones by `factor` and blends in between. yarn interpolates the
     slow dimensions, keeps the fast ones, ramps linearly between the dimensions that turn
     beta_slow and beta_fast times over the original context, and scales cos and sin by
-    0.1 * ln(factor) + 1 (or its given attention_factor)."""
+    0.1 * ln(factor) + 1 (or its given attention_factor). longrope (Phi-3) divides each
+    frequency by its own factor, short_factor while the run's `length` (largest position
+    + 1) fits the trained context and long_factor past it, and scales cos and sin by
+    sqrt(1 + ln factor / ln trained context)."""
     freq = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     scaling = scaling or {}
     kind, factor = scaling.get("rope_type", "default"), scaling.get("factor", 1.0)
@@ -157,6 +160,14 @@ def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
         between = (1 - blend) * freq / factor + blend * freq
         fast = wavelength < old / high
         return torch.where(slow, freq / factor, torch.where(fast, freq, between)), 1.0
+    if kind == "longrope":
+        old = scaling["original_max_position_embeddings"]
+        ext = scaling["long_factor" if length > old else "short_factor"]
+        freq = freq / torch.tensor(ext, dtype=torch.float64)
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            attention = math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0
+        return freq, float(attention)
     if kind == "yarn":
         old = scaling.get("original_max_position_embeddings", 4096)
         fast, slow = scaling.get("beta_fast", 32.0), scaling.get("beta_slow", 1.0)
@@ -191,7 +202,8 @@ def rope_tables(positions: torch.Tensor, cfg: ModelConfig, *, local: bool = Fals
     dim = cfg.rotary_dim or cfg.head_dim
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta else cfg.rope_theta
     scaling = None if local and cfg.rope_local_theta else cfg.rope
-    freq, factor = rope_frequencies(dim, theta, scaling)
+    length = int(positions.max()) + 1 if positions.numel() else 0
+    freq, factor = rope_frequencies(dim, theta, scaling, length)
     angles = (positions.double()[:, None] * freq[None, :]).float()  # (T, dim/2)
     angles = torch.cat([angles, angles], -1)  # dimension i and i + dim/2 share angle i
     return angles.cos() * factor, angles.sin() * factor

@@ -245,12 +245,12 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
         formula = "learned: row pos of the position-embedding table (embed.pos_emb)"
     else:  # rope
         D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
-        inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope)
+        inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope, n)
         angles = (pos.double()[:, None] * inv_freq[None, :]).float()  # (n, D/2), as used
         tr.add("posenc.inv_freq", inv_freq, ("R",))
         tr.add("posenc.angle", angles, (P, "R"))
         # the tables as applied: dimension i and i + D/2 share angle i (split-halves
-        # layout); yarn scales both by its attention factor
+        # layout); yarn and longrope scale both by their attention factor
         tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1) * factor, (P, "D"))
         tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1) * factor, (P, "D"))
         extra = {"head_dim": D, "rope_theta": cfg.rope_theta}
