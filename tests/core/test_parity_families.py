@@ -157,3 +157,46 @@ def test_count_params_of_the_checkpoint_is_transformers_count(family):
     counted = api.count_params(weights=str(path), verify=True)
     assert counted.verify.verified, (name, counted.verify.mismatched)
     assert counted.total == hf.num_parameters(), name  # tied weights once, in both
+
+
+def test_multimodal_gemma3_runs_its_text_model(tmp_path):
+    """Gemma 3 4B and up are Gemma3ForConditionalGeneration: a sparse text_config over
+    the text defaults, the language model's tensors under a prefix, and a vision tower
+    tfx leaves unread. Text-only logits and greedy decoding match transformers'."""
+    need("transformers", "pip install transformers")
+    import transformers
+
+    from tfx_cli.core.generate import decode
+    from tfx_cli.core.weights import checkpoint_config, load_weights
+
+    text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, intermediate_size=96, vocab_size=300, head_dim=24,
+                query_pre_attn_scalar=20, sliding_window=WINDOW,
+                max_position_embeddings=64, sliding_window_pattern=2)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14)
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision,
+                                       mm_tokens_per_image=4, image_token_index=299,
+                                       boi_token_index=297, eoi_token_index=298,
+                                       attn_implementation="eager")
+    torch.manual_seed(3)
+    hf = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    path = tmp_path / "tiny-gemma3-mm"
+    hf.save_pretrained(path)
+    byte_tokenizer_json(path, 300)
+    saved = json.loads((path / "config.json").read_text())
+    assert "vocab_size" not in saved and "text_config" in saved  # the sparse layout
+    cfg = checkpoint_config(str(path))
+    assert (cfg.d_model, cfg.head_dim, cfg.vocab_size, cfg.rope_theta) == (64, 24, 300, 1e6)
+    model = load_weights(str(path), cfg)
+    x = torch.tensor([IDS])
+    with torch.inference_mode():
+        want = hf(input_ids=x).logits[0]
+        assert (model(x)[0] - want).abs().max() <= 1e-5
+        out = hf.generate(torch.tensor([IDS[:3]]), max_new_tokens=8, do_sample=False,
+                          attention_mask=torch.ones(1, 3, dtype=torch.long),
+                          pad_token_id=0, eos_token_id=None)
+    assert decode(model, IDS[:3], max_new_tokens=8).ids == out[0].tolist()

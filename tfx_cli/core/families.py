@@ -36,7 +36,23 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3",
     "Phi3ForCausalLM": "phi3", "GPTNeoXForCausalLM": "gpt_neox",
+    # Gemma 3 4B and up: images and text; tfx runs the text model and leaves the vision
+    # tower and its projector unread
+    "Gemma3ForConditionalGeneration": "gemma3",
 }
+# A multimodal config.json stores only the text settings that differ from these
+# (transformers' Gemma3TextConfig defaults, transformers 5.x configuration_gemma3.py)
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+    "sliding_window": 4096, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
+    "sliding_window_pattern": 6, "attention_bias": False,
+}
+# tensors of a multimodal checkpoint that are not the text model's
+NOT_TEXT = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+            "model.multi_modal_projector.")
 MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mistral",
                "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
                "phi3": "phi3", "gpt_neox": "gpt_neox"}
@@ -107,8 +123,22 @@ def _sliding_layers(family: str, hf: dict, n_layers: int) -> tuple[int, ...] | N
     return None  # mistral: every layer
 
 
+def text_config(hf: dict) -> dict:
+    """The text model's settings: a multimodal config's text_config over the text
+    defaults (with the outer file's tying and end-of-text ids), else the file itself."""
+    inner = hf.get("text_config")
+    if not isinstance(inner, dict):
+        return hf
+    outer = {k: hf[k] for k in ("tie_word_embeddings", "eos_token_id") if k in hf}
+    return {**GEMMA3_TEXT_DEFAULTS, **outer, **inner}
+
+
 def decoder_config(family: str, hf: dict, where: str) -> dict:
     """ModelConfig keyword arguments of a decoder family's config.json."""
+    hf = text_config(hf)
+    if hf.get("use_bidirectional_attention"):
+        raise WeightsError(f"{where}: use_bidirectional_attention (an embedding model) is "
+                           "not supported; tfx runs the causal Gemma 3")
     d = hf.get("hidden_size", 4096)
     heads = hf.get("num_attention_heads", 32)
     n_layers = hf.get("num_hidden_layers", 32)
@@ -201,7 +231,14 @@ def map_decoder(family: str, state: dict, cfg) -> tuple[dict, dict]:
         out[ours], src[ours] = tensor, theirs
 
     for key, t in state.items():
-        name = key[len("model."):] if key.startswith("model.") else key
+        if key.startswith(NOT_TEXT):
+            continue  # a multimodal checkpoint's image half
+        name = key
+        for prefix in ("model.language_model.", "language_model.model.", "language_model.",
+                       "model."):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
         parts = name.split(".")
         if name == "embed_tokens.weight":
             put("embed.tok_emb.weight", key, t)
@@ -277,4 +314,4 @@ def _map_neox(state: dict, cfg) -> tuple[dict, dict]:
 
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "DECODERS", "decoder_config", "map_decoder",
-           "rope_settings"]
+           "rope_settings", "text_config"]

@@ -166,7 +166,8 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 
 
 # -- HuggingFace folders ------------------------------------------------------------
-from .families import ARCHITECTURES, DECODERS, MODEL_TYPES, decoder_config, map_decoder
+from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, decoder_config, map_decoder,
+                       text_config)
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -226,7 +227,7 @@ def _hf_eos(ckpt: Checkpoint, hf: dict) -> tuple[int, ...]:
 
 def _hf_config(ckpt: Checkpoint) -> ModelConfig:
     cfg = _hf_architecture(ckpt)
-    hf = _read_json(ckpt.path / "config.json")
+    hf = text_config(_read_json(ckpt.path / "config.json"))
     return replace(cfg, eos_ids=_hf_eos(ckpt, hf)) if cfg.lm_head else cfg
 
 
