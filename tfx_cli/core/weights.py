@@ -58,8 +58,8 @@ CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
 
 # GGUF tensor types tfx dequantises (what the gguf package implements, by name)
-GGUF_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+from .gguf_file import TYPES as _GGUF_TYPE_TABLE  # noqa: E402 (numpy-free, cheap)
+GGUF_TYPES = tuple(name for name, _, _ in _GGUF_TYPE_TABLE.values())
 
 
 @dataclass(frozen=True)
@@ -532,136 +532,83 @@ _GGUF_MEMO: dict = {}
 
 
 def _gguf_reader(path: Path):
-    """gguf.GGUFReader, kept per process: parsing the tensor table takes seconds, and the
-    config and the tensors both read it (the tokenizer reads the header on its own,
-    tokenizers.gguf_metadata)."""
+    """The file's header and tensor table (gguf_file.GGUFFile), kept per process: the
+    config and the tensors both read it."""
     key = _file_id(path)
     if key in _GGUF_MEMO:
         return _GGUF_MEMO[key]
-    from gguf import GGUFReader
+    from .gguf_file import GGUFFormatError, read_gguf
 
     try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # truncation shows as ValueError, IndexError, struct errors ...
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+        reader = read_gguf(path)
+    except GGUFFormatError as exc:
         raise WeightsError(f"cannot read GGUF file {path}: truncated or corrupted "
-                           f"({type(exc).__name__}: {first})") from None
+                           f"({exc})") from None
+    except OSError as exc:
+        raise WeightsError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
     _GGUF_MEMO.clear()
     _GGUF_MEMO[key] = reader
     return reader
 
 
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    try:
-        return field.contents()
-    except Exception:
-        return default
-
-
 def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
-    arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise WeightsError(f"{ckpt.path}: GGUF architecture {arch!r} is not supported; tfx "
-                           "reads llama-family GGUF files")
-    names = {t.name: t for t in reader.tensors}
+    """The architecture a GGUF's keys describe, read as its HF family's config.json would
+    be (core/gguf_arch.py says what each llama.cpp architecture stores)."""
+    from .gguf_arch import hf_settings
 
-    def get(key, default=None):
-        value = _field(reader, f"llama.{key}", default)
-        if value is None:
-            raise WeightsError(f"{ckpt.path}: GGUF metadata llama.{key} is missing; the file "
-                               "is incomplete")
-        return value
-
-    d, heads = int(get("embedding_length")), int(get("attention.head_count"))
-    vocab = _field(reader, "llama.vocab_size")
-    if vocab is None:
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        vocab = len(tokens.data) if tokens is not None else (
-            int(names["token_embd.weight"].shape[1]) if "token_embd.weight" in names else None)
-    if vocab is None:
-        raise WeightsError(f"{ckpt.path}: cannot tell the vocabulary size (no llama.vocab_size, "
-                           "tokens or token_embd.weight)")
-    rope_dim = _field(reader, "llama.rope.dimension_count", d // heads)
-    if int(rope_dim) != d // heads:
-        raise WeightsError(f"{ckpt.path}: partial rotary embeddings (rope.dimension_count "
-                           f"{rope_dim} of head dim {d // heads}) are not supported")
-    if _field(reader, "llama.rope.scaling.type", "none") not in ("none", None):
-        raise WeightsError(f"{ckpt.path}: rope scaling is not supported")
-    return ModelConfig(
-        vocab_size=int(vocab), context_length=int(get("context_length", 2048)), d_model=d,
-        n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
-        n_layers=int(get("block_count")), d_ff=int(get("feed_forward_length")),
-        qkv_bias=False, proj_bias=False, norm="rmsnorm",
-        ln_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), activation="swiglu",
-        positional="rope", rope_theta=float(get("rope.freq_base", 10000.0)), causal=True,
-        tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path),
-        eos_ids=_eos_ids(_field(reader, "tokenizer.ggml.eos_token_id"), int(vocab)))
-
-
-def _unpermute(w, n_heads: int):
-    """Undo llama.cpp's reordering of Q/K rows.
-
-    llama.cpp rotates adjacent pairs (x0, x1), (x2, x3) ...; HF Llama and tfx rotate
-    (x_i, x_{i+D/2}). To make its pairs adjacent the converter reorders each head's rows
-    from [first half | second half] to interleaved; this puts them back.
-    """
-    rows = w.shape[0]
-    head_dim = rows // n_heads
-    return (w.reshape(n_heads, head_dim // 2, 2, *w.shape[1:]).swapaxes(1, 2)
-            .reshape(w.shape))
+    family, hf = hf_settings(reader, str(ckpt.path))
+    cfg = decoder_config(family, hf, str(ckpt.path))
+    return ModelConfig(**cfg, causal=True, tokenizer=ckpt.alias or str(ckpt.path),
+                       eos_ids=_eos_ids(reader.get("tokenizer.ggml.eos_token_id"),
+                                        cfg["vocab_size"]))
 
 
 def _gguf_tensors(ckpt: Checkpoint, cfg: ModelConfig, reader,
                   update: Callable) -> tuple[dict, dict]:
-    import numpy as np
+    """Every tensor dequantised and renamed. The block formats dequantise in numpy, which
+    lets go of the GIL, so a few threads share the work (about 2x on two cores)."""
     import torch
-    from gguf import GGMLQuantizationType, quants
+    from concurrent.futures import ThreadPoolExecutor
 
-    supported = {getattr(GGMLQuantizationType, n) for n in GGUF_TYPES
-                 if hasattr(GGMLQuantizationType, n)}
-    names = {"attn_norm": "ln1.scale", "ffn_norm": "ln2.scale", "attn_q": "attn.W_query",
-             "attn_k": "attn.W_key", "attn_v": "attn.W_value", "attn_output": "attn.out_proj",
-             "ffn_gate": "ffn.gate_proj", "ffn_up": "ffn.fc1", "ffn_down": "ffn.fc2"}
-    top = {"token_embd.weight": "embed.tok_emb.weight", "output_norm.weight": "ln_f.scale",
-           "output.weight": "lm_head.weight"}
-    out, src = {}, {}
-    n = len(reader.tensors)
-    for done, t in enumerate(reader.tensors):
-        qtype = GGMLQuantizationType(t.tensor_type)
-        if qtype not in supported:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
-                               f"tfx cannot dequantise; supported: {', '.join(GGUF_TYPES)}")
-        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims innermost first
+    from .gguf_arch import map_tensor
+    from .gguf_file import GGUFFormatError, type_name
+
+    arch = reader.get("general.architecture")
+    infos = list(reader.tensors.values())
+    for info in infos:  # refuse an unknown type before any work
+        if type_name(info.qtype) not in GGUF_TYPES:
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is stored as "
+                               f"{type_name(info.qtype)}, which tfx cannot dequantise; "
+                               f"supported: {', '.join(GGUF_TYPES)}")
+
+    def dequantise(info):
         try:
-            arr = quants.dequantize(t.data, qtype)
-            arr = np.array(arr, dtype=np.float32, copy=qtype == GGMLQuantizationType.F32)
-            arr = arr.reshape(shape)
+            return reader.array(info)
         except NotImplementedError:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
-                               "the installed gguf package cannot dequantise; upgrade it with "
-                               "`pip install -U gguf`") from None
-        except (ValueError, IndexError) as exc:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is truncated or corrupted "
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is stored as "
+                               f"{type_name(info.qtype)}, which the installed gguf package "
+                               "cannot dequantise; upgrade it with `pip install -U gguf`"
+                               ) from None
+        except (GGUFFormatError, ValueError, IndexError) as exc:
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is truncated or corrupted "
                                f"({exc})") from None
-        parts = t.name.split(".")
-        ours = t.name
-        if t.name in top:
-            ours = top[t.name]
-        elif parts[0] == "blk" and len(parts) == 4 and parts[2] in names:
-            mod = names[parts[2]]
-            ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{parts[3]}")
-            if parts[2] in ("attn_q", "attn_k") and arr.ndim == 2:
-                heads = cfg.n_heads if parts[2] == "attn_q" else cfg.n_kv_heads
-                if arr.shape[0] % heads == 0 and (arr.shape[0] // heads) % 2 == 0:
-                    arr = np.ascontiguousarray(_unpermute(arr, heads))
-        elif t.name == "rope_freqs.weight":
-            raise WeightsError(f"{ckpt.path}: rope frequency factors (rope_freqs) are not "
-                               "supported")
-        out[ours], src[ours] = torch.from_numpy(arr), t.name
-        update((done + 1) / n, f"dequantising {t.name}")
+
+    out, src = {}, {}
+    pool = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)))
+    try:
+        for done, (info, arr) in enumerate(zip(infos, pool.map(dequantise, infos))):
+            try:
+                mapped = map_tensor(arch, info.name, arr, cfg)
+            except WeightsError as exc:
+                raise WeightsError(f"{ckpt.path}: {exc.message}") from None
+            for ours, part in mapped:
+                # the model owns its tensors: a view into the file's read-only mapping is
+                # copied, a freshly dequantised array is taken as it is
+                tensor = torch.from_numpy(part) if part.flags.writeable else torch.tensor(part)
+                out[ours], src[ours] = tensor, info.name
+            update((done + 1) / len(infos), f"dequantising {info.name}")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return out, src
 
 
