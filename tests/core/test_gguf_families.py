@@ -110,8 +110,7 @@ def test_unsupported_architecture_is_named_with_those_tfx_reads(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    result = CliRunner().invoke(app, ["trace", "hi", "-w", str(tmp_path / "m.gguf"),
-                                      "-t", "byte"])
+    result = CliRunner().invoke(app, ["trace", "hi", "-w", str(tmp_path / "m.gguf")])
     assert result.exit_code == 2 and result.stdout == ""
     line = result.stderr.strip()
     assert "GGUF architecture 'rwkv6' is not supported" in line
