@@ -123,7 +123,8 @@ def test_cached_decoding_matches_the_full_forward(family):
 
 
 @pytest.mark.parametrize("command", ["attend", "layernorm", "ffn", "trace", "next",
-                                     "generate", "lens", "report", "embed", "posenc"])
+                                     "generate", "lens", "report", "embed", "posenc",
+                                     "plot"])
 def test_every_command_runs_on_the_family(family, command, tmp_path):
     from typer.testing import CliRunner
 
@@ -131,11 +132,18 @@ def test_every_command_runs_on_the_family(family, command, tmp_path):
 
     name, path, _ = family
     extra = {"generate": ["-n", "3"], "report": ["-o", str(tmp_path / "r.html")],
-             "trace": ["-s", "blocks.1.*"], "layernorm": ["--layer", "1"]}.get(command, [])
+             "trace": ["-s", "blocks.1.*"], "layernorm": ["--layer", "1"],
+             "plot": ["--plot", str(tmp_path / "a.png")]}.get(command, [])
+    if command == "plot":  # pictures: attention maps of the last layer
+        need("matplotlib", "pip install 'tfx-cli[plot]'")
+        command = "attend"
+        extra += ["--layer", "1"]
     result = CliRunner().invoke(app, [command, "Hello there", "-w", str(path), "--json",
                                       *extra], env={"TFX_QUIET": "1"})
     assert result.exit_code == 0, (name, command, result.stderr)
     assert json.loads(result.stdout)["model"]["weights"] == str(path)
+    if "--plot" in extra:
+        assert (tmp_path / "a.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("layer", [0, 1])
