@@ -400,10 +400,11 @@ def gguf_cases(args, peers: list[str]) -> list[Case]:
     import importlib.util
 
     cases: list[Case] = []
-    xdg = Path(args.tmp) / "xdg"
-    env = {"XDG_CACHE_HOME": str(xdg), "TFX_QUIET": "1"}
     tfx = tfx_argv()
     for alias, package in GGUF_MODELS.items():
+        # a cache of its own per model, so emptying one model's leaves the other's warm
+        xdg = Path(args.tmp) / f"xdg-{alias}"
+        env = {"XDG_CACHE_HOME": str(xdg), "TFX_QUIET": "1"}
         if importlib.util.find_spec(package) is None:
             print(f"bench: {alias} is not installed (see README); skipping its cases",
                   file=sys.stderr)
@@ -416,10 +417,10 @@ def gguf_cases(args, peers: list[str]) -> list[Case]:
         path = Path(out.strip().splitlines()[-1])
         argv = tfx + ["next", GGUF_PROMPT, "-w", alias, "--json"]
 
-        def drop_cache():
+        def drop_cache(xdg=xdg):
             shutil.rmtree(xdg / "tfx" / "weights", ignore_errors=True)
 
-        def warm_cache(argv=argv):
+        def warm_cache(argv=argv, xdg=xdg, env=env):
             if not (xdg / "tfx" / "weights").exists():
                 run_process(argv, args.timeout, {**os.environ, **env})
 
