@@ -397,9 +397,11 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
     if len(ids) != 1:
         split = " + ".join(repr(p) for p in pieces) if pieces else "no tokens"
         hint = f"; e.g. {option} {pieces[0]!r}" if pieces else ""
-        raise InputTextError(f"{option} {text!r} must be one token, but the {loaded.tokenizer.name} "
-                             f"tokenizer splits it into {counted(len(ids), 'token')}: {split}"
-                             f"{hint} (mind the leading space)")
+        if any(p.startswith(" ") for p in pieces) or text.startswith(" "):
+            hint += " (the leading space is part of the token)"
+        raise InputTextError(f"{option} {text!r} must be one token, but the "
+                             f"{loaded.tokenizer.name} tokenizer splits it into "
+                             f"{counted(len(ids), 'token')}: {split}{hint}")
     if ids[0] >= loaded.cfg.vocab_size:
         raise InputTextError(f"{option} {text!r} is token id {ids[0]}, outside the model's "
                              f"vocabulary of {loaded.cfg.vocab_size}")
