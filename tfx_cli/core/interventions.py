@@ -575,10 +575,18 @@ def _norm_scale(tr: Trace, prefix: str, eps: float) -> float:
     return float((tr.raw(prefix + ".var")[-1].double() + eps).sqrt())
 
 
-def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
-              per_head: bool = False, truncate: bool = False) -> AttributeResult:
-    """`tfx attribute`: the logit difference at the last position, split into the parts
-    of the residual stream that the head reads.
+@dataclass
+class Attribution:
+    """The parts of the logit difference: names in forward order, the remainder last."""
+
+    names: list[str]
+    values: list[float]
+    logit_diff: float  # the model's own, from its logits
+
+
+def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
+                      per_head: bool = False) -> Attribution:
+    """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
 
     Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
     attention and FFN outputs (per head with `per_head`: the head's context times its
@@ -591,23 +599,13 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
     everything written before them. The same freezing applied to every norm the part
     passes makes each part its vector carried through all later norms (each centres it,
     divides by its own frozen scale and multiplies by γ); each norm's shift β, carried
-    through the norms after it, joins the remainder. The sum is again exact.
+    through the norms after it, joins the remainder. The sum is again exact. A norm of the
+    embedding sum (BERT) is one more such norm.
     """
-    from . import stages
-    from .generate import check_vocab, need_head
-
-    cfg, model = loaded.cfg, loaded.model
-    need_head(cfg, "attribute")
-    check_vocab(loaded)
-    ids = stages.encode(loaded, text, truncate=truncate)
-    good = one_token(loaded, answer, "--answer")
-    bad = one_token(loaded, wrong, "--wrong") if wrong is not None else None
-    if bad is not None and bad.id == good.id:
-        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
-                             "every part would be 0")
+    cfg = model.cfg
     embeds = [n for n in ("embed.tok", "embed.pos", "embed.token_type") if n in model.taps]
     post = cfg.norm_position == "post"
-    names = list(embeds) + ["logits"]
+    names = list(embeds) + ["logits"] + (["embed.ln.var"] if cfg.embed_norm else [])
     for i in range(cfg.n_layers):
         names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
                   f"blocks.{i}.ffn.out"]
@@ -615,12 +613,13 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
             names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
     if model.ln_f is not None:
         names.append("ln_f.var")
-    tr = stages.run(loaded, ids, names, validate=False, head="last")
+    with model.record(names) as tr, torch.inference_mode():
+        model(torch.tensor([list(ids)]), head="last")
     logits = tr.raw("logits")[-1].double()  # (V,)
-    direction = model.lm_head.weight[good.id].double()
-    if bad is not None:
-        direction = direction - model.lm_head.weight[bad.id].double()
-    logit_diff = float(logits[good.id] - (logits[bad.id] if bad is not None else 0.0))
+    direction = model.lm_head.weight[answer].double()
+    if wrong is not None:
+        direction = direction - model.lm_head.weight[wrong].double()
+    logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
 
     labels: list[str] = []
     vectors: list[torch.Tensor] = []  # each part at the last position, (C,) float64
@@ -638,11 +637,10 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         vectors[:] = list(stacked[:-1])
         rest = stacked[-1] + (norm.shift.double() if norm.shift is not None else 0.0)
 
-    if cfg.embed_norm:  # BERT-style embedding norms have no output head to read them
-        raise InputTextError(f"{cfg.name} normalises its embedding; tfx attribute reads "
-                             "causal models with an output head")
     for name in embeds:
         add(name, tr.raw(name)[-1])
+    if cfg.embed_norm:
+        through(model.embed.ln, "embed.ln")
     for i, block in enumerate(model.blocks):
         attn = block.attn
         if per_head:
@@ -662,10 +660,30 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
             through(block.ln2, f"blocks.{i}.ln2")
     if model.ln_f is not None:
         through(model.ln_f, "ln_f")
-    values = [float(v @ direction) for v in vectors]
-    parts = [Part(name, value) for name, value in zip(labels, values)]
-    parts.append(Part("remainder", float(rest @ direction)))
-    total = sum(p.value for p in parts)
+    values = [float(v @ direction) for v in vectors] + [float(rest @ direction)]
+    return Attribution(labels + ["remainder"], values, logit_diff)
+
+
+def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
+              per_head: bool = False, truncate: bool = False) -> AttributeResult:
+    """`tfx attribute`: logit_attribution of TEXT's last position, as a result."""
+    from . import stages
+    from .generate import check_vocab, need_head
+
+    cfg, model = loaded.cfg, loaded.model
+    need_head(cfg, "attribute")
+    check_vocab(loaded)
+    ids = stages.encode(loaded, text, truncate=truncate)
+    good = one_token(loaded, answer, "--answer")
+    bad = one_token(loaded, wrong, "--wrong") if wrong is not None else None
+    if bad is not None and bad.id == good.id:
+        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
+                             "every part would be 0")
+    found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
+                              per_head=per_head)
+    parts = [Part(name, value) for name, value in zip(found.names, found.values)]
+    total = sum(found.values)
+    post = cfg.norm_position == "post"
     tokens = f"W_U[{good.token!r}]" + (f" - W_U[{bad.token!r}]" if bad is not None else "")
     if post:
         norm_text = ("post-LN: each part carried through every later block norm, each with "
@@ -683,9 +701,10 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
                                                      if post else ""))
     return AttributeResult(
         model=loaded.info, input=stages.input_info(loaded, text, ids), answer=good,
-        wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=logit_diff,
-        parts=parts, sum_of_parts=total, unexplained=logit_diff - total, per_head=per_head,
-        norm=norm_text, remainder=", ".join(held) if held else "nothing (no biases or shifts)")
+        wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=found.logit_diff,
+        parts=parts, sum_of_parts=total, unexplained=found.logit_diff - total,
+        per_head=per_head, norm=norm_text,
+        remainder=", ".join(held) if held else "nothing (no biases or shifts)")
 
 
 def _norms(model, post: bool) -> list:
@@ -696,4 +715,5 @@ def _norms(model, post: bool) -> list:
 
 __all__ = ["Site", "parse_site", "site_names", "resid_pre_name", "editing", "ablation",
            "steering", "Plan", "plan", "check_options", "applied", "Applied", "one_token",
-           "sweep", "Sweep", "patch", "attribute", "ABLATE_MODES", "PATCH_SITES", "PATCHED"]
+           "sweep", "Sweep", "patch", "Attribution", "logit_attribution", "attribute",
+           "ABLATE_MODES", "PATCH_SITES", "PATCHED"]

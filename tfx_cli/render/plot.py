@@ -515,7 +515,7 @@ def plot_patch(result: Result, plt):
 
     effect = np.asarray(result.tensors.array("patch.effect"), dtype=np.float64)  # (L, T|H)
     n_layers, n = effect.shape
-    fig, ax = plt.subplots(figsize=(min(30, 2.5 + 0.75 * n), min(30, 1.8 + 0.3 * n_layers)),
+    fig, ax = plt.subplots(figsize=(min(30, 2.5 + 0.75 * n), min(30, 1.8 + 0.24 * n_layers)),
                            layout="constrained")
     bound = max(1.0, float(np.nanmax(np.abs(effect))) if effect.size else 1.0)
     image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto",
