@@ -486,7 +486,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
                     x[rows, chosen] = source[chosen]
                     logits = model.run_blocks(x, context, first=layer, head="last")
                 else:
-                    edit = _put_cells(source, chosen, rows, heads=site == "heads")
+                    edit = _put_cells(source, chosen, rows)
                     with editing(model, [(wanted[layer], edit)]):
                         logits = model.run_blocks(x, context, first=layer, head="last")
                 out[layer, lo:lo + len(chosen)] = _metric(logits, answer, wrong)
@@ -494,8 +494,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     return Sweep(out, float(m_clean[0]), float(m_corrupt[0]), runs)
 
 
-def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor, *,
-               heads: bool) -> Edit:
+def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -> Edit:
     """An edit giving batch row r CLEAN's value at cell chosen[r]: a position of a (T, C)
     activation, or every position of one head of the (H, T, D) context."""
 
