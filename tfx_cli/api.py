@@ -315,7 +315,9 @@ def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | No
 
     spec, _ = _spec({"config": config, "weights": weights, "tokenizer": tokenizer,
                      "corpus": corpus})
-    cfg = spec_config(spec)
+    # weights alone: their tokenizer is all that is needed, not their architecture (a GGUF
+    # tokenizes even when tfx cannot run its model)
+    cfg = None if spec.weights and not spec.config else spec_config(spec)
     tok = model_tokenizer(spec, cfg, table=False)
     text = _text(text)
     ids = tok.encode(text)
@@ -410,7 +412,7 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
 
         if text is not None:
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
-        given = {"--layer": layer or None, "--head": head, "--mask": mask, "--kv": kv,
+        given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
                  "--valid-lens": valid_lens, "--truncate": truncate or None,
                  "--ablate": ablate or None, "--ablate-mode": ablate_mode}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
@@ -418,9 +420,10 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         named = [name for name, value in given.items() if value is not None]
         if named:
             raise InputTextError(f"{named[0]} does not apply to --inputs: the file is one "
-                                 "head of one layer, its weights and mask are keys in it, "
+                                 "layer, its weights, mask and valid_lens are keys in it, "
                                  "and no model is built")
-        return attend_inputs(inputs, explain=explain, query_pos=query_pos, show=show)
+        return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
+                             show=show)
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
@@ -457,8 +460,8 @@ def _needs_head(model: dict, command: str) -> None:
     """Refuse a model without an output head before building or loading it."""
     from .core.generate import need_head
 
-    spec, _ = _spec(model)
-    need_head(spec_config(spec), command)
+    spec, progress = _spec(model)
+    need_head(spec_config(spec, progress=progress), command)
 
 
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,

@@ -83,7 +83,8 @@ ConfigOpt = Annotated[Optional[str], typer.Option(
     "Default: gpt124m.", show_default=False, rich_help_panel="Model")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights", "-w", help="Real weights: an HF folder, a .gguf file, a nanoGPT ckpt.pt, or "
-    "an alias (minilm, smollm2). Brings its own architecture and tokenizer.",
+    "an alias (minilm, smollm2, qwen2.5-0.5b, gemma3-270m). Brings its own architecture and "
+    "tokenizer.",
     show_default=False, rich_help_panel="Model")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights (and sampling).",
                                       min=0, max=SEED_MAX, rich_help_panel="Model")]
@@ -100,8 +101,9 @@ ContextOpt = Annotated[Optional[int], typer.Option(
     "--context", min=1, help="Override the context length.", show_default=False,
     rich_help_panel="Model")]
 TokenizerOpt = Annotated[Optional[str], typer.Option(
-    "--tokenizer", "-t", help="word, char, byte, gpt2, minilm, smollm2, or a tokenizer.json "
-    "path (or a folder holding one). Default: the config's. Not with --weights.",
+    "--tokenizer", "-t", help="word, char, byte, gpt2, minilm, smollm2, qwen2.5-0.5b, "
+    "gemma3-270m, a tokenizer.json path (or a folder holding one) or a .gguf file. Default: "
+    "the config's. Not with --weights.",
     show_default=False, rich_help_panel="Model")]
 CorpusOpt = Annotated[Optional[Path], typer.Option(
     "--corpus", help="Text file whose words (or characters) form the word (char) "

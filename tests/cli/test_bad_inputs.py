@@ -101,6 +101,79 @@ def _safetensors_alone(d: Path) -> None:
     (d / "shards" / "model.safetensors").write_bytes(NOISE)
 
 
+def _word_tokenizer(path: Path, words: list, size: int) -> None:
+    """A whitespace word-level tokenizer.json of `size` ids (the `tokenizers` package)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    vocab.update({f"<unused{i}>": i for i in range(len(vocab), size)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+
+
+def _llama_folder(name: str, *, rope_scaling=None, shards=0) -> Callable[[Path], None]:
+    """A one-layer HF Llama folder of zeros; with shards, an index naming that many shard
+    files of which only the first is written."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+               "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
+               "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 16,
+               "max_position_embeddings": 16}
+        if rope_scaling:
+            cfg["rope_scaling"] = rope_scaling
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+        tensors = {"model.embed_tokens.weight": torch.zeros(16, 8)}
+        if not shards:
+            save_file(tensors, str(folder / "model.safetensors"))
+            return
+        names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+        save_file(tensors, str(folder / names[0]))
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {"model.embed_tokens.weight": names[0],
+                            "model.norm.weight": names[-1]}}))
+    return make
+
+
+def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
+    """A GGUF file whose header names `arch` (and one tensor)."""
+    def make(d: Path) -> None:
+        import gguf
+        import numpy as np
+
+        w = gguf.GGUFWriter(str(d / name), arch)
+        w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    return make
+
+
+def _gpt2_wrong_shape(d: Path) -> None:
+    """A GPT-2 folder whose config says a 12-wide MLP where the tensors are 32 wide."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = d / "gpt2-odd"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["GPT2LMHeadModel"], "n_embd": 8, "n_head": 2, "n_layer": 1,
+        "n_positions": 16, "vocab_size": 16, "n_inner": 12}))
+    save_file({"transformer.h.0.mlp.c_fc.weight": torch.zeros(8, 32)},
+              str(folder / "model.safetensors"))
+
+
 # -- the cases ------------------------------------------------------------------------
 @dataclass
 class Case:
@@ -249,6 +322,22 @@ CASES = [
     Case("weights-no-config", "a folder with model.safetensors but no config.json",
          ["trace", "hi", "-w", "shards"], "WeightsError", "has no config.json",
          files=(_safetensors_alone,)),
+    Case("weights-missing-shard", "an HF folder whose index names a shard it lacks",
+         ["next", "hi", "-w", "sharded"], "WeightsError",
+         "names the shard model-00002-of-00002.safetensors",
+         files=(_llama_folder("sharded", shards=2),)),
+    Case("weights-rope-scaling", "a config.json with a rope_scaling type tfx does not compute",
+         ["next", "hi", "-w", "dynamic"], "WeightsError",
+         "rope scaling type 'dynamic' is not supported",
+         files=(_llama_folder("dynamic", rope_scaling={"rope_type": "dynamic",
+                                                       "factor": 2.0}),)),
+    Case("weights-shape-mismatch", "a checkpoint tensor whose shape disagrees with the config",
+         ["next", "hi", "-w", "gpt2-odd"], "WeightsError",
+         "h.0.mlp.c_fc.weight (tfx blocks.0.ffn.fc1.weight) has shape",
+         files=(_gpt2_wrong_shape,)),
+    Case("weights-gguf-architecture", "a GGUF of an architecture tfx does not read",
+         ["next", "hi", "-w", "rwkv.gguf"], "WeightsError",
+         "GGUF architecture 'rwkv6' is not supported", files=(_gguf_of("rwkv.gguf", "rwkv6"),)),
     Case("weights-and-config", "--weights with --config",
          ["trace", "hi", "-w", "minilm", *TOY], "ConfigError", "drop --config"),
     Case("weights-and-size", "--weights with a size override",

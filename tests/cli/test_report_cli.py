@@ -131,7 +131,7 @@ def test_one_forward_pass(tmp_path, monkeypatch):
     (select,) = calls
     # every norm's statistics come from its own taps, computed when read (the norms keep
     # their fused kernel)
-    assert "blocks.1.attn.pattern" in select and "logits" in select and "*.var" in select
+    assert "blocks.1.attn.pattern" in select and "logits" in select and "blocks.*.ln*.var" in select
 
 
 def test_output_file_rules(tmp_path):

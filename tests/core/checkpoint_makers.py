@@ -5,6 +5,7 @@ the same tensors are rewritten as a nanoGPT ckpt.pt or, with llama.cpp's row ord
 Q and K, as a GGUF file through the gguf package's writer.
 """
 import importlib.util
+import math
 import os
 
 import numpy as np
@@ -217,3 +218,100 @@ def llama_with(hf_model, tensors: dict):
     if model.config.tie_word_embeddings:
         model.tie_weights()
     return model.eval()
+
+
+# HF module -> llama.cpp tensor name, per family (gguf-py's tensor names)
+_GGUF_BLOCK = {
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+    "post_attention_layernorm": "ffn_norm",
+}
+_GGUF_GEMMA = {"post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
+_GGUF_NEOX = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "attention.query_key_value": "attn_qkv", "attention.dense": "attn_output",
+              "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
+
+
+def gguf_from_hf(hf_model, path, arch: str) -> None:
+    """Write an HF decoder as llama.cpp's converter lays out architecture `arch` (F32):
+    the keys it stores and leaves out, Gemma's norms as 1 + w, Llama's Q/K row order,
+    GPT-NeoX's fused qkv re-laid to [Q; K; V], Phi-3's longrope factors as tensors."""
+    need("gguf", "pip install gguf")
+    import gguf
+
+    c = hf_model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(heads)
+    rope = dict(getattr(c, "rope_parameters", None) or {})
+    if arch == "gptneox":
+        w.add_layer_norm_eps(c.layer_norm_eps)
+        w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.25)))
+        w.add_bool(f"{arch}.use_parallel_residual", c.use_parallel_residual)
+    else:
+        w.add_head_count_kv(c.num_key_value_heads)
+        w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    if arch in ("qwen3", "gemma2", "gemma3") or (arch == "llama" and
+                                                  head_dim != c.hidden_size // heads):
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if arch not in ("gemma2", "gptneox"):  # those two store no base (10000 is assumed)
+        theta = rope.get("rope_theta") or (rope.get("full_attention") or {}).get("rope_theta")
+        w.add_rope_freq_base(float(theta))
+    if arch == "gemma2":
+        w.add_float32(f"{arch}.attn_logit_softcapping", c.attn_logit_softcapping)
+        w.add_float32(f"{arch}.final_logit_softcapping", c.final_logit_softcapping)
+    if arch in ("gemma2", "gemma3"):
+        w.add_sliding_window(c.sliding_window)
+    if arch == "phi3":
+        w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length",
+                     c.original_max_position_embeddings)
+        w.add_sliding_window(c.sliding_window or 0)
+        if rope.get("rope_type") == "longrope":
+            factor = c.max_position_embeddings / c.original_max_position_embeddings
+            w.add_float32(f"{arch}.rope.scaling.attn_factor",
+                          math.sqrt(1 + math.log(factor) / math.log(
+                              c.original_max_position_embeddings)))
+            for which in ("short", "long"):
+                w.add_tensor(f"rope_factors_{which}.weight",
+                             np.array(rope[f"{which}_factor"], dtype=np.float32))
+    blocks = _GGUF_NEOX if arch == "gptneox" else \
+        {**_GGUF_BLOCK, **(_GGUF_GEMMA if arch.startswith("gemma") else {})}
+    for key, t in hf_model.state_dict().items():
+        a = t.detach().float().numpy()
+        name = key.removeprefix("model.").removeprefix("gpt_neox.")
+        if name in ("embed_tokens.weight", "embed_in.weight"):
+            out = "token_embd.weight"
+        elif name in ("norm.weight", "final_layer_norm.weight", "final_layer_norm.bias"):
+            out = "output_norm." + name.split(".")[-1]
+        elif name in ("lm_head.weight", "embed_out.weight"):
+            if getattr(c, "tie_word_embeddings", False):
+                continue
+            out = "output.weight"
+        elif name.endswith(("rotary_emb.inv_freq", "attention.bias", "masked_bias")):
+            continue
+        else:
+            parts = name.split(".")
+            out = f"blk.{parts[1]}.{blocks['.'.join(parts[2:-1])]}.{parts[-1]}"
+        if arch.startswith("gemma") and out.endswith("norm.weight"):
+            a = a + 1.0
+        if arch == "llama" and (".attn_q." in out or ".attn_k." in out):
+            a = llama_cpp_permute(a, heads if ".attn_q." in out else c.num_key_value_heads)
+        if arch == "gptneox" and ".attn_qkv." in out:
+            a = a.reshape(heads, 3, head_dim, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
+        w.add_tensor(out, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -61,3 +61,42 @@ def test_overrides_keep_ffn_ratio_and_kv_heads():
             cfg.context_length) == (8, 8, 512, 2048, 2, 128)
     with pytest.raises(ConfigError, match="after overrides"):
         with_overrides(PRESETS["gpt124m"], heads=7)
+
+
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [2.0, 4.0],
+            "original_max_position_embeddings": 16, "factor": 4.0}
+
+
+def test_longrope_config_round_trips_through_json(tmp_path):
+    cfg = ModelConfig(d_model=16, n_heads=4, positional="rope", rope_scaling=LONGROPE)
+    assert cfg.rope["long_factor"] == (2.0, 4.0)  # hashable, so the config still is
+    hash(cfg)
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    assert resolve_config(str(path)).rope == cfg.rope
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"long_factor": [2.0]}, "long_factor: 2 positive numbers"),
+    ({"short_factor": [1.0, -1.0]}, "short_factor: 2 positive numbers"),
+    ({"original_max_position_embeddings": None}, "original_max_position_embeddings"),
+])
+def test_longrope_needs_its_factors(change, words):
+    scaling = {k: v for k, v in {**LONGROPE, **change}.items() if v is not None}
+    with pytest.raises(ConfigError) as err:
+        ModelConfig(d_model=16, n_heads=4, positional="rope", rope_scaling=scaling)
+    assert words in err.value.message
+
+
+def test_phi3_su_and_trained_context_read_as_longrope():
+    """Phi-3's first long-context configs: type "su", the trained context beside
+    max_position_embeddings, and no factor (their ratio, as transformers computes it)."""
+    from tfx_cli.core.families import rope_settings
+
+    hf = {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+          "rope_theta": 10000.0,
+          "rope_scaling": {"type": "su", "short_factor": [1.0], "long_factor": [2.0]}}
+    theta, scaling = rope_settings(hf, "config.json")
+    assert theta == 10000.0
+    assert scaling == {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0],
+                       "original_max_position_embeddings": 4096, "factor": 32.0}

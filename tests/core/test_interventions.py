@@ -56,7 +56,7 @@ def test_sites_resolve_resid_pre_and_narrowing():
 def test_rotary_keys_are_edited_after_the_rotation():
     m = loaded(**LLAMA).model
     assert "blocks.0.attn.k_rot" in iv.site_names(m)
-    with pytest.raises(SelectError, match="use attn.k_rot"):
+    with pytest.raises(SelectError, match="flow on are attn.k_rot"):
         iv.parse_site(m, "blocks.0.attn.k")
 
 

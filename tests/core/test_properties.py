@@ -93,7 +93,7 @@ def test_patterns_are_distributions_with_exact_zeros_where_masked(drawn):
 def test_normed_rows_have_mean_zero_and_unit_variance(drawn):
     cfg, ids, _, seed = drawn
     model = build_model(cfg, seed)
-    with model.record(["*.normed", "*.mean", "*.var"]) as trace, torch.inference_mode():
+    with model.record(["*.normed", "*.mean", "*.var", "*.in"]) as trace, torch.inference_mode():
         model(torch.tensor([ids]))
     names = [n for n in trace.names() if n.endswith(".normed")]
     assert names
@@ -103,7 +103,12 @@ def test_normed_rows_have_mean_zero_and_unit_variance(drawn):
         var = trace.raw(prefix + ".var").double()  # (T,): RMSNorm's is the mean square
         expected = var / (var + cfg.ln_eps)  # exactly 1 but for eps
         if cfg.norm == "layernorm":
-            assert normed.mean(-1).abs().max() < 1e-5
+            # float32 rounds x - mean by about one ulp of |x|, and dividing by the standard
+            # deviation magnifies that: rows of nearly equal values (d_model 2, values
+            # 6e-4 apart around 0.18) miss zero by 2.5e-5 for that reason alone
+            x = trace.raw(prefix + ".in").double()
+            slack = 8 * 2**-24 * x.abs().amax(-1) / (var + cfg.ln_eps).sqrt()
+            assert (normed.mean(-1).abs() <= 1e-5 + slack).all()
             got = normed.var(-1, unbiased=False)
         else:
             got = normed.pow(2).mean(-1)

@@ -1,5 +1,6 @@
 """Stage functions: each returns the numbers the seeds compute, from the one model."""
 import json
+from pathlib import Path
 import math
 
 import numpy as np
@@ -305,3 +306,67 @@ def test_stages_that_stop_early_build_only_what_they_run(spec, stage, kw, built)
     stages.load(ModelSpec(**spec))  # a later whole-model stage builds it whole again
     (model, _), = stages._CACHE.values()
     assert not any(p.is_meta for p in model.parameters())
+
+
+# -- attend --inputs with several heads, keys from another input, and padding --------------
+def _reference(x, x_kv, w_q, w_k, w_v, keep, scale):
+    """softmax(mask(x w_q (x_kv w_k)^T / scale)) x_kv w_v per head, in numpy."""
+    q, k, v = x @ w_q, x_kv @ w_k, x_kv @ w_v
+    s = np.where(keep, q @ k.T / scale, -np.inf)
+    w = np.exp(s - s.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    return w, w @ v
+
+
+def test_the_seed_003_sample_pads_keys_past_the_valid_length():
+    res = attend_inputs("samples/seed003.json")
+    data = json.loads(Path("samples/seed003.json").read_text())
+    x, x_kv = np.array(data["x"], float), np.array(data["x_kv"], float)
+    pattern = res.tensors["attn.pattern"]
+    assert pattern.shape == (2, 4, 6) and res.n_heads == 2 and res.valid_lens == 3
+    assert (pattern[..., 3:] == 0).all()  # keys 3, 4, 5 are padding
+    keep = np.arange(6)[None, :] < 3
+    for h in range(2):
+        w, ctx = _reference(x, x_kv, *(np.array(data[n][h], float) for n in ("w_q", "w_k", "w_v")),
+                            keep, math.sqrt(2))
+        assert np.allclose(pattern[h], w) and np.allclose(res.tensors["attn.context"][h], ctx)
+    concat = np.concatenate([res.tensors["attn.context"][h] for h in range(2)], axis=1)
+    assert np.allclose(res.tensors["attn.concat"], concat)
+    assert np.allclose(res.tensors["attn.out"], concat @ np.array(data["w_o"], float))
+    # pinned: query q3 = (2, 0) against keys k0 = (1, 0), k1 = (0, 1), k2 = (1, 1) in head 0
+    e = np.exp(np.array([2, 0, 2]) / math.sqrt(2))
+    assert pattern[0, 3, :3] == pytest.approx(e / e.sum())
+
+
+def test_valid_lens_per_query_row_is_d2l_2d_form(tmp_path):
+    data = json.loads(Path("samples/seed003.json").read_text())
+    res = attend_inputs(write(tmp_path, {**data, "valid_lens": [1, 2, 3, 6]}))
+    pattern = res.tensors["attn.pattern"][0]
+    assert pattern[0].tolist()[1:] == [0] * 5 and pattern[0, 0] == 1.0
+    assert (pattern[1, 2:] == 0).all() and (pattern[3] > 0).all()
+
+
+def test_the_seed_001_two_head_sample_is_masked_self_attention_with_identities():
+    res = attend_inputs("samples/seed001-two-heads.json", head=1, explain=True, query_pos=3)
+    data = json.loads(Path("samples/seed001-two-heads.json").read_text())
+    x = np.array(data["x"], float)
+    keep = np.tril(np.ones((4, 4), bool))
+    w, ctx = _reference(x, x, np.eye(4), np.eye(4), np.eye(4), keep, 2.0)  # sqrt(d_k = 4)
+    assert np.allclose(res.tensors["attn.pattern"][0], w)  # head 1 alone, both heads equal
+    assert res.heads == [1] and res.explain.head == 1
+    assert res.explain.context == pytest.approx(ctx[3].tolist())
+    full = attend_inputs("samples/seed001-two-heads.json")
+    assert np.allclose(full.tensors["attn.out"], ctx)  # W_o averages two identical heads
+    assert (full.tensors["attn.pattern"][:, 0, 1:] == 0).all()  # the first row sees itself
+
+
+@pytest.mark.parametrize("data, message", [
+    ({**SEED000, "w_k": [[[0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 1, 0]]] * 2}, "give each one"),
+    ({**SEED000, "x_kv": [[1, 0]], "w_k": [[1, 0, 0], [0, 1, 0]]}, "x_kv is 1×2 but w_v"),
+    ({**SEED000, "valid_lens": 0}, "valid_lens must be"),
+    ({**SEED000, "valid_lens": [1, 2]}, "one per query"),
+    ({**SEED000, "x_kv": [[1, 0, 0, 0]] * 2, "mask": "causal"}, "as many queries"),
+])
+def test_malformed_multihead_inputs(tmp_path, data, message):
+    with pytest.raises(InputTextError, match=message):
+        attend_inputs(write(tmp_path, data))

@@ -88,6 +88,40 @@ def test_llama_folder_config(llama):
     assert cfg.rope_theta == 50000.0
 
 
+@pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "pytorch_model.bin"])
+@pytest.mark.parametrize("shard", [None, "20KB"], ids=["one-file", "sharded"])
+def test_sharded_and_bin_folders_load_the_same(llama, tmp_path, safe, shard):
+    """save_pretrained's other layouts: shards with an index, and the older .bin pickles
+    (read with weights_only, like every torch file tfx opens)."""
+    path, hf = llama
+    folder = tmp_path / "saved"
+    kwargs = {"max_shard_size": shard} if shard else {}
+    hf.save_pretrained(folder, **kwargs)
+    shutil.copy(path / "tokenizer.json", folder)
+    if not safe:  # transformers 5 writes only safetensors: turn them into the old pickles
+        from safetensors.torch import load_file
+        for file in list(folder.glob("model*.safetensors")):
+            name = file.name.replace("model", "pytorch_model", 1).replace(".safetensors",
+                                                                           ".bin")
+            torch.save(load_file(str(file)), folder / name)
+            file.unlink()
+        index = folder / "model.safetensors.index.json"
+        if index.exists():
+            data = json.loads(index.read_text())
+            data["weight_map"] = {k: v.replace("model", "pytorch_model", 1)
+                                  .replace(".safetensors", ".bin")
+                                  for k, v in data["weight_map"].items()}
+            (folder / "pytorch_model.bin.index.json").write_text(json.dumps(data))
+            index.unlink()
+    names = {p.name for p in folder.iterdir()}
+    stem = "model.safetensors" if safe else "pytorch_model.bin"
+    assert (f"{stem}.index.json" in names) == bool(shard), names
+    model = load_weights(str(folder), checkpoint_config(str(folder)))
+    with torch.inference_mode():
+        want = hf(torch.tensor([IDS])).logits[0]
+    assert torch.allclose(logits(model, IDS), want, atol=1e-5)
+
+
 # -- nanoGPT ckpt.pt -----------------------------------------------------------------
 @pytest.mark.parametrize("bias", [True, False])
 def test_nanogpt_matches_hf_gpt2_with_exact_gelu(tmp_path, bias):
@@ -358,6 +392,13 @@ def make_bad(kind: str, tmp: Path, gpt2_dir, llama) -> tuple[str, str]:
         data[24:32] = b"\xff" * 8  # the first key's length: far past the end of the file
         path.write_bytes(bytes(data))
         return str(path), "truncated or corrupted"
+    if kind == "missing-shard":
+        folder = tmp / "sharded"
+        llama[1].save_pretrained(folder, max_shard_size="20KB")
+        shutil.copy(llama[0] / "tokenizer.json", folder)
+        shards = sorted(folder.glob("model-*.safetensors"))
+        shards[-1].unlink()
+        return str(folder), f"names the shard {shards[-1].name}"
     if kind == "pickle-with-code":
         path = tmp / "ckpt.pt"
         torch.save({"model": Payload(tmp / "pwned.txt"), "model_args": {}}, path)
@@ -372,7 +413,8 @@ def snapshot(root: Path) -> dict:
 
 BAD = ["missing", "not-a-checkpoint", "truncated-safetensors", "corrupted-safetensors",
        "shape-mismatch", "unknown-architecture", "missing-tensor", "extra-tensor",
-       "bad-config-json", "truncated-gguf", "corrupted-gguf", "pickle-with-code"]
+       "bad-config-json", "truncated-gguf", "corrupted-gguf", "pickle-with-code",
+       "missing-shard"]
 
 
 @pytest.mark.parametrize("kind", BAD)

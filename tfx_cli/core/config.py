@@ -12,7 +12,8 @@ from ..errors import ConfigError
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 POSITIONALS = ("learned", "sinusoidal", "rope", "none")
 
 
@@ -45,30 +46,92 @@ class ModelConfig:
     pooler: bool = False  # BERT's pooler (counted, not run by the stage commands)
     tokenizer: str = "gpt2"  # default tokenizer for this config
     eos_ids: tuple[int, ...] = ()  # end-of-sequence tokens: generate stops at them
+    # The switches of the newer decoder families (Qwen, Gemma, Mistral, Phi, GPT-NeoX);
+    # each default is what GPT-2 and Llama do.
+    head_dim: int | None = None  # None: d_model // n_heads (Gemma 3 and Qwen3 set their own)
+    qk_norm: bool = False  # Qwen3: RMSNorm of each head's q and k before the rotation
+    norm_plus_one: bool = False  # Gemma: RMSNorm scales by (1 + weight)
+    sandwich_norm: bool = False  # Gemma 2/3: a norm after attention and after the FFN too
+    parallel_residual: bool = False  # GPT-NeoX: x + attn(ln1(x)) + ffn(ln2(x))
+    embed_scale: bool = False  # Gemma: token embeddings times sqrt(d_model)
+    attn_scalar: float | None = None  # Gemma: scores divided by sqrt(this), not sqrt(head_dim)
+    attn_softcap: float | None = None  # Gemma 2: scores = cap * tanh(scores / cap)
+    final_softcap: float | None = None  # Gemma 2: logits = cap * tanh(logits / cap)
+    sliding_window: int | None = None  # a query sees this many latest keys (itself included)
+    sliding_layers: tuple[int, ...] | None = None  # the layers that slide; None: all of them
+    rope_local_theta: float | None = None  # Gemma 3: the rotary base of the sliding layers
+    rotary_dim: int | None = None  # GPT-NeoX: rotate only the first rotary_dim dims of a head
+    rope_scaling: tuple = ()  # (("factor", 8.0), ("rope_type", "llama3"), ...): longer contexts
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.eos_ids, list):  # from a JSON config file
-            object.__setattr__(self, "eos_ids", tuple(self.eos_ids))
+        for key in ("eos_ids", "sliding_layers"):  # lists from a JSON config file
+            if isinstance(getattr(self, key), list):
+                object.__setattr__(self, key, tuple(getattr(self, key)))
+        if isinstance(self.rope_scaling, dict):  # lists (longrope's factors) become tuples
+            object.__setattr__(self, "rope_scaling", tuple(sorted(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k, v in self.rope_scaling.items())))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
-        self.validate()
+        derived_head_dim = self.head_dim is None
+        if derived_head_dim and _number(self.n_heads) and self.n_heads > 0:
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        self.validate(derived_head_dim)
 
     # -- derived sizes ----------------------------------------------------------------
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def attn_dim(self) -> int:
+        """The width of the heads joined (n_heads * head_dim), d_model unless head_dim is
+        set apart from it."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def rope(self) -> dict:
+        """rope_scaling as a dict (empty: the plain rotation)."""
+        return dict(self.rope_scaling)
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.sliding_window is not None and (
+            self.sliding_layers is None or layer in self.sliding_layers)
+
+    def features(self) -> list[str]:
+        """The family switches that are on, in a few words each (configs, count-params)."""
+        out = []
+        if self.head_dim * self.n_heads != self.d_model:
+            out.append(f"head_dim {self.head_dim}")
+        for flag, words in (("qk_norm", "q/k norm"), ("norm_plus_one", "norm (1 + w)"),
+                            ("sandwich_norm", "sandwich norms"),
+                            ("parallel_residual", "parallel residual"),
+                            ("embed_scale", "embed × √d")):
+            if getattr(self, flag):
+                out.append(words)
+        if self.attn_scalar is not None:
+            out.append(f"÷√{self.attn_scalar:g}")
+        if self.attn_softcap is not None:
+            out.append(f"softcap {self.attn_softcap:g}")
+        if self.final_softcap is not None:
+            out.append(f"logit cap {self.final_softcap:g}")
+        if self.sliding_window is not None:
+            which = "" if self.sliding_layers is None else \
+                f" on {len(self.sliding_layers)}/{self.n_layers} layers"
+            out.append(f"window {self.sliding_window}{which}")
+        if self.rotary_dim is not None:
+            out.append(f"rotary {self.rotary_dim}/{self.head_dim}")
+        if self.rope_scaling:
+            out.append(f"rope {self.rope.get('rope_type', 'default')}")
+        return out
 
     @property
     def has_final_norm(self) -> bool:
         # Pre-LN stacks need a last norm before the head; post-LN blocks end normalised.
         return self.norm_position == "pre"
 
-    def validate(self) -> None:
+    def validate(self, derived_head_dim: bool = True) -> None:
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_kv_heads",
-                     "n_layers", "d_ff"):
+                     "n_layers", "d_ff", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"config field {name} must be a whole number, got {value!r}")
@@ -78,7 +141,7 @@ class ModelConfig:
             if getattr(self, name) > limit:
                 raise ConfigError(f"config field {name}={getattr(self, name)} is beyond tfx's "
                                   f"limit of {limit:,}; choose a smaller value")
-        if self.d_model % self.n_heads:
+        if derived_head_dim and self.d_model % self.n_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"choose a head count among {_divisors(self.d_model)}")
@@ -88,6 +151,7 @@ class ModelConfig:
                 "(each key/value head serves an equal group of query heads)")
         if self.positional == "rope" and self.head_dim % 2:
             raise ConfigError(f"rotary positions need an even head dimension, got {self.head_dim}")
+        self._validate_family()
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ConfigError(f"sinusoidal positions need an even d_model, got {self.d_model}")
         for name, allowed in (("norm", NORMS), ("norm_position", NORM_POSITIONS),
@@ -114,9 +178,60 @@ class ModelConfig:
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
 
+    def _validate_family(self) -> None:
+        for name in ("attn_scalar", "attn_softcap", "final_softcap", "rope_local_theta"):
+            value = getattr(self, name)
+            if value is not None and (not _number(value) or not 0 < value < float("inf")):
+                raise ConfigError(f"config field {name} must be a positive, finite number or "
+                                  f"null, got {value!r}")
+        for name in ("sliding_window", "rotary_dim"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
+                raise ConfigError(f"config field {name} must be a positive whole number or "
+                                  f"null, got {value!r}")
+        if self.rotary_dim is not None and (self.rotary_dim > self.head_dim or
+                                            self.rotary_dim % 2):
+            raise ConfigError(f"config field rotary_dim={self.rotary_dim} must be even and at "
+                              f"most head_dim={self.head_dim}")
+        layers = self.sliding_layers
+        if layers is not None and (not isinstance(layers, tuple) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.n_layers
+                for i in layers)):
+            raise ConfigError(f"config field sliding_layers must list layers 0 to "
+                              f"{self.n_layers - 1}, got {list(layers) if isinstance(layers, tuple) else layers!r}")
+        rope = self.rope
+        kind = rope.get("rope_type", "default")
+        if kind not in ROPE_TYPES:
+            raise ConfigError(f"rope scaling type {kind!r} is not supported; tfx computes "
+                              f"{', '.join(ROPE_TYPES)}")
+        if kind != "default" and not (_number(rope.get("factor")) and rope["factor"] > 0):
+            raise ConfigError(f"rope scaling {kind} needs a positive factor, got "
+                              f"{rope.get('factor')!r}")
+        if kind == "longrope":
+            pairs = (self.rotary_dim or self.head_dim) // 2
+            for key in ("short_factor", "long_factor"):
+                value = rope.get(key)
+                if not (isinstance(value, tuple) and len(value) == pairs and
+                        all(_number(v) and v > 0 for v in value)):
+                    raise ConfigError(f"rope scaling longrope needs {key}: {pairs} positive "
+                                      f"numbers, one per rotated pair")
+            old = rope.get("original_max_position_embeddings")
+            if not (isinstance(old, int) and not isinstance(old, bool) and old > 0):
+                raise ConfigError("rope scaling longrope needs original_max_position_"
+                                  "embeddings, the context it was trained on")
+
     def to_dict(self) -> dict:
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in fields(self)}
+        """The JSON config: a file holding it reads back as this config. head_dim is null
+        where it is d_model / n_heads, so an edited d_model or head count derives it again."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = dict(value) if f.name == "rope_scaling" else \
+                list(value) if isinstance(value, tuple) else value
+        if self.head_dim * self.n_heads == self.d_model:
+            out["head_dim"] = None
+        return out
 
 
 def _number(value) -> bool:
@@ -196,7 +311,15 @@ def _check_type(source: str, key: str, annotation: str, value) -> None:
     ann = str(annotation)
     if value is None and "None" in ann:
         return
-    if ann.startswith("tuple"):
+    if key == "rope_scaling":
+        def simple(v) -> bool:
+            return isinstance(v, (int, float, str)) and not isinstance(v, bool)
+        ok = isinstance(value, dict) and all(
+            simple(v) or (isinstance(v, list) and all(simple(x) and not isinstance(x, str)
+                                                      for x in v))
+            for v in value.values())
+        want = "an object of numbers and names, e.g. {\"rope_type\": \"linear\", \"factor\": 2}"
+    elif ann.startswith("tuple"):
         ok = isinstance(value, list) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value)
         want = "a list of whole numbers"
@@ -254,6 +377,9 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
                    tie: bool | None = None) -> ModelConfig:
     """Apply the command-line size overrides (random-weight configs only)."""
     changes: dict = {}
+    if (d_model is not None or heads is not None) and \
+            cfg.head_dim * cfg.n_heads == cfg.d_model:
+        changes["head_dim"] = None  # derived from d_model and heads: derive it again
     if d_model is not None:
         changes["d_model"] = d_model
         if d_model != cfg.d_model and cfg.d_ff == 4 * cfg.d_model:
@@ -308,9 +434,10 @@ SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec))
 SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
 
 
-def spec_config(spec: ModelSpec) -> ModelConfig:
+def spec_config(spec: ModelSpec, *, progress=None) -> ModelConfig:
     """The config a spec asks for: a preset or JSON file with the size overrides applied,
-    or the architecture a checkpoint brings (read from its header, no tensors)."""
+    or the architecture a checkpoint brings (read from its header, no tensors; `progress`
+    shows the one-time join of a checkpoint shipped in parts, see weights.resolve)."""
     if spec.weights:
         if spec.config:
             raise ConfigError("--config and --weights both given; real weights bring their "
@@ -321,7 +448,7 @@ def spec_config(spec: ModelSpec) -> ModelConfig:
                               "drop it, or use --config for random weights")
         from .weights import checkpoint_config  # torch-light until tensors are read
 
-        return checkpoint_config(spec.weights)
+        return checkpoint_config(spec.weights, progress=progress)
     return with_overrides(resolve_config(spec.config), **spec.overrides)
 
 

@@ -22,12 +22,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope, rope_angles
+from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope, rope_tables
 
 
 def supports(model: Transformer) -> bool:
-    """Can `step` run this model? (a causal model with an output head, not recording)"""
-    return model.cfg.causal and model.cfg.lm_head and not model.recording
+    """Can `step` run this model? A causal model with an output head, not recording, and
+    none of the newer families' switches (those decode through forward with the cache)."""
+    cfg = model.cfg
+    return cfg.causal and cfg.lm_head and not model.recording and not cfg.features()
 
 
 def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -141,8 +143,8 @@ def _attention_step(attn: Attention, x: torch.Tensor, cache: KVCache, start: int
 
 
 def _ffn_step(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
-    if ffn.activation == "swiglu":
-        act = F.silu(_linear(ffn.gate_proj, x)) * _linear(ffn.fc1, x)
+    if ffn.gated:
+        act = ffn.activate(_linear(ffn.gate_proj, x)) * _linear(ffn.fc1, x)
     else:
         act = ffn.activate(_linear(ffn.fc1, x))
     return _linear(ffn.fc2, act)
@@ -178,7 +180,7 @@ def step(model: Transformer, token: int, cache: KVCache) -> torch.Tensor:
         x = embed.ln.fused(x)
     angles = None
     if cfg.positional == "rope":
-        angles = rope_angles(torch.tensor([start]), cfg.head_dim, cfg.rope_theta)
+        angles = rope_tables(torch.tensor([start]), cfg)
     for block in model.blocks:
         x = _block_step(block, x, cache, start, angles)
     cache.length = start + 1

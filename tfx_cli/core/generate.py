@@ -197,6 +197,13 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
     """
     C = model.cfg.context_length
     window_start = max(0, len(ids) - C)
+    rope = model.cfg.rope
+    if cache is not None and rope.get("rope_type") == "longrope" and \
+            cache.length <= rope["original_max_position_embeddings"] < len(ids):
+        # the text just outgrew the trained context: longrope's long factors now rotate
+        # every position, so the keys cached with the short ones are computed again
+        # (as transformers' Phi-3 generation does)
+        cache.length = 0
     if cache is not None and window_start == 0:
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
@@ -487,7 +494,7 @@ def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
             normed = model.ln_f(resid) if model.ln_f is not None else resid
-            probs = torch.softmax(model.lm_head(normed)[0].double(), dim=-1)  # (T, V)
+            probs = torch.softmax(model.unembed(normed)[0].double(), dim=-1)  # (T, V)
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())

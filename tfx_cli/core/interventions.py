@@ -25,6 +25,7 @@ cell) from block l's input: the blocks before l are never run again.
 """
 from __future__ import annotations
 
+import math
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
 _NOT_SITES = {
     "tokens.ids": "token ids are not activations; ablate embed.tok or embed.out",
     "logits": "it is the output itself, nothing runs after it",
+    "logits_uncapped": "it is the output itself (before the soft cap), nothing runs after it",
     "mean": "a norm's statistic, recorded for display; the norm does not read it back "
             "(ablate its .in or .normed)",
     "var": "a norm's statistic, recorded for display; the norm does not read it back "
@@ -54,9 +56,13 @@ _NOT_SITES = {
               "(use attn.pattern, attn.q or attn.k)",
     "masked": "it is recomputed from q and k when read and nothing downstream reads it "
               "(use attn.pattern, attn.q or attn.k)",
+    "capped": "it is recomputed from q and k when read and nothing downstream reads it "
+              "(use attn.pattern, attn.q or attn.k)",
 }
-_ROPE_K = ("rotary models record keys before the rotation for display only; the "
-           "rotated keys flow on: use attn.k_rot")
+_ROPE_K = ("this model records keys before their norm or rotation for display only; the "
+           "keys that flow on are attn.k_rot (or attn.k_norm.out without rotation)")
+_SHARED_K_NORM = ("the key norm runs on the shared key/value heads and is recorded for every "
+                  "query head, so an edit of one head's copy would be lost; use attn.k_rot")
 
 
 # -- sites ---------------------------------------------------------------------------
@@ -112,8 +118,10 @@ def _why_not(name: str, cfg) -> str | None:
     leaf = name.rsplit(".", 1)[-1]
     if leaf in _NOT_SITES:
         return _NOT_SITES[leaf]
-    if cfg.positional == "rope" and name.endswith(".attn.k"):
+    if name.endswith(".attn.k") and (cfg.positional == "rope" or cfg.qk_norm):
         return _ROPE_K
+    if ".attn.k_norm." in name and cfg.n_kv_heads != cfg.n_heads:
+        return _SHARED_K_NORM
     return None
 
 
@@ -566,7 +574,7 @@ def _frozen_norm(vectors: torch.Tensor, norm, scale: float) -> torch.Tensor:
     shift β is not a part's: the caller adds it once, as its own part."""
     if norm.kind != "rmsnorm":
         vectors = vectors - vectors.mean(dim=-1, keepdim=True)
-    return vectors / scale * norm.scale.double()
+    return vectors / scale * norm.gain.double()
 
 
 def _norm_scale(tr: Trace, prefix: str, eps: float) -> float:
@@ -604,17 +612,23 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     cfg = model.cfg
     embeds = [n for n in ("embed.tok", "embed.pos", "embed.token_type") if n in model.taps]
     post = cfg.norm_position == "post"
-    names = list(embeds) + ["logits"] + (["embed.ln.var"] if cfg.embed_norm else [])
+    sandwich = cfg.sandwich_norm
+    # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
+    # logits before the cap
+    out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
+    names = list(embeds) + [out] + (["embed.ln.var"] if cfg.embed_norm else [])
     for i in range(cfg.n_layers):
         names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
                   f"blocks.{i}.ffn.out"]
         if post:
             names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
+        if sandwich:
+            names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
     if model.ln_f is not None:
         names.append("ln_f.var")
     with model.record(names) as tr, torch.inference_mode():
         model(torch.tensor([list(ids)]), head="last")
-    logits = tr.raw("logits")[-1].double()  # (V,)
+    logits = tr.raw(out)[-1].double()  # (V,)
     direction = model.lm_head.weight[answer].double()
     if wrong is not None:
         direction = direction - model.lm_head.weight[wrong].double()
@@ -628,20 +642,27 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         labels.append(label)
         vectors.append(vector.double())
 
-    def through(norm, prefix: str) -> None:
-        """Carry every part so far, and the remainder, through a frozen norm."""
+    def through(norm, prefix: str, since: int = 0) -> None:
+        """Carry the parts from index `since` on, and the remainder, through a frozen
+        norm (since > 0: a sandwich norm, which sees only its own sublayer's parts)."""
         nonlocal rest
         scale = _norm_scale(tr, prefix, norm.eps)
-        stacked = _frozen_norm(torch.stack(vectors + [rest]), norm, scale)
-        vectors[:] = list(stacked[:-1])
+        stacked = _frozen_norm(torch.stack(vectors[since:] + [rest]), norm, scale)
+        vectors[since:] = list(stacked[:-1])
         rest = stacked[-1] + (norm.shift.double() if norm.shift is not None else 0.0)
 
     for name in embeds:
-        add(name, tr.raw(name)[-1])
+        vector = tr.raw(name)[-1].double()
+        if name == "embed.tok" and cfg.embed_scale:
+            vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
+        add(name, vector)
     if cfg.embed_norm:
         through(model.embed.ln, "embed.ln")
     for i, block in enumerate(model.blocks):
         attn = block.attn
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
         if per_head:
             context = tr.raw(f"blocks.{i}.attn.context")[:, -1].double()  # (H, D)
             W_O = attn.out_proj.weight.double()  # (C, H·D)
@@ -652,9 +673,18 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
                 rest = rest + attn.out_proj.bias.double()
         else:
             add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
+        if sandwich:
+            through(block.ln_post_attn, f"blocks.{i}.ln_post_attn", since=first)
+            rest = before + rest
         if post:
             through(block.ln1, f"blocks.{i}.ln1")
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)
         add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
+        if sandwich:
+            through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
+            rest = before + rest
         if post:
             through(block.ln2, f"blocks.{i}.ln2")
     if model.ln_f is not None:
@@ -684,6 +714,8 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
     total = sum(found.values)
     post = cfg.norm_position == "post"
     tokens = f"W_U[{good.token!r}]" + (f" - W_U[{bad.token!r}]" if bad is not None else "")
+    if "logits_uncapped" in model.taps:  # tanh is not linear: the parts are of the logits
+        tokens += " (the logits before the final soft cap)"
     if post:
         norm_text = ("post-LN: each part carried through every later block norm, each with "
                      "its scale frozen at the real run's value (centred, ÷ scale, × γ)")

@@ -79,14 +79,25 @@ class Norm(nn.Module):
     shown, and so the arithmetic is the seed's: (x - mean) / sqrt(var + eps) * scale + shift.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, size: int | None = None,
+                 dims: tuple[str, ...] = ("T", "C")):
+        """size: the normalised width (d_model; head_dim for Qwen3's and Gemma 3's q and k
+        norms, whose rows are (H, T, D))."""
         super().__init__()
+        size = size or cfg.d_model
         self.kind, self.eps = cfg.norm, cfg.ln_eps
-        self.scale = nn.Parameter(torch.ones(cfg.d_model))
-        self.shift = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.norm == "layernorm" else None
-        self.add_module("in", Tap("T", "C"))  # what is normalised (x + Sublayer(x) in post-LN)
-        self.mean, self.var = Tap("T"), Tap("T")
-        self.normed, self.out = Tap("T", "C"), Tap("T", "C")
+        # Gemma stores w and scales by (1 + w); a fresh norm still multiplies by one
+        self.plus_one = cfg.norm_plus_one
+        self.scale = nn.Parameter(torch.zeros(size) if self.plus_one else torch.ones(size))
+        self.shift = nn.Parameter(torch.zeros(size)) if cfg.norm == "layernorm" else None
+        self.add_module("in", Tap(*dims))  # what is normalised (x + Sublayer(x) in post-LN)
+        self.mean, self.var = Tap(*dims[:-1]), Tap(*dims[:-1])
+        self.normed, self.out = Tap(*dims), Tap(*dims)
+
+    @property
+    def gain(self) -> torch.Tensor:
+        """What the normalised rows are multiplied by: the scale, or 1 + scale (Gemma)."""
+        return 1.0 + self.scale if self.plus_one else self.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = getattr(self, "in")(x)
@@ -104,19 +115,19 @@ class Norm(nn.Module):
             mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
             normed = self.normed(x * torch.rsqrt(mean_square + self.eps))
-            return self.out(normed * self.scale)
+            return self.out(normed * self.gain)
         mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
         var = x.var(dim=-1, keepdim=True, unbiased=False)
         self.mean(mean.squeeze(-1))
         self.var(var.squeeze(-1))
         normed = self.normed((x - mean) / torch.sqrt(var + self.eps))
-        return self.out(normed * self.scale + self.shift)
+        return self.out(normed * self.gain + self.shift)
 
     def fused(self, x: torch.Tensor) -> torch.Tensor:
         """The same norm in one kernel, recording nothing."""
         if self.kind == "rmsnorm":
-            return F.rms_norm(x, (x.shape[-1],), self.scale, self.eps)
-        return F.layer_norm(x, (x.shape[-1],), self.scale, self.shift, self.eps)
+            return F.rms_norm(x, (x.shape[-1],), self.gain, self.eps)
+        return F.layer_norm(x, (x.shape[-1],), self.gain, self.shift, self.eps)
 
 
 # -- positions ---------------------------------------------------------------------
@@ -130,19 +141,93 @@ def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
     return table.float()
 
 
-def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
-    """Rotation angle of each (position, frequency): pos * theta^(-2i/D). (T, D/2)"""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    return (positions.double()[:, None] * inv_freq[None, :]).float()
+def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
+                     length: int = 0) -> tuple[torch.Tensor, float]:
+    """The rotation frequency of each pair of a dim-wide rotation, theta^(-2i/dim), as a
+    scaling type changes them for longer contexts, and the factor cos and sin are then
+    multiplied by (yarn's attention factor; 1 otherwise). float64, (dim/2,).
+
+    linear divides every frequency by `factor`. llama3 leaves the fast (short-wavelength)
+    ones, divides the slow ones by `factor` and blends in between. yarn interpolates the
+    slow dimensions, keeps the fast ones, ramps linearly between the dimensions that turn
+    beta_slow and beta_fast times over the original context, and scales cos and sin by
+    0.1 * ln(factor) + 1 (or its given attention_factor). longrope (Phi-3) divides each
+    frequency by its own factor, short_factor while the run's `length` (largest position
+    + 1) fits the trained context and long_factor past it, and scales cos and sin by
+    sqrt(1 + ln factor / ln trained context)."""
+    freq = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    scaling = scaling or {}
+    kind, factor = scaling.get("rope_type", "default"), scaling.get("factor", 1.0)
+    if kind == "linear":
+        return freq / factor, 1.0
+    if kind == "llama3":
+        old = scaling.get("original_max_position_embeddings", 8192)
+        low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        wavelength = 2 * math.pi / freq
+        slow = wavelength > old / low  # long waves: slowed down by the factor
+        blend = ((old / wavelength - low) / (high - low)).clamp(0, 1)  # 0 slow .. 1 fast
+        between = (1 - blend) * freq / factor + blend * freq
+        fast = wavelength < old / high
+        return torch.where(slow, freq / factor, torch.where(fast, freq, between)), 1.0
+    if kind == "longrope":
+        old = scaling["original_max_position_embeddings"]
+        ext = scaling["long_factor" if length > old else "short_factor"]
+        freq = freq / torch.tensor(ext, dtype=torch.float64)
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            attention = math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0
+        return freq, float(attention)
+    if kind == "yarn":
+        old = scaling.get("original_max_position_embeddings", 4096)
+        fast, slow = scaling.get("beta_fast", 32.0), scaling.get("beta_slow", 1.0)
+
+        def dim_turning(turns: float) -> float:  # the dimension that turns `turns` times
+            return dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+        lo = max(math.floor(dim_turning(fast)), 0)
+        hi = min(math.ceil(dim_turning(slow)), dim - 1)
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) /
+                (max(hi - lo, 0.001))).clamp(0, 1)  # 0: keep, 1: interpolate
+        keep = 1 - ramp
+        freq = (freq / factor) * (1 - keep) + freq * keep
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            attention = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return freq, float(attention)
+    return freq, 1.0
 
 
-def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x_i, x_{i+D/2}) by their angle: the split-halves (HF Llama) layout."""
-    cos, sin = angles.cos(), angles.sin()  # (T, D/2)
-    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)  # (T, D)
-    half = x.shape[-1] // 2
-    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated_half * sin
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float,
+                scaling: dict | None = None) -> torch.Tensor:
+    """Rotation angle of each (position, frequency): pos * frequency. (T, dim/2)"""
+    freq, _ = rope_frequencies(head_dim, theta, scaling)
+    return (positions.double()[:, None] * freq[None, :]).float()
+
+
+def rope_tables(positions: torch.Tensor, cfg: ModelConfig, *, local: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (T, rotary dims), that rotate q and k: the sliding layers of
+    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims."""
+    dim = cfg.rotary_dim or cfg.head_dim
+    theta = cfg.rope_local_theta if local and cfg.rope_local_theta else cfg.rope_theta
+    scaling = None if local and cfg.rope_local_theta else cfg.rope
+    length = int(positions.max()) + 1 if positions.numel() else 0
+    freq, factor = rope_frequencies(dim, theta, scaling, length)
+    angles = (positions.double()[:, None] * freq[None, :]).float()  # (T, dim/2)
+    angles = torch.cat([angles, angles], -1)  # dimension i and i + dim/2 share angle i
+    return angles.cos() * factor, angles.sin() * factor
+
+
+def apply_rope(x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+R/2}) of the first R dims by their angle, the split-halves
+    (HF Llama, GPT-NeoX) layout; dims past R (partial rotation) pass unchanged."""
+    cos, sin = rot  # (T, R)
+    R = cos.shape[-1]
+    turned, passed = (x, None) if R == x.shape[-1] else (x[..., :R], x[..., R:])
+    half = R // 2
+    rotated_half = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
+    out = turned * cos + rotated_half * sin
+    return out if passed is None else torch.cat([out, passed], dim=-1)
 
 
 def embedding(n: int, d: int) -> nn.Embedding:
@@ -176,6 +261,8 @@ class Embed(nn.Module):
     def forward(self, ids: torch.Tensor, positions: torch.Tensor,
                 token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.tok(self.tok_emb(ids))  # (B, T, C)
+        if self.cfg.embed_scale:  # Gemma: rows of unit-ish norm brought up to sqrt(d_model)
+            x = x * math.sqrt(self.cfg.d_model)
         if self.cfg.positional == "learned":
             x = x + self.pos(self.pos_emb(positions)[None])
         elif self.cfg.positional == "sinusoidal":
@@ -211,13 +298,15 @@ class KVCache:
 
 def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                        keep: torch.Tensor | None, scale: float, taps=None, *,
-                       causal: bool = False) -> torch.Tensor:
+                       causal: bool = False, softcap: float | None = None) -> torch.Tensor:
     """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
 
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
     `taps` has scores/scaled/masked/pattern taps (an Attention module, or the stand-alone
     ones `tfx attend --inputs` uses for hand-made matrices); None records nothing.
     causal: keep is the square causal mask (key j visible to query i when j <= i).
+    softcap (Gemma 2): the scaled scores become cap * tanh(scaled / cap) before the mask,
+    recorded as `capped`.
 
     scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
     the trace computes it again, with the same operations and so the same numbers, when
@@ -234,14 +323,20 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     def scaled(rows=every, cols=every):
         return scores(rows, cols).div_(scale)
 
+    def capped(rows=every, cols=every):
+        if softcap is None:
+            return scaled(rows, cols)
+        return scaled(rows, cols).div_(softcap).tanh_().mul_(softcap)
+
     def masked(rows=every, cols=every):
         if keep is None:
-            return scaled(rows, cols)
-        return scaled(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
+            return capped(rows, cols)
+        return capped(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
 
     shape = (*queries.shape[:-1], keys.shape[-2])
-    for name, compute in (("scores", scores), ("scaled", scaled), ("masked", masked)):
-        if getattr(getattr(tap, name), "on", False):
+    for name, compute in (("scores", scores), ("scaled", scaled), ("capped", capped),
+                          ("masked", masked)):
+        if getattr(getattr(tap, name, None), "on", False):
             getattr(tap, name).lazy(compute, shape)
     T = queries.shape[-2]
     # an edited pattern must be whole before the context is formed from it
@@ -280,23 +375,36 @@ class Attention(nn.Module):
 
     The explicit path materialises scores, scaled, masked and pattern; when no tap inside
     needs them it calls the fused scaled_dot_product_attention, held equal by a test.
+    Switches of the newer families: per-head q and k norms (Qwen3, Gemma 3), a sliding
+    window (Mistral, Gemma), soft-capped scores (Gemma 2), a scale other than sqrt(D)
+    (Gemma's query_pre_attn_scalar), and a head width apart from d_model / n_heads.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.window = cfg.sliding_window if cfg.is_sliding(layer) else None
+        self.softcap = cfg.attn_softcap
+        self.scale = math.sqrt(cfg.attn_scalar or cfg.head_dim)  # scores are divided by it
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        self.W_query = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.qkv_bias)
+        self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
         self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
         self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.proj_bias)
+        self.out_proj = nn.Linear(cfg.attn_dim, cfg.d_model, bias=cfg.proj_bias)
         self.q, self.k, self.v = Tap("H", "T", "D"), Tap("H", "S", "D"), Tap("H", "S", "D")
+        if cfg.qk_norm:  # each head's q and k rows normalised over D, before the rotation
+            self.q_norm = Norm(cfg, cfg.head_dim, ("H", "T", "D"))
+            self.k_norm = Norm(cfg, cfg.head_dim, ("H", "S", "D"))
         if cfg.positional == "rope":
             self.q_rot, self.k_rot = Tap("H", "T", "D"), Tap("H", "S", "D")
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
+        if self.softcap is not None:
+            self.capped = Tap("H", "T", "S")
         self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
-        self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", "C"), Tap("T", "C")
+        # A: the heads joined, H * D wide; C (d_model) unless head_dim is set apart
+        joined = "C" if cfg.attn_dim == cfg.d_model else "A"
+        self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", joined), Tap("T", "C")
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
@@ -312,68 +420,105 @@ class Attention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         return x if group == 1 else x.repeat_interleave(group, dim=1)
 
+    def window_keep(self, T: int, S: int, start: int) -> torch.Tensor:
+        """(T, S): key j is within the window of query start + i (it and the window - 1
+        keys before it)."""
+        q_pos = torch.arange(start, start + T)[:, None]
+        return q_pos - torch.arange(S)[None, :] < self.window
+
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
-                kv_x: torch.Tensor | None = None, q_angles: torch.Tensor | None = None,
-                k_angles: torch.Tensor | None = None, cache: KVCache | None = None,
-                start: int = 0, is_causal: bool = False) -> torch.Tensor:
+                kv_x: torch.Tensor | None = None, rot: tuple | None = None,
+                k_rot: tuple | None = None, rot_local: tuple | None = None,
+                cache: KVCache | None = None, start: int = 0,
+                is_causal: bool = False) -> torch.Tensor:
         """x: (B, T, C) queries' input; kv_x: keys/values' input (cross-attention), else x.
         keep: (T, S) bool, True where a query may look; None means no mask at all.
+        rot: the (cos, sin) tables rotating q (rotary models); k_rot those of k when they
+        differ (keys from another text), else rot; rot_local those of a sliding layer that
+        rotates with its own base (Gemma 3).
         is_causal: keep is exactly the square causal mask, which the fused kernel can
         apply by skipping the hidden blocks instead of reading a mask."""
+        if self.window is not None and rot_local is not None:
+            rot = rot_local
         q, k, v = self._project(x, kv_x)
         queries = self._heads(q, self.n_heads)  # (B, H, T, D)
         keys = self._heads(k, self.n_kv_heads)  # (B, Hkv, S, D)
         values = self._heads(v, self.n_kv_heads)  # (B, Hkv, S, D)
-        if q_angles is not None:  # rotary: record q and k before and after the rotation
+        plain = rot is None and not self.cfg.qk_norm  # q and k are used as projected
+        if not plain:  # record them as projected, then normed (q_norm) and rotated (q_rot)
             queries = self.q(queries)
             if self.k.on:
                 self.k(self.share_kv(keys))
-            queries = self.q_rot(apply_rope(queries, q_angles))
-            keys = apply_rope(keys, k_angles)
+            if self.cfg.qk_norm:
+                queries, keys = self.q_norm(queries), self._k_normed(keys)
+            if rot is not None:
+                queries = self.q_rot(apply_rope(queries, rot))
+                keys = apply_rope(keys, k_rot if k_rot is not None else rot)
         if cache is not None:
             keys, values = cache.append(self.layer, keys, values, start)
         keys, values = self.share_kv(keys), self.share_kv(values)  # (B, H, S, D)
         # each tap's output is what flows on, so an intervention there reaches attention
-        if q_angles is None:
+        if plain:
             queries = self.q(queries)
             keys = self.k(keys)
-        else:
+        elif rot is not None:
             keys = self.k_rot(keys)
         values = self.v(values)
+        if self.window is not None and kv_x is None:
+            inside = self.window_keep(queries.shape[-2], keys.shape[-2], start)
+            keep = inside if keep is None else keep & inside
+            is_causal = False  # the mask is no longer the plain causal one
 
-        explicit = any(t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
+        explicit = self.softcap is not None or any(
+            t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
-            context_vec = explicit_attention(queries, keys, values, keep,
-                                             math.sqrt(self.head_dim), taps=self,
-                                             causal=is_causal)
+            context_vec = explicit_attention(queries, keys, values, keep, self.scale,
+                                             taps=self, causal=is_causal,
+                                             softcap=self.softcap)
         else:
             causal = is_causal and keep is not None
             context_vec = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=None if causal else keep, is_causal=causal)
+                queries, keys, values, attn_mask=None if causal else keep, is_causal=causal,
+                scale=1.0 / self.scale)
         context_vec = self.context(context_vec)
         B, H, T, D = context_vec.shape
-        concat = self.concat(context_vec.transpose(1, 2).reshape(B, T, H * D))  # (B, T, C)
+        concat = self.concat(context_vec.transpose(1, 2).reshape(B, T, H * D))  # (B, T, A)
         return self.out(self.out_proj(concat))
+
+    def _k_normed(self, keys: torch.Tensor) -> torch.Tensor:
+        """k_norm over the key/value heads; its taps show every query head's keys, as k
+        does (grouped-query attention shares them)."""
+        norm = self.k_norm
+        if not any(t.on for t in (getattr(norm, "in"), norm.mean, norm.var, norm.normed,
+                                  norm.out)):
+            return norm.fused(keys)
+        group = self.n_heads // self.n_kv_heads
+        shared = norm(self.share_kv(keys))  # (B, H, S, D), recorded
+        return shared[:, ::group] if group > 1 else shared
 
 
 # -- feed-forward ------------------------------------------------------------------
 class FeedForward(nn.Module):
+    """x W1 -> activation -> W2; or gated (SwiGLU: SiLU, GeGLU: GELU-tanh): the gate
+    x W_gate goes through the activation and multiplies x W_up, then W_down."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.activation = cfg.activation
+        self.gated = cfg.activation in GATED
         bias = cfg.proj_bias
-        if cfg.activation == "swiglu":
+        if self.gated:
             self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)
-        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)  # "up" for SwiGLU
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)  # "up" when gated
         self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=bias)  # "down"
         self.hidden, self.act, self.out = Tap("T", "F"), Tap("T", "F"), Tap("T", "C")
-        if cfg.activation == "swiglu":
+        if self.gated:
             self.up = Tap("T", "F")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation == "swiglu":
+        if self.gated:
             gate = self.hidden(self.gate_proj(x))  # (B, T, F), pre-activation of the gate
-            act = self.act(F.silu(gate) * self.up(self.fc1(x)))
+            act = self.act(self.activate(gate) * self.up(self.fc1(x)))
         else:
             hidden = self.hidden(self.fc1(x))  # (B, T, F)
             act = self.act(self.activate(hidden))
@@ -384,27 +529,55 @@ class FeedForward(nn.Module):
             return F.relu(hidden)
         if self.activation == "gelu":
             return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT
-        return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004
+        if self.activation == "swiglu":
+            return F.silu(hidden)  # the gate of Llama's SwiGLU
+        return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004; Gemma's GeGLU gate
+
+
+GATED = ("swiglu", "geglu")
 
 
 # -- block and model ----------------------------------------------------------------
 class Block(nn.Module):
+    """One transformer block: attention then feed-forward, each with its residual add.
+
+    pre-LN (GPT, Llama):  x + attn(ln1(x)), then + ffn(ln2(x))
+    post-LN (seed 000, BERT):  ln1(x + attn(x)), then ln2(x + ffn(x))
+    sandwich (Gemma 2/3):  x + ln_post_attn(attn(ln1(x))), then + ln_post_ffn(ffn(ln2(x)))
+    parallel (GPT-NeoX):  x + attn(ln1(x)) + ffn(ln2(x)), both reading the block's input
+    """
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.post_ln = cfg.norm_position == "post"
+        self.parallel, self.sandwich = cfg.parallel_residual, cfg.sandwich_norm
         self.ln1 = Norm(cfg)
         self.attn = Attention(cfg, layer)
-        self.resid_mid = Tap("T", "C")
+        if self.sandwich:
+            self.ln_post_attn = Norm(cfg)
+        if not self.parallel:  # a parallel block has no stream between its sublayers
+            self.resid_mid = Tap("T", "C")
         self.ln2 = Norm(cfg)
         self.ffn = FeedForward(cfg)
+        if self.sandwich:
+            self.ln_post_ffn = Norm(cfg)
         self.resid_out = Tap("T", "C")
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, **attn_kw) -> torch.Tensor:
         if self.post_ln:  # LayerNorm(x + Sublayer(x)), the original encoder (seed 000)
             x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
             return self.resid_out(self.ln2(x + self.ffn(x)))
-        x = self.resid_mid(x + self.attn(self.ln1(x), keep, **attn_kw))
-        return self.resid_out(x + self.ffn(self.ln2(x)))
+        if self.parallel:
+            attended = self.attn(self.ln1(x), keep, **attn_kw)
+            return self.resid_out(x + attended + self.ffn(self.ln2(x)))
+        attended = self.attn(self.ln1(x), keep, **attn_kw)
+        if self.sandwich:
+            attended = self.ln_post_attn(attended)
+        x = self.resid_mid(x + attended)
+        fed = self.ffn(self.ln2(x))
+        if self.sandwich:
+            fed = self.ln_post_ffn(fed)
+        return self.resid_out(x + fed)
 
 
 class Transformer(nn.Module):
@@ -427,6 +600,8 @@ class Transformer(nn.Module):
                 self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.lm_head and cfg.tie_embeddings:
             self.lm_head.weight = self.embed.tok_emb.weight
+        if cfg.final_softcap is not None:  # Gemma 2: the head's logits before the cap
+            self.logits_uncapped = Tap("T", "V")
         self.logits = Tap("T", "V")
         self.taps: dict[str, Tap] = {}
         for name, module in self.named_modules():
@@ -494,16 +669,28 @@ class Transformer(nn.Module):
     def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
                           keep: torch.Tensor | None | str = "auto") -> dict:
         """What every block's attention needs besides x: the keep-mask (the config's own
-        for "auto"), the cache and where the new positions start, and rotary angles."""
+        for "auto"; sliding layers narrow it to their window themselves), the cache and
+        where the new positions start, and the rotary tables of the new positions."""
         attn_kw: dict = {"keep": keep, "cache": cache, "start": start}
         if isinstance(keep, str):
             attn_kw["keep"] = self.mask(T, start + T, start)
             attn_kw["is_causal"] = self.cfg.causal and start == 0  # square: query i, keys <= i
         if self.cfg.positional == "rope":
-            angles = rope_angles(torch.arange(0, start + T), self.cfg.head_dim,
-                                 self.cfg.rope_theta)
-            attn_kw.update(q_angles=angles[start:], k_angles=angles[start:])
+            positions = torch.arange(start, start + T)
+            attn_kw["rot"] = rope_tables(positions, self.cfg)
+            if self.cfg.rope_local_theta is not None:
+                attn_kw["rot_local"] = rope_tables(positions, self.cfg, local=True)
         return attn_kw
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """The head on a (normalised) residual stream: logits, soft-capped where the
+        model caps them (Gemma 2). Recorded as `logits`."""
+        logits = self.lm_head(x)
+        cap = self.cfg.final_softcap
+        if cap is not None:
+            logits = self.logits_uncapped(logits)
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def run_blocks(self, x: torch.Tensor, context: dict, *, first: int = 0,
                    stop_after: int | None = None, head: str = "all") -> torch.Tensor | None:
@@ -529,7 +716,7 @@ class Transformer(nn.Module):
             return x
         if head == "last":
             x = x[:, -1:]
-        return self.logits(self.lm_head(x))
+        return self.logits(self.unembed(x))
 
 
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,

@@ -48,8 +48,9 @@ def _linear(name: str, label: str, n_in: int, n_out: int, bias: bool, part: str)
     return rows
 
 
-def _norm(name: str, label: str, cfg: ModelConfig, part: str) -> list[Row]:
-    C = cfg.d_model
+def _norm(name: str, label: str, cfg: ModelConfig, part: str, size: int | None = None
+          ) -> list[Row]:
+    C = size or cfg.d_model
     rows = [Row(f"{name}.scale", f"{label} scale", (C,), C, part)]
     if cfg.norm == "layernorm":  # RMSNorm has no shift
         rows.append(Row(f"{name}.shift", f"{label} shift", (C,), C, part))
@@ -59,21 +60,28 @@ def _norm(name: str, label: str, cfg: ModelConfig, part: str) -> list[Row]:
 # -- parameters ----------------------------------------------------------------------
 def block_rows(cfg: ModelConfig) -> list[Row]:
     """One transformer block's parameters, in the order core.model creates them."""
-    C, F = cfg.d_model, cfg.d_ff
+    C, F, A = cfg.d_model, cfg.d_ff, cfg.attn_dim
     kv_dim = cfg.n_kv_heads * cfg.head_dim  # grouped-query attention shrinks K and V only
     rows = _norm("ln1", "norm 1", cfg, "norms")
-    rows += _linear("attn.W_query", "query W_Q", C, C, cfg.qkv_bias, "attention")
+    rows += _linear("attn.W_query", "query W_Q", C, A, cfg.qkv_bias, "attention")
     rows += _linear("attn.W_key", "key W_K", C, kv_dim, cfg.qkv_bias, "attention")
     rows += _linear("attn.W_value", "value W_V", C, kv_dim, cfg.qkv_bias, "attention")
-    rows += _linear("attn.out_proj", "output W_O", C, C, cfg.proj_bias, "attention")
+    rows += _linear("attn.out_proj", "output W_O", A, C, cfg.proj_bias, "attention")
+    if cfg.qk_norm:  # one scale per head dimension, shared by every head
+        rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.head_dim)
+        rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.head_dim)
+    if cfg.sandwich_norm:
+        rows += _norm("ln_post_attn", "norm after attention", cfg, "norms")
     rows += _norm("ln2", "norm 2", cfg, "norms")
-    if cfg.activation == "swiglu":  # silu(x W_gate) * (x W_up), then W_down
+    if cfg.activation in ("swiglu", "geglu"):  # act(x W_gate) * (x W_up), then W_down
         rows += _linear("ffn.gate_proj", "ffn gate", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc1", "ffn up", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc2", "ffn down", F, C, cfg.proj_bias, "ffn")
     else:
         rows += _linear("ffn.fc1", "ffn in", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc2", "ffn out", F, C, cfg.proj_bias, "ffn")
+    if cfg.sandwich_norm:
+        rows += _norm("ln_post_ffn", "norm after ffn", cfg, "norms")
     return rows
 
 
@@ -191,23 +199,24 @@ def estimate_bytes(cfg: ModelConfig) -> int:
 # -- FLOPs ---------------------------------------------------------------------------
 def block_flop_rows(cfg: ModelConfig, seq_len: int) -> list[Row]:
     """FLOPs per token of one block's matmuls at sequence length T = seq_len."""
-    C, F, T = cfg.d_model, cfg.d_ff, seq_len
+    C, F, T, A = cfg.d_model, cfg.d_ff, seq_len, cfg.attn_dim
     kv_dim = cfg.n_kv_heads * cfg.head_dim
 
     def mm(name: str, label: str, n_in: int, n_out: int, part: str) -> Row:
         return Row(name, label, None, 2 * n_in * n_out, part, f"(1, {n_in})·({n_in}, {n_out})")
 
-    rows = [mm("attn.W_query", "x·W_Q", C, C, "projections"),
+    rows = [mm("attn.W_query", "x·W_Q", C, A, "projections"),
             mm("attn.W_key", "x·W_K", C, kv_dim, "projections"),
             mm("attn.W_value", "x·W_V", C, kv_dim, "projections"),
-            # Each query meets T keys in each of H heads of size D: H*D*T = C*T
-            # multiply-adds. Shared (grouped) K/V heads still serve every query head.
-            Row("attn.scores", "QKᵀ", None, 2 * T * C, "attention_matmuls",
+            # Each query meets T keys in each of H heads of size D: H*D*T multiply-adds
+            # (C*T unless head_dim is set apart). Shared (grouped) K/V heads still serve
+            # every query head. A sliding window is counted whole, as the mask is.
+            Row("attn.scores", "QKᵀ", None, 2 * T * A, "attention_matmuls",
                 f"{cfg.n_heads} × (1, {cfg.head_dim})·({cfg.head_dim}, {T})"),
-            Row("attn.context", "pattern·V", None, 2 * T * C, "attention_matmuls",
+            Row("attn.context", "pattern·V", None, 2 * T * A, "attention_matmuls",
                 f"{cfg.n_heads} × (1, {T})·({T}, {cfg.head_dim})"),
-            mm("attn.out_proj", "concat·W_O", C, C, "projections")]
-    if cfg.activation == "swiglu":
+            mm("attn.out_proj", "concat·W_O", A, C, "projections")]
+    if cfg.activation in ("swiglu", "geglu"):
         rows.append(mm("ffn.gate_proj", "x·W_gate", C, F, "ffn"))
         rows.append(mm("ffn.fc1", "x·W_up", C, F, "ffn"))
         rows.append(mm("ffn.fc2", "h·W_down", F, C, "ffn"))
@@ -241,13 +250,13 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
         rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
                         f"(1, {C})·({C}, {cfg.vocab_size})"))
     per_token = sum(r.count for r in rows)
-    attention = 4 * T * C * cfg.n_layers
+    attention = 4 * T * cfg.attn_dim * cfg.n_layers
     pooler = 2 * C * C if cfg.pooler else 0  # [CLS] only: once per sequence
     causal_skip = None
     if cfg.causal:
         # Query t sees t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys, so the
         # two matmuls cost 2 * 2 * C * (T+1)/2 = 2C(T+1) per token per block.
-        causal_skip = per_token - attention + 2 * C * (T + 1) * cfg.n_layers
+        causal_skip = per_token - attention + 2 * cfg.attn_dim * (T + 1) * cfg.n_layers
     return FlopCount(seq_len=T, rows=rows, block=block, per_block=per_block,
                      per_token=per_token, without_attention=per_token - attention,
                      per_sequence=per_token * T + pooler, causal_skip=causal_skip)

@@ -69,7 +69,7 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded
     """
     from .tokenizers import model_tokenizer
 
-    cfg = spec_config(spec)
+    cfg = spec_config(spec, progress=progress)
     tokenizer = model_tokenizer(spec, cfg)
     if not spec.weights and (spec.tokenizer or spec.corpus is not None):
         # a tokenizer the user chose for random weights sizes their embedding table
@@ -195,7 +195,8 @@ def embed(loaded: Loaded, text: str, *, truncate: bool = False) -> EmbedResult:
         note = "this config adds no positional information"
     return EmbedResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
                        positional=cfg.positional, d_model=cfg.d_model, n_tokens=len(ids),
-                       out=f"LayerNorm({total})" if cfg.embed_norm else total,
+                       out=f"LayerNorm({total})" if cfg.embed_norm else
+                       f"{total} × √d_model" if cfg.embed_scale else total,
                        rows={name: _row_stats(tr.raw(name)) for name in tr.names()},
                        note=note)
 
@@ -212,7 +213,7 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
     alone for a table that needs no weights (--length with sinusoidal or rotary
     positions; `info` then names the model).
     """
-    from .model import rope_angles, sinusoidal_table
+    from .model import rope_frequencies, sinusoidal_table
 
     loaded = source if isinstance(source, Loaded) else None
     cfg = loaded.cfg if loaded is not None else source
@@ -243,14 +244,15 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
         tr.add("posenc.table", loaded.model.embed.pos_emb.weight[:n].detach(), (P, "C"))
         formula = "learned: row pos of the position-embedding table (embed.pos_emb)"
     else:  # rope
-        D = cfg.head_dim
-        inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
-        angles = rope_angles(pos, D, cfg.rope_theta)  # (n, D/2), what the model uses
+        D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
+        inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope, n)
+        angles = (pos.double()[:, None] * inv_freq[None, :]).float()  # (n, D/2), as used
         tr.add("posenc.inv_freq", inv_freq, ("R",))
         tr.add("posenc.angle", angles, (P, "R"))
-        # the tables as applied: dimension i and i + D/2 share angle i (split-halves layout)
-        tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1), (P, "D"))
-        tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1), (P, "D"))
+        # the tables as applied: dimension i and i + D/2 share angle i (split-halves
+        # layout); yarn and longrope scale both by their attention factor
+        tr.add("posenc.cos", torch.cat([angles.cos(), angles.cos()], -1) * factor, (P, "D"))
+        tr.add("posenc.sin", torch.cat([angles.sin(), angles.sin()], -1) * factor, (P, "D"))
         extra = {"head_dim": D, "rope_theta": cfg.rope_theta}
         formula = ("angle(pos, i) = pos * theta^(-2i/D); q and k dims (i, i+D/2) rotate by "
                    "it: x_i' = x_i cos - x_{i+D/2} sin, x_{i+D/2}' = x_{i+D/2} cos + x_i sin")
@@ -261,8 +263,21 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
 
 
 # -- attend -------------------------------------------------------------------------
-ATTN_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "masked", "pattern",
-               "context", "concat", "out")
+ATTN_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "capped", "masked",
+               "pattern", "context", "concat", "out")
+
+
+def attn_stages(cfg: ModelConfig) -> list[str]:
+    """The stages this config's attention has: q_rot and k_rot with rotary positions,
+    capped with soft-capped scores."""
+    return [s for s in ATTN_STAGES
+            if (not s.endswith("_rot") or cfg.positional == "rope")
+            and (s != "capped" or cfg.attn_softcap is not None)]
+
+
+def attn_scale(cfg: ModelConfig) -> float:
+    """What the scores are divided by: sqrt(head_dim), or Gemma's sqrt(query_pre_attn_scalar)."""
+    return (cfg.attn_scalar or cfg.head_dim) ** 0.5
 
 
 def check_show(show: Iterable[str] | None, valid: Iterable[str]) -> list[str]:
@@ -286,15 +301,16 @@ def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: i
     """Layer `layer`'s attention with queries from one text and keys/values from another
     (the encoder-decoder attention of seed 001): each text runs up to the attention's
     input, then the layer's own Attention is called with kv_x."""
-    from .model import rope_angles
+    from .model import rope_tables
 
     model, cfg = loaded.model, loaded.cfg
     block = model.blocks[layer]
     x_q, x_kv = _layer_input(loaded, ids, layer), _layer_input(loaded, kv_ids, layer)
     kw = {}
-    if cfg.positional == "rope":
-        kw = {"q_angles": rope_angles(torch.arange(len(ids)), cfg.head_dim, cfg.rope_theta),
-              "k_angles": rope_angles(torch.arange(len(kv_ids)), cfg.head_dim, cfg.rope_theta)}
+    if cfg.positional == "rope":  # each text rotated by its own positions
+        local = block.attn.window is not None and cfg.rope_local_theta is not None
+        kw = {"rot": rope_tables(torch.arange(len(ids)), cfg, local=local),
+              "k_rot": rope_tables(torch.arange(len(kv_ids)), cfg, local=local)}
     with model.record(select) as tr, torch.inference_mode():
         if cfg.norm_position == "pre":  # pre-LN: attention reads the normalised stream
             x_q, x_kv = block.ln1(x_q), block.ln1(x_kv)
@@ -308,7 +324,7 @@ def kv_groups(cfg: ModelConfig) -> dict[int, list[int]]:
     return {g: list(range(g * group, (g + 1) * group)) for g in range(cfg.n_kv_heads)}
 
 
-def _one_head(tr: Trace, head: int) -> Trace:
+def one_head(tr: Trace, head: int) -> Trace:
     """Keep only head `head` of every (H, ...) tensor; the H axis stays, now of size 1."""
     out = Trace()
     for name in tr.names():
@@ -330,7 +346,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     cfg, model = loaded.cfg, loaded.model
     check_range("layer", layer, cfg.n_layers, "--layer")
     check_range("head", head, cfg.n_heads, "--head")
-    stages = [s for s in ATTN_STAGES if not s.endswith("_rot") or cfg.positional == "rope"]
+    stages = attn_stages(cfg)
     show = check_show(show, stages)
     ids = encode(loaded, text, truncate=truncate)
     kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
@@ -360,11 +376,16 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     else:
         tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select)
     if head is not None:
-        tr = _one_head(tr, head)
+        tr = one_head(tr, head)
     source = input_info(loaded, text, ids)
     if kv_ids is not None:
         source.kv = input_info(loaded, kv, kv_ids)
     explained = None
+    window = model.blocks[layer].attn.window if kv_ids is None else None
+    seen = keep  # what the layer's queries see: the mask, narrowed to a sliding window
+    if window is not None:
+        inside = model.blocks[layer].attn.window_keep(T, S, 0)
+        seen = inside if keep is None else keep & inside
     if explain:
         prefix = f"blocks.{layer}.attn."
         h = head if head is not None else 0
@@ -372,17 +393,20 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
         rot = "_rot" if cfg.positional == "rope" else ""
         explained = explain_row(
             tr.array(prefix + "q" + rot)[local], tr.array(prefix + "k" + rot)[local],
-            tr.array(prefix + "v")[local], None if keep is None else keep.numpy(),
-            query_pos, cfg.head_dim ** 0.5, tr.array(prefix + "pattern")[local],
+            tr.array(prefix + "v")[local], None if seen is None else seen.numpy(),
+            query_pos, attn_scale(cfg), tr.array(prefix + "pattern")[local],
             head=h, tokens=source.tokens,
-            kv_tokens=source.kv.tokens if source.kv is not None else None)
+            kv_tokens=source.kv.tokens if source.kv is not None else None,
+            scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
+            f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap)
         if show:
             tr = tr.subset([prefix + s for s in show if prefix + s in tr])
     return AttendResult(
         model=loaded.info, input=source, tensors=tr, layer=layer,
         heads=[head] if head is not None else list(range(cfg.n_heads)),
         n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
-        scale=cfg.head_dim ** 0.5, mask="causal" if causal else "none",
+        scale=attn_scale(cfg),
+        mask=("causal" if causal else "none") + (f" + window {window}" if window else ""),
         valid_lens=valid_lens, cross_attention=kv is not None, shown=show or ["pattern"],
         show_given=bool(show),
         kv_groups=kv_groups(cfg) if cfg.n_kv_heads != cfg.n_heads else None,
@@ -391,7 +415,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
 
 def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                 tokens: list | None = None, kv_tokens: list | None = None,
-                scale_label: str = "sqrt(d_k)") -> ExplainRow:
+                scale_label: str = "sqrt(d_k)", softcap: float | None = None) -> ExplainRow:
     """Query position i of one head, number by number, in float64: each q·k_j, ÷ scale,
     the mask, exp (less the row's largest visible score, which leaves the softmax
     unchanged), the sum, each weight × v_j and their sum. `pattern` is the recorded one,
@@ -403,21 +427,25 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
     visible = np.ones(k.shape[0], dtype=bool) if keep is None else np.asarray(keep[i], bool)
     dots = k @ q[i]  # (S,)
     scaled = dots / scale
-    top = scaled[visible].max()
-    exps = np.where(visible, np.exp(np.where(visible, scaled, top) - top), 0.0)
+    capped = scaled if softcap is None else softcap * np.tanh(scaled / softcap)
+    top = capped[visible].max()
+    exps = np.where(visible, np.exp(np.where(visible, capped, top) - top), 0.0)
     total = exps.sum()
     weights = exps / total
     weighted = weights[:, None] * v  # (S, Dv)
     context = weighted.sum(axis=0)
     keys = [ExplainKey(pos=j, token=kv_tokens[j] if kv_tokens else None, k=k[j].tolist(),
-                       dot=float(dots[j]), scaled=float(scaled[j]), visible=bool(visible[j]),
+                       dot=float(dots[j]), scaled=float(scaled[j]),
+                       capped=None if softcap is None else float(capped[j]),
+                       visible=bool(visible[j]),
                        exp=float(exps[j]), weight=float(weights[j]), v=v[j].tolist(),
                        weighted_v=weighted[j].tolist())
             for j in range(k.shape[0])]
     model_row = np.asarray(pattern, dtype=np.float64)[i]
     return ExplainRow(head=head, query_pos=i, query_token=tokens[i] if tokens else None,
                       d_k=int(q.shape[-1]), scale=float(scale), scale_label=scale_label,
-                      q=q[i].tolist(), max_scaled=float(top), sum_exp=float(total),
+                      q=q[i].tolist(), softcap=softcap, max_scaled=float(top),
+                      sum_exp=float(total),
                       keys=keys, context=context.tolist(),
                       max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()))
 
@@ -465,8 +493,9 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
         tr.add(prefix + ".shift", module.shift.detach(), ("C",))
     normed = tr.raw(prefix + ".normed").double()
     rms = cfg.norm == "rmsnorm"
-    formula = ("out = x / sqrt(mean(x²) + eps) * γ" if rms
-               else "out = (x - mean) / sqrt(var + eps) * γ + β")
+    gain = "(1 + γ)" if cfg.norm_plus_one else "γ"
+    formula = (f"out = x / sqrt(mean(x²) + eps) * {gain}" if rms
+               else f"out = (x - mean) / sqrt(var + eps) * {gain} + β")
     if post:
         formula = "v = x + Sublayer(x); " + formula.replace("x", "v")
     return LayerNormResult(
@@ -482,7 +511,8 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
 FFN_FORMULAS = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
                 "gelu": "out = GELU(x W1 + b1) W2 + b2   (exact, erf)",
                 "gelu_tanh": "out = GELU_tanh(x W1 + b1) W2 + b2",
-                "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down"}
+                "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down",
+                "geglu": "out = (GELU_tanh(x W_gate) * (x W_up)) W_down"}
 
 
 def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False) -> FFNResult:
@@ -533,7 +563,7 @@ def norm_stats(tr: Trace, rms: bool) -> list[NormStats]:
     """Every recorded norm's statistics, from its own mean and var taps, in forward order."""
     out = []
     for name in tr.names():
-        if name.endswith(".var"):
+        if name.endswith(".var") and tr.dims(name) == ("T",):
             prefix = name[:-len(".var")]
             mean = None if rms or prefix + ".mean" not in tr else \
                 tr.array(prefix + ".mean").astype(float).tolist()
@@ -562,7 +592,10 @@ def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k:
     ids = encode(loaded, text, truncate=truncate)
     layers = list(range(cfg.n_layers)) if layers is None else layers
     select = [f"blocks.{layer}.attn.pattern" for layer in layers]
-    select += ["*.mean", "*.var"]
+    # the norms of the residual stream (not the per-head q/k norms): ln1, ln2, the
+    # sandwich norms, ln_f and BERT's embedding norm
+    select += [f"{where}.{stat}" for where in ("embed.ln", "blocks.*.ln*", "ln_f")
+               for stat in ("mean", "var")]
     predicts = cfg.causal and cfg.lm_head and top_k > 0
     if predicts:
         select.append("logits")

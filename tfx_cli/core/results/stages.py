@@ -39,13 +39,14 @@ class PosencResult(Result):
     formula: str
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExplainKey:
     pos: int
     token: str | None
     k: list[float]
     dot: float
     scaled: float
+    capped: float | None = optional()  # Gemma 2: cap * tanh(scaled / cap)
     visible: bool
     exp: float
     weight: float
@@ -53,7 +54,7 @@ class ExplainKey:
     weighted_v: list[float]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExplainRow:
     """One head's arithmetic at one query position, number by number, in float64."""
 
@@ -64,7 +65,8 @@ class ExplainRow:
     scale: float
     scale_label: str
     q: list[float]
-    max_scaled: float
+    softcap: float | None = optional()
+    max_scaled: float  # the largest visible (capped) score, subtracted before exp
     sum_exp: float
     keys: list[ExplainKey]
     context: list[float]
@@ -100,11 +102,13 @@ class AttendInputsResult(Result):
     head_dim: int
     scale: float
     scale_label: str
-    mask: str
+    mask: str  # none, causal, given, valid_lens, or two of them joined by " + "
+    valid_lens: int | list[int] | None = optional()
+    cross_attention: bool = False
     heads: list[int]
     shown: list[str]
     formula: str
-    weights: dict[str, list[list[float]]]
+    weights: dict[str, list]  # one matrix per name, or (several heads) a list of them
     explain: ExplainRow | None = optional()
     show_given: bool = internal(False)
 
