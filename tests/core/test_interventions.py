@@ -327,3 +327,18 @@ def test_attribution_with_the_answer_alone_and_refusals():
 
     with pytest.raises(ConfigError, match="no output head"):
         api.attribute("hello", answer="hello", config="minilm")
+
+
+def test_an_answer_is_one_token_without_the_specials_every_text_gets():
+    """Gemma's tokenizer puts <bos> before every text and BERT's [CLS] ... [SEP] around
+    it; those are not part of an answer."""
+    from types import SimpleNamespace
+
+    from tfx_cli.core.tokenizers import get_tokenizer
+
+    tok = get_tokenizer("minilm")
+    assert len(tok.encode("paris")) == 3  # [CLS] paris [SEP]
+    fake = SimpleNamespace(tokenizer=tok, cfg=SimpleNamespace(vocab_size=tok.vocab_size))
+    assert iv.one_token(fake, "paris", "--answer").token == "paris"
+    with pytest.raises(InputTextError, match="splits it into 2 tokens: 'paris' \\+ 'france'"):
+        iv.one_token(fake, "paris france", "--answer")

@@ -401,6 +401,13 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
     if not isinstance(text, str) or not text:
         raise InputTextError(f"{option} is empty; give one token, e.g. {option} \" Paris\"")
     ids = loaded.tokenizer.encode(text)
+    # the specials a tokenizer puts around every text (Gemma's <bos>, BERT's [CLS] and
+    # [SEP]) are not part of the answer
+    around = set(loaded.tokenizer.encode(""))
+    while ids and ids[0] in around:
+        ids = ids[1:]
+    while ids and ids[-1] in around:
+        ids = ids[:-1]
     pieces = loaded.tokenizer.pieces(ids)
     if len(ids) != 1:
         split = " + ".join(repr(p) for p in pieces) if pieces else "no tokens"
