@@ -14,7 +14,9 @@ tfx over its peer, read next to the targets printed with them.
 All three models get the SAME random weights: tfx's gpt124m from --seed is saved once;
 HF and TransformerLens cases load that file, renamed for HF (Conv1D, fused c_attn) and
 TransformerLens (per-head W_Q/W_K/W_V/W_O); tfx cases build from the seed as the CLI does,
-which gives the same tensors. The parity case checks the logits agree.
+which gives the same tensors. The parity case checks the logits agree; the patch group
+times tfx's activation-patching sweep against TransformerLens's patching helper and
+checks patching and direct logit attribution against TransformerLens on those weights.
 
 Peers that are not installed are reported as missing, not as errors. The peers need
 `pip install -r bench/requirements.txt` (transformer_lens 3.9; 4.x dropped HookedTransformer).
@@ -311,10 +313,147 @@ def run_parity(cfg, weights, peers: list[str], seed: int) -> dict:
     return {"max_abs_logit_diff": diffs}
 
 
+# -- interventions: activation patching and direct logit attribution ------------------------
+PATCH_T = 16  # tokens in the patching sweep: 12 layers x 16 positions on gpt124m
+PATCH_CHANGED = (3, 9)  # positions where CORRUPT differs from CLEAN
+
+
+def patch_task(cfg, model) -> dict:
+    """CLEAN: 16 seeded random ids; CORRUPT: the same with two positions changed. The
+    answer and wrong tokens are the ones whose logit difference moves most between the two
+    runs (random weights have no "right" answer; a large m_clean - m_corrupt keeps the
+    effect's division well conditioned for the parity check)."""
+    import torch
+
+    T = min(PATCH_T, cfg.context_length)
+    clean = input_ids(cfg, T)
+    corrupt = clean.clone()
+    for i, pos in enumerate(p for p in PATCH_CHANGED if p < T - 1):
+        corrupt[0, pos] = (clean[0, pos] + 1000 * (i + 1)) % cfg.vocab_size
+    with torch.inference_mode():
+        moved = (model(clean)[0, -1] - model(corrupt)[0, -1]).double()
+    return {"clean": clean, "corrupt": corrupt, "answer": int(moved.argmax()),
+            "wrong": int(moved.argmin())}
+
+
+TL_PATCH = {"resid_pre": "get_act_patch_resid_pre", "attn_out": "get_act_patch_attn_out",
+            "ffn_out": "get_act_patch_mlp_out", "heads": "get_act_patch_attn_head_out_all_pos"}
+
+
+def tl_patch(model, task: dict, site: str):
+    """TransformerLens 3.9's patching helper for `site`, with tfx's metric: the effect
+    (m - m_corrupt) / (m_clean - m_corrupt), m = logit(answer) - logit(wrong) at the last
+    position. One forward per cell, as the helper runs."""
+    import torch
+    from transformer_lens import patching
+
+    a, w = task["answer"], task["wrong"]
+    _, clean_cache = model.run_with_cache(task["clean"])
+    m_clean = _tl_metric(model(task["clean"]), a, w)
+    m_corrupt = _tl_metric(model(task["corrupt"]), a, w)
+
+    def metric(logits):
+        return (_tl_metric(logits, a, w) - m_corrupt) / (m_clean - m_corrupt)
+
+    with torch.inference_mode():
+        return getattr(patching, TL_PATCH[site])(model, task["corrupt"], clean_cache, metric)
+
+
+def _tl_metric(logits, a: int, w: int):
+    last = logits[0, -1].double()
+    return last[a] - last[w]
+
+
+def tfx_patch(model, task: dict, site: str, batch: int | None = None):
+    import torch
+
+    from tfx_cli.core.interventions import sweep
+
+    with torch.inference_mode():
+        done = sweep(model, task["clean"][0].tolist(), task["corrupt"][0].tolist(),
+                     task["answer"], task["wrong"], site, batch=batch)
+    return (done.metric - done.m_corrupt) / (done.m_clean - done.m_corrupt), done
+
+
+def run_patch(cfg, weights, peer: str, repeats: int, seed: int) -> dict:
+    """The resid_pre sweep, timed whole: what each needs from the two plain runs to the
+    last cell. "tokens" is the work in full-forward tokens: a cell that starts at block l
+    runs (L - l) / L of the model on its T positions."""
+    if peer in ("tfx", "tfx1"):
+        model = tfx_seeded(cfg, seed)
+        batch = 1 if peer == "tfx1" else None
+        once = lambda task: tfx_patch(model, task, "resid_pre", batch)[0]  # noqa: E731
+        work = lambda L, T: T * T * (L + 1) / 2  # noqa: E731 - sum over l of T*T*(L-l)/L, x L
+    else:
+        model = tl_model(cfg, weights)
+        once = lambda task: tl_patch(model, task, "resid_pre")  # noqa: E731
+        work = lambda L, T: T * T * L  # noqa: E731 - a whole forward per cell
+    task = patch_task(cfg, tfx_seeded(cfg, seed) if peer not in ("tfx", "tfx1") else model)
+    L, T = cfg.n_layers, task["clean"].shape[1]
+    times, cpu = [], []
+    for _ in range(repeats + 1):
+        c0, t0 = time.process_time(), time.perf_counter()
+        effect = once(task)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    tokens = work(L, T)
+    return {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "cells": L * T,
+            "work_tokens": tokens, "tok_per_s": [tokens / t for t in times[1:]],
+            "cells_per_s": [L * T / t for t in times[1:]],
+            "effect_sum": float(effect.double().sum())}
+
+
+def run_intervention_parity(cfg, weights, seed: int) -> dict:
+    """tfx patch and attribute against TransformerLens 3.9 on the same weights: the max
+    |difference| of every patching site's effect (and of the batched sweep against cells
+    run one at a time), and of every attribution part against decompose_resid /
+    stack_head_results + logit_attrs on the model with ln_final folded into W_U (TL's
+    logit directions are W_U columns; folding puts ln_final's scale where tfx applies
+    it). tfx's remainder (ln_f's shift, and per head the W_O biases) has no TL part."""
+    import torch
+
+    from tfx_cli.core.interventions import logit_attribution
+
+    out: dict = {"patch": {}, "batched_vs_one_at_a_time": {}, "attribute": {}}
+    tfx = tfx_seeded(cfg, seed)
+    task = patch_task(cfg, tfx)
+    tl = tl_model(cfg, weights)
+    for site in TL_PATCH:
+        mine, done = tfx_patch(tfx, task, site)
+        alone, _ = tfx_patch(tfx, task, site, batch=1)
+        theirs = tl_patch(tl, task, site).double()
+        out["patch"][site] = float((mine - theirs).abs().max())
+        out["batched_vs_one_at_a_time"][site] = float((mine - alone).abs().max())
+    out["m_clean"], out["m_corrupt"] = done.m_clean, done.m_corrupt
+
+    tl.process_weights_(fold_ln=True, center_writing_weights=False, center_unembed=False)
+    ids = task["clean"]
+    a, w = task["answer"], task["wrong"]
+    _, cache = tl.run_with_cache(ids)
+    stack, labels = cache.decompose_resid(layer=-1, pos_slice=-1, return_labels=True)
+    by_layer = cache.logit_attrs(stack, tokens=torch.tensor([a]),
+                                 incorrect_tokens=torch.tensor([w]), pos_slice=-1)[:, 0]
+    heads, head_labels = cache.stack_head_results(layer=-1, pos_slice=-1, return_labels=True)
+    by_head = cache.logit_attrs(heads, tokens=torch.tensor([a]),
+                                incorrect_tokens=torch.tensor([w]), pos_slice=-1)[:, 0]
+    for per_head, theirs in ((False, by_layer), (True, by_head)):
+        found = logit_attribution(tfx, ids[0].tolist(), a, w, per_head=per_head)
+        # TL's layer stack: embed, pos_embed, then attn_out and mlp_out per layer (the
+        # remainder, ln_f's shift, it leaves out); its head stack: the heads alone
+        mine = [v for n, v in zip(found.names, found.values)
+                if n != "remainder" and (not per_head or ":h=" in n)]
+        key = "per_head" if per_head else "per_layer"
+        out["attribute"][key] = float((torch.tensor(mine, dtype=torch.float64) -
+                                       theirs.double()).abs().max())
+        out["attribute"][key + "_sum_error"] = abs(sum(found.values) - found.logit_diff)
+    out["attribute"]["tl_labels"] = labels[:4] + head_labels[:2]
+    return out
+
+
 def worker(args) -> None:
     """One case in this process; prints MARK + JSON as its last line."""
     spec = json.loads(args.worker)
-    if spec.get("peer") in ("tfx", "base"):
+    if spec.get("peer") in ("tfx", "base", "tfx1"):
         import tfx_cli.core  # noqa: F401 - its settings apply before torch loads, as in the CLI
     import torch
 
@@ -333,6 +472,10 @@ def worker(args) -> None:
         out = run_matmul(spec["n"], max(args.repeats, 3))
     elif kind == "parity":
         out = run_parity(cfg, args.weights, spec["peers"], args.seed)
+    elif kind == "patch":
+        out = run_patch(cfg, args.weights, spec["peer"], args.repeats, args.seed)
+    elif kind == "iparity":
+        out = run_intervention_parity(cfg, args.weights, args.seed)
     elif kind == "save":
         save_weights(cfg, spec["seed"], args.weights)
         out = {"text_ids": text_ids(TEXT)}
@@ -346,7 +489,7 @@ def worker(args) -> None:
 @dataclass
 class Case:
     name: str  # table row
-    group: str  # matmul | forward | record | generate | startup | parity
+    group: str  # matmul | forward | record | generate | patch | startup | parity
     peer: str  # tfx | hf | tl | python
     spec: dict | None = None  # worker spec; None for a shell command
     argv: list[str] | None = None  # a whole command, timed from outside
@@ -463,6 +606,14 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         for peer in peers:
             cases.append(Case(f"generate {new} tok {peer}", "generate", peer,
                               {"kind": "generate", "peer": peer, "new": new, "prompt": prompt}))
+    if "patch" in cases_wanted:
+        # the resid_pre sweep, 12 layers x 16 positions on gpt124m: tfx batched, tfx with
+        # one cell per forward (--batch 1), and TransformerLens's get_act_patch_resid_pre
+        for peer in [p for p in ("tfx", "tfx1", "tl") if p in peers or p == "tfx1"]:
+            label = {"tfx": "tfx", "tfx1": "tfx --batch 1",
+                     "tl": "TL get_act_patch_resid_pre"}[peer]
+            cases.append(Case(f"patch resid_pre {label}", "patch", peer,
+                              {"kind": "patch", "peer": peer}))
     if "startup" in cases_wanted:
         # Byte-compile the trees under test, as `pip install .` does at install time: with
         # PYTHONDONTWRITEBYTECODE set, an editable checkout would otherwise recompile every
@@ -599,12 +750,19 @@ def summarise(case: Case) -> dict:
     if case.group == "generate" and case.runs:
         out["tok_per_s"] = median([x for r in case.runs for x in r["tok_per_s"]])
         out["tokens"] = case.runs[0]["tokens"]
+    if case.group == "patch" and case.runs:
+        out["tok_per_s"] = median([x for r in case.runs for x in r["tok_per_s"]])
+        out["cells_per_s"] = median([x for r in case.runs for x in r["cells_per_s"]])
+        out["cells"], out["work_tokens"] = case.runs[0]["cells"], case.runs[0]["work_tokens"]
     if case.group == "matmul" and case.runs:
         out["gflops"] = median([x for r in case.runs for x in r["gflops"]])
     if case.runs and "n_recorded" in case.runs[0]:
         out["n_recorded"] = case.runs[0]["n_recorded"]
     if case.group == "parity" and case.runs:
         out["max_abs_logit_diff"] = case.runs[0]["max_abs_logit_diff"]
+    if case.group == "iparity" and case.runs:
+        out["interventions"] = {k: v for k, v in case.runs[0].items()
+                                if k not in ("threads", "maxrss_mb", "process_s")}
     return out
 
 
@@ -657,6 +815,9 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
          lambda k: ratio(f"{rec} tfx", f"{rec} TL run_with_cache", "maxrss_mb"), "<=", 0.8),
         ("generate tok/s tfx / HF", lambda k: gen_ratio("hf", k), ">=", 1.3),
         ("generate tok/s tfx / TL", lambda k: gen_ratio("tl", k), ">=", 5.0),
+        ("patch resid_pre sweep tfx / TL",
+         lambda k: ratio("patch resid_pre tfx", "patch resid_pre TL get_act_patch_resid_pre",
+                         k), "<=", 0.3),
     ]
     for alias in GGUF_MODELS:
         hf = f"gguf {alias} HF"
@@ -681,7 +842,7 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
     w = max(len(n) for n in rows) + 2
     print(f"\n{'case':<{w}}{'wall':>9}{'cpu':>9}{'n':>4}{'peak RSS':>11}  note", file=file)
     for name, r in rows.items():
-        if r["group"] == "parity":
+        if r["group"] in ("parity", "iparity"):
             continue
         if r["errors"] and not r["n"]:
             print(f"{name:<{w}}{'-':>9}{'-':>9}{0:>4}{'-':>11}  failed: {r['errors'][0][:60]}",
@@ -694,12 +855,15 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
             note = f"{r['gflops']:.1f} GFLOP/s"
         elif r["group"] == "generate":
             note = f"{r['tok_per_s']:.1f} tok/s"
+        elif r["group"] == "patch":
+            note = (f"{r['cells']} cells, {r['cells_per_s']:.1f} cells/s, "
+                    f"{r['tok_per_s']:.0f} tok/s of work ({r['work_tokens']:.0f} tokens)")
         elif r["group"] in ("forward", "record") and r["peer"] == "tfx" and gflops:
             bound = forward_flops(cfg, r["T"]) / (gflops * 1e9)
             note = f"bound {bound:.3f}s ({forward_flops(cfg, r['T']) / 1e9:.0f} GFLOP)"
         if r.get("n_recorded"):
             note += f" kept {r['n_recorded']}"
-        if r["peer"] != "tfx" and r["group"] in ("forward", "record", "generate"):
+        if r["peer"] != "tfx" and r["group"] in ("forward", "record", "generate", "patch"):
             mine = _tfx_row(rows, r)
             if mine and mine["median_s"]:
                 if r["group"] == "generate":
@@ -711,6 +875,14 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
     parity = rows.get("parity")
     if parity and parity.get("max_abs_logit_diff"):
         print(f"\nsame weights check, max |logit - tfx|: {parity['max_abs_logit_diff']}", file=file)
+    iparity = rows.get("intervention parity")
+    if iparity and iparity.get("interventions"):
+        found = iparity["interventions"]
+        print("\ninterventions against TL, max |difference|: patch effect "
+              f"{found['patch']}; batched vs one cell at a time "
+              f"{found['batched_vs_one_at_a_time']}; attribution parts "
+              f"{ {k: v for k, v in found['attribute'].items() if k != 'tl_labels'} }",
+              file=file)
     print(f"\n{'target (tfx / peer)':<44}{'wall':>7}{'cpu':>7}  {'limit':<8} met (wall)",
           file=file)
     for tg in tgts:
@@ -757,8 +929,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="128,512,1024", help="sequence lengths T")
     ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
     ap.add_argument("--peers", default="tfx,hf,tl", help="which of tfx,hf,tl to run")
-    ap.add_argument("--cases", default="matmul,forward,record,generate,startup,parity,gguf",
-                    help="which groups to run (gguf: the real GGUF models' load times)")
+    ap.add_argument("--cases",
+                    default="matmul,forward,record,generate,patch,startup,parity,gguf",
+                    help="which groups to run (gguf: the real GGUF models' load times; "
+                         "patch: the activation-patching sweep and parity)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -818,6 +992,10 @@ def main(argv=None) -> int:
         others = [p for p in peers if p in ("hf", "tl")]
         if "parity" in wanted and others:
             parity = Case("parity", "parity", "tfx", {"kind": "parity", "peers": others})
+            run_case(parity, args, 1)
+            cases.append(parity)
+        if "patch" in wanted and "tl" in peers:
+            parity = Case("intervention parity", "iparity", "tfx", {"kind": "iparity"})
             run_case(parity, args, 1)
             cases.append(parity)
     finally:

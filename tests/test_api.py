@@ -17,6 +17,7 @@ from tfx_cli.registry import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "When you play game of thrones"
+CAPITAL, OTHER = "The capital of France is", "The capital of Italy is"
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
 SMALL_KW = dict(layers=2, d_model=32, heads=4)
 
@@ -57,6 +58,40 @@ CASES = {
     "lens": (["lens", "Hello, I am", *SMALL], lambda: api.lens("Hello, I am", **SMALL_KW)),
     "report": (["report", SENTENCE, *SMALL, "--show-layers", "1", "--candidates", "2"],
                lambda: api.report(SENTENCE, show_layers="1", candidates=2, **SMALL_KW)),
+    "patch": (["patch", CAPITAL, "--corrupt", OTHER, "--answer", " Paris", "--wrong", " Rome",
+               *SMALL],
+              lambda: api.patch(CAPITAL, corrupt=OTHER, answer=" Paris", wrong=" Rome",
+                                **SMALL_KW)),
+    "patch-heads-ablated": (["patch", CAPITAL, "--corrupt", OTHER, "--answer", " Paris",
+                             "--wrong", " Rome", "--site", "heads", "--batch", "3",
+                             "--ablate", "blocks.0.ffn.out", "--ablate-mode", "mean", *SMALL],
+                            lambda: api.patch(CAPITAL, corrupt=OTHER, answer=" Paris",
+                                              wrong=" Rome", site="heads", batch=3,
+                                              ablate=["blocks.0.ffn.out"], ablate_mode="mean",
+                                              **SMALL_KW)),
+    "attribute": (["attribute", CAPITAL, "--answer", " Paris", "--wrong", " Rome",
+                   "--per-head", *SMALL],
+                  lambda: api.attribute(CAPITAL, answer=" Paris", wrong=" Rome", per_head=True,
+                                        **SMALL_KW)),
+    "attribute-toy": (["attribute", "When you play game of", "--answer", "thrones", "-c", "toy"],
+                      lambda: api.attribute("When you play game of", answer="thrones",
+                                            config="toy")),
+    "next-steered": (["next", "Hello, I am", *SMALL, "--steer", "blocks.1.resid_pre:p=0",
+                      "--toward", " love", "--away", " hate", "--scale", "4"],
+                     lambda: api.next("Hello, I am", steer="blocks.1.resid_pre:p=0",
+                                      toward=" love", away=" hate", scale=4, **SMALL_KW)),
+    "attend-ablated": (["attend", SENTENCE, "-c", "toy", "--ablate",
+                        "blocks.0.attn.pattern:h=1,blocks.0.attn.q:p=2"],
+                       lambda: api.attend(SENTENCE, config="toy",
+                                          ablate=["blocks.0.attn.pattern:h=1",
+                                                  "blocks.0.attn.q:p=2"])),
+    "lens-ablated": (["lens", "Hello, I am", *SMALL, "--ablate", "blocks.0.resid_pre"],
+                     lambda: api.lens("Hello, I am", ablate=["blocks.0.resid_pre"], **SMALL_KW)),
+    "generate-steered": (["generate", "Hello", *SMALL, "-n", "2", "--steer",
+                          "blocks.0.attn.context:h=1", "--toward", " love", "--away", " hate"],
+                         lambda: api.generate("Hello", max_new_tokens=2,
+                                              steer="blocks.0.attn.context:h=1",
+                                              toward=" love", away=" hate", **SMALL_KW)),
 }
 
 

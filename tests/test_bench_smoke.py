@@ -18,7 +18,7 @@ def test_bench_smoke_writes_results(tmp_path):
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--peers", "tfx",
-         "--cases", "forward,record,generate", "--out", str(out)],
+         "--cases", "forward,record,generate,patch", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -27,6 +27,9 @@ def test_bench_smoke_writes_results(tmp_path):
     for row in cases.values():
         assert not row["errors"], row
         assert row["median_s"] > 0 and row["maxrss_mb"] > 0
+    patched = {row["peer"]: row for row in cases.values() if row["group"] == "patch"}
+    assert set(patched) == {"tfx", "tfx1"}  # batched and one cell per forward
+    assert patched["tfx"]["cells"] == 2 * 16 and patched["tfx"]["tok_per_s"] > 0
     generated = [row for row in cases.values() if row["group"] == "generate"]
     assert generated and len(generated[0]["tokens"]) == 4
     recorded = cases["record T=16 tfx"]["n_recorded"]

@@ -11,6 +11,11 @@
     m.attend("Hello, I am", layer=3, head=5)
     m.trace("Hello, I am", select=["blocks.*.attn.pattern"]).arrays()
 
+    api.next("The capital of France is", weights="smollm2",
+             ablate=["blocks.3.attn.context:h=5"])   # interventions: README "Interventions"
+    api.patch("The capital of France is", corrupt="The capital of Italy is",
+              answer=" Paris", wrong=" Rome", weights="smollm2").tensors["patch.effect"]
+
 Keyword arguments are the command-line option names, with '_' for '-' (`max_new_tokens`
 for --max-new-tokens). Every function that runs a model also takes the model options:
 config, weights, seed, heads, layers, d_model, context, tokenizer, corpus,
@@ -31,14 +36,15 @@ from .core.config import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from .errors import InputTextError, UsageError
 
 if TYPE_CHECKING:  # the result classes load with the command that makes them
-    from .core.results import (AttendInputsResult, AttendResult, ConfigsResult,
-                               CountParamsResult, EmbedResult, FFNResult, GenerateResult,
-                               LayerNormResult, LensResult, NextResult, PosencResult,
-                               ReportResult, TokenizeResult, TraceResult)
+    from .core.results import (AttendInputsResult, AttendResult, AttributeResult,
+                               ConfigsResult, CountParamsResult, EmbedResult, FFNResult,
+                               GenerateResult, LayerNormResult, LensResult, NextResult,
+                               PatchResult, PosencResult, ReportResult, TokenizeResult,
+                               TraceResult)
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
-           "report_html", "write_report"]
+           "report_html", "write_report", "patch", "attribute"]
 
 
 def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
@@ -84,15 +90,39 @@ def _text(text: str | None, what: str = "text") -> str:
     return text
 
 
+def _check_edits(**edits: Any) -> None:
+    """Refuse impossible intervention options before a model is loaded."""
+    if any(v is not None for v in edits.values()):
+        from .core.interventions import check_options
+
+        check_options(**edits)
+
+
 class Model:
     """A loaded model: every stage command as a method, all on the same weights.
 
     `config` is its ModelConfig, `tokenizer` its tokenizer and `module` the torch
     `Transformer` itself (for hooks or experiments of your own).
+
+    The model commands take interventions as keyword arguments: `ablate` (a list of
+    sites) with `ablate_mode` ("zero" or "mean"); and on next, generate and trace `steer`
+    (a site) with `toward`, `away` and `scale`. They apply to that call only.
     """
 
     def __init__(self, loaded):
         self._loaded = loaded
+
+    def _edited(self, run: Callable, **edits: Any):
+        """run(plan) with the interventions `edits` asks for in place; the result says
+        what was changed (result.interventions)."""
+        if all(v is None for v in edits.values()):
+            return run(None)
+        from .core import interventions
+
+        plan = interventions.plan(self._loaded, **edits)
+        with interventions.applied(self._loaded, plan) as done:
+            result = run(plan)
+        return done.finish(result)
 
     @property
     def config(self):
@@ -128,15 +158,19 @@ class Model:
                mask: str | None = None, kv: str | None = None,
                valid_lens: int | None = None, show: Sequence[str] | None = None,
                explain: bool = False, query_pos: int | None = None,
-               truncate: bool = False) -> AttendResult:
+               truncate: bool = False, ablate: Sequence[str] | None = None,
+               ablate_mode: str | None = None) -> AttendResult:
         from .core import stages
 
         if mask not in (None, "causal", "none"):
             raise UsageError(f"--mask {mask!r} is not a mask; valid: causal, none")
-        return stages.attend(self._loaded, _text(text), layer=layer, head=head, mask=mask,
-                             kv=None if kv is None else _text(kv, "--kv text"),
-                             valid_lens=valid_lens, explain=explain, query_pos=query_pos,
-                             show=list(show or ()), truncate=truncate)
+        return self._edited(
+            lambda _: stages.attend(self._loaded, _text(text), layer=layer, head=head,
+                                    mask=mask, kv=None if kv is None else _text(kv, "--kv text"),
+                                    valid_lens=valid_lens, explain=explain,
+                                    query_pos=query_pos, show=list(show or ()),
+                                    truncate=truncate),
+            ablate=ablate, ablate_mode=ablate_mode)
 
     def layernorm(self, text: str, *, layer: int = 0, which: str = "ln1",
                   truncate: bool = False) -> LayerNormResult:
@@ -154,44 +188,91 @@ class Model:
         return stages.ffn(self._loaded, _text(text), layer=layer, truncate=truncate)
 
     def trace(self, text: str, *, select: Sequence[str] | None = None,
-              truncate: bool = False) -> TraceResult:
+              truncate: bool = False, ablate: Sequence[str] | None = None,
+              ablate_mode: str | None = None, steer: str | None = None,
+              toward: str | None = None, away: str | None = None,
+              scale: float | None = None) -> TraceResult:
         from .core import stages
 
-        return stages.trace(self._loaded, _text(text), list(select or ()),
-                            truncate=truncate)
+        return self._edited(
+            lambda _: stages.trace(self._loaded, _text(text), list(select or ()),
+                                   truncate=truncate),
+            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            scale=scale)
 
     def generate(self, prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None,
                  stop: Sequence[str] | None = None, candidates: int = 5,
                  no_cache: bool = False, select: Sequence[str] | None = None,
                  truncate: bool = False, ignore_eos: bool = False,
-                 on_text: Callable[[str], None] | None = None) -> GenerateResult:
+                 on_text: Callable[[str], None] | None = None,
+                 ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+                 steer: str | None = None, toward: str | None = None,
+                 away: str | None = None, scale: float | None = None) -> GenerateResult:
+        """With interventions every step recomputes the whole text without the KV cache:
+        a cached step would skip the edits at earlier positions."""
         from .core.generate import Sampling, generate
 
-        return generate(self._loaded, _text(prompt, "prompt"), max_new_tokens=max_new_tokens,
-                        sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
-                        use_cache=not no_cache, n_candidates=candidates,
-                        select=list(select or ()), stops=list(stop or ()), on_text=on_text,
-                        truncate=truncate, ignore_eos=ignore_eos)
+        return self._edited(
+            lambda plan: generate(
+                self._loaded, _text(prompt, "prompt"), max_new_tokens=max_new_tokens,
+                sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
+                use_cache=not no_cache and not plan, n_candidates=candidates,
+                select=list(select or ()), stops=list(stop or ()), on_text=on_text,
+                truncate=truncate, ignore_eos=ignore_eos),
+            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            scale=scale)
 
     def next(self, text: str, *, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, candidates: int = 10,
-             truncate: bool = False) -> NextResult:
+             truncate: bool = False, ablate: Sequence[str] | None = None,
+             ablate_mode: str | None = None, steer: str | None = None,
+             toward: str | None = None, away: str | None = None,
+             scale: float | None = None) -> NextResult:
         from .core.generate import Sampling, next_token
 
-        return next_token(self._loaded, _text(text, "prompt"),
-                          sampling=Sampling(temperature=temperature, top_k=top_k,
-                                            top_p=top_p),
-                          n_candidates=candidates, truncate=truncate)
+        return self._edited(
+            lambda _: next_token(self._loaded, _text(text, "prompt"),
+                                 sampling=Sampling(temperature=temperature, top_k=top_k,
+                                                   top_p=top_p),
+                                 n_candidates=candidates, truncate=truncate),
+            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            scale=scale)
 
-    def lens(self, text: str, *, truncate: bool = False) -> LensResult:
+    def lens(self, text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
+             ablate_mode: str | None = None) -> LensResult:
         from .core.generate import lens
 
-        return lens(self._loaded, _text(text), truncate=truncate)
+        return self._edited(lambda _: lens(self._loaded, _text(text), truncate=truncate),
+                            ablate=ablate, ablate_mode=ablate_mode)
+
+    def patch(self, clean: str, *, corrupt: str, answer: str, wrong: str,
+              site: str = "resid_pre", batch: int | None = None, truncate: bool = False,
+              ablate: Sequence[str] | None = None,
+              ablate_mode: str | None = None) -> PatchResult:
+        """Activation patching: CORRUPT's run with one cell of CLEAN's activations at
+        `site` put in, for every layer and position (or head); tensors["patch.effect"]."""
+        from .core.interventions import patch
+
+        return self._edited(
+            lambda _: patch(self._loaded, _text(clean, "CLEAN text"),
+                            corrupt=_text(corrupt, "--corrupt text"), answer=answer,
+                            wrong=wrong, site=site, batch=batch, truncate=truncate),
+            ablate=ablate, ablate_mode=ablate_mode)
+
+    def attribute(self, text: str, *, answer: str, wrong: str | None = None,
+                  per_head: bool = False, truncate: bool = False) -> AttributeResult:
+        """Direct logit attribution at the last position: result.parts sum to
+        result.logit_diff."""
+        from .core.interventions import attribute
+
+        return attribute(self._loaded, _text(text), answer=answer, wrong=wrong,
+                         per_head=per_head, truncate=truncate)
 
     def report(self, text: str, *, show_layers: str | Iterable[int] | None = None,
                candidates: int = 5, truncate: bool = False, output: str | Path | None = None,
-               force: bool = False) -> ReportResult:
+               force: bool = False, ablate: Sequence[str] | None = None,
+               ablate_mode: str | None = None) -> ReportResult:
         """What the HTML page shows; with `output`, the page is written there too."""
         from .core import stages
 
@@ -208,8 +289,11 @@ class Model:
 
             path = check_output_path(output, force, suffixes=(".html", ".htm"),
                                      option="--output")
-        result = stages.report(self._loaded, _text(text), layers=layers, top_k=candidates,
-                               truncate=truncate, output=None if path is None else str(path))
+        result = self._edited(
+            lambda _: stages.report(self._loaded, _text(text), layers=layers,
+                                    top_k=candidates, truncate=truncate,
+                                    output=None if path is None else str(path)),
+            ablate=ablate, ablate_mode=ablate_mode)
         if path is not None:
             write_report(result, path, force=force)
         return result
@@ -318,7 +402,9 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            show: Sequence[str] | None = None, explain: bool = False,
            query_pos: int | None = None, inputs: str | Path | None = None,
-           truncate: bool = False, **model: Any) -> AttendResult | AttendInputsResult:
+           truncate: bool = False, ablate: Sequence[str] | None = None,
+           ablate_mode: str | None = None,
+           **model: Any) -> AttendResult | AttendInputsResult:
     """One layer's attention, stage by stage (blocks 0..layer are built and run); or,
     with `inputs`, attention on hand-made matrices from a JSON file."""
     if inputs is not None:
@@ -327,7 +413,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         if text is not None:
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
         given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
-                 "--valid-lens": valid_lens, "--truncate": truncate or None}
+                 "--valid-lens": valid_lens, "--truncate": truncate or None,
+                 "--ablate": ablate or None, "--ablate-mode": ablate_mode}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
                       if k in SPEC_DEFAULTS and v != SPEC_DEFAULTS[k]})
         named = [name for name, value in given.items() if value is not None]
@@ -337,9 +424,11 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
                                  "and no model is built")
         return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
                              show=show)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
-        explain=explain, query_pos=query_pos, truncate=truncate)
+        explain=explain, query_pos=query_pos, truncate=truncate, ablate=ablate,
+        ablate_mode=ablate_mode)
 
 
 def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool = False,
@@ -357,9 +446,14 @@ def ffn(text: str, *, layer: int = 0, truncate: bool = False, **model: Any) -> F
 
 
 def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = False,
-          **model: Any) -> TraceResult:
+          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+          steer: str | None = None, toward: str | None = None, away: str | None = None,
+          scale: float | None = None, **model: Any) -> TraceResult:
     """The whole forward pass, recording the trace names `select` picks (globs)."""
-    return _model(model).trace(text, select=select, truncate=truncate)
+    edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+                 away=away, scale=scale)
+    _check_edits(**edits)
+    return _model(model).trace(text, select=select, truncate=truncate, **edits)
 
 
 def _needs_head(model: dict, command: str) -> None:
@@ -375,48 +469,97 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              stop: Sequence[str] | None = None, candidates: int = 5, no_cache: bool = False,
              select: Sequence[str] | None = None, truncate: bool = False,
              ignore_eos: bool = False, on_text: Callable[[str], None] | None = None,
-             **model: Any) -> GenerateResult:
+             ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+             steer: str | None = None, toward: str | None = None, away: str | None = None,
+             scale: float | None = None, **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced."""
     from .core.generate import Sampling, check_new_tokens, check_sampling
 
     check_new_tokens(max_new_tokens)
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
+    edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+                 away=away, scale=scale)
+    _check_edits(**edits)
     _needs_head(model, "generate")
     return _model(model).generate(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
-        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text)
+        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text, **edits)
 
 
 def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # noqa: A001
          top_p: float | None = None, candidates: int = 10, truncate: bool = False,
-         **model: Any) -> NextResult:
+         ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+         steer: str | None = None, toward: str | None = None, away: str | None = None,
+         scale: float | None = None, **model: Any) -> NextResult:
     """The distribution over the token after `text`, and what sampling filters keep."""
     from .core.generate import Sampling, check_sampling
 
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
+    edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+                 away=away, scale=scale)
+    _check_edits(**edits)
     _needs_head(model, "next")
     return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
-                              candidates=candidates, truncate=truncate)
+                              candidates=candidates, truncate=truncate, **edits)
 
 
-def lens(text: str, *, truncate: bool = False, **model: Any) -> LensResult:
+def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
+         ablate_mode: str | None = None, **model: Any) -> LensResult:
     """Logit lens: every layer's residual stream read through ln_f and the head."""
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     _needs_head(model, "lens")
-    return _model(model).lens(text, truncate=truncate)
+    return _model(model).lens(text, truncate=truncate, ablate=ablate, ablate_mode=ablate_mode)
 
 
 def report(text: str, *, show_layers: str | Iterable[int] | None = None, candidates: int = 5,
            truncate: bool = False, output: str | Path | None = None, force: bool = False,
+           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
            **model: Any) -> ReportResult:
     """What `tfx report` puts on its HTML page; with `output`, the page is written."""
     if output is not None:
         from .render.plot import check_output_path
 
         check_output_path(output, force, suffixes=(".html", ".htm"), option="--output")
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     return _model(model).report(text, show_layers=show_layers, candidates=candidates,
-                                truncate=truncate, output=output, force=force)
+                                truncate=truncate, output=output, force=force, ablate=ablate,
+                                ablate_mode=ablate_mode)
+
+
+# -- interventions -----------------------------------------------------------------
+def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "resid_pre",
+          batch: int | None = None, truncate: bool = False,
+          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+          **model: Any) -> PatchResult:
+    """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
+    `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
+    head), and measure m = logit(answer) - logit(wrong) at the last position.
+    tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell."""
+    from .core.interventions import PATCH_SITES
+
+    if site not in PATCH_SITES:
+        raise UsageError(f"--site {site!r} is not a patching site; valid: "
+                         f"{', '.join(PATCH_SITES)}")
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _needs_head(model, "patch")
+    return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
+                               batch=batch, truncate=truncate, ablate=ablate,
+                               ablate_mode=ablate_mode)
+
+
+def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
+              truncate: bool = False, **model: Any) -> AttributeResult:
+    """Direct logit attribution: the logit of `answer` (minus `wrong`'s) at the last
+    position, split into the embedding, every attention output (every head with
+    `per_head`) and every FFN output through the frozen final norm, plus a remainder;
+    result.parts sum to result.logit_diff."""
+    _needs_head(model, "attribute")
+    return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
+                                   truncate=truncate)
 
 
 def report_html(result: ReportResult) -> str:

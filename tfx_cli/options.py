@@ -11,6 +11,7 @@ annotation objects.
 import functools
 import inspect
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, List, Optional, get_type_hints
 
@@ -34,6 +35,45 @@ EncodingOpt = Annotated[str, typer.Option(
 TruncateOpt = Annotated[bool, typer.Option(
     "--truncate", help="Keep the last context-length tokens of a longer text (as LLMs-from-scratch's "
     "generate crops its context); without it a text longer than the context is an error.")]
+
+# Interventions (core/interventions.py): change an intermediate and see what the output does.
+SITE_HELP = ("a trace name such as blocks.0.attn.out, or blocks.{i}.resid_pre (block i's "
+             "input), narrowed with :h=HEAD and/or :p=POSITION")
+
+
+class AblateMode(str, Enum):
+    zero = "zero"
+    mean = "mean"
+
+
+AblateOpt = Annotated[Optional[List[str]], typer.Option(
+    "--ablate", metavar="SITE", show_default=False, rich_help_panel="Interventions",
+    help=f"Ablate SITE: {SITE_HELP}. Repeatable, or comma-separated.")]
+AblateModeOpt = Annotated[Optional[AblateMode], typer.Option(
+    "--ablate-mode", show_default=False, rich_help_panel="Interventions",
+    help="zero (the default) sets the site to 0; mean to its mean over the text's positions.")]
+SteerOpt = Annotated[Optional[str], typer.Option(
+    "--steer", metavar="SITE", show_default=False, rich_help_panel="Interventions",
+    help=f"Add --scale × (activation(--toward) − activation(--away)) at SITE, position by "
+         f"position from the first: {SITE_HELP}.")]
+TowardOpt = Annotated[Optional[str], typer.Option(
+    "--toward", metavar="TEXT", show_default=False, rich_help_panel="Interventions",
+    help="--steer's text to move toward (as many tokens as --away).")]
+AwayOpt = Annotated[Optional[str], typer.Option(
+    "--away", metavar="TEXT", show_default=False, rich_help_panel="Interventions",
+    help="--steer's text to move away from.")]
+ScaleOpt = Annotated[Optional[float], typer.Option(
+    "--scale", metavar="K", show_default=False, rich_help_panel="Interventions",
+    help="--steer's multiplier (default 1).")]
+
+
+def edit_options(ablate: Optional[List[str]] = None, ablate_mode: Optional[AblateMode] = None,
+                 **steering) -> dict:
+    """The intervention options as `tfx_cli.api` takes them."""
+    return dict(ablate=split_list(ablate, "--ablate") or None,
+                ablate_mode=ablate_mode.value if ablate_mode is not None else None,
+                **steering)
+
 
 SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
 

@@ -56,6 +56,12 @@ COMMANDS: tuple[Command, ...] = (
             "with their logits and probabilities (softmax of the logits)."),
     Command("lens", "lens", "lens", "view_generate",
             "Logit lens: what each layer would predict if the model stopped there."),
+    Command("patch", "patch", "patch", "view_interventions",
+            "Activation patching: run CORRUPT, put in CLEAN's activation at one cell, and "
+            "see how much of CLEAN's answer comes back."),
+    Command("attribute", "attribute", "attribute", "view_interventions",
+            "Direct logit attribution: which parts of the model write the answer's logit at "
+            "the last position."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

@@ -52,6 +52,15 @@ TEXTS = st.one_of(
 GLOBS = mix(st.sampled_from(["*", "logits", "blocks.0.attn.*", "blocks.*.ln1.*",
                               "embed.out", "tokens.ids,logits"]),
             st.sampled_from(["blocks.9.*", "", ",", "[", "**", "ln_f.*", "blocks.-1.*"]))
+SITES = mix(st.sampled_from(["embed.out", "blocks.0.resid_pre", "blocks.0.attn.context:h=1",
+                             "blocks.0.attn.pattern:p=0", "blocks.0.ffn.out", "ln_f.out",
+                             "blocks.1.resid_pre:p=1", "embed.tok,blocks.0.attn.v"]),
+            st.sampled_from(["", "bogus", "blocks.9.attn.out", "blocks.0.attn.out:h=0",
+                             "embed.out:p=99", "blocks.0.attn.scores", "x:h=", ":",
+                             "blocks.0.resid_pre:p=-1", "logits", "blocks.0.attn.k:h=0:h=0",
+                             "blocks.0.ln1.var", "tokens.ids"]))
+TOKENS = mix(st.sampled_from(["win", "you", " a", "e", "die"]),
+             st.sampled_from(["", " ", "you win", "\x00", "💥", "zzzzzzzz"]))
 SHOW = mix(st.sampled_from(["pattern", "q,k,v", "scores,scaled,masked", "out,concat,context"]),
            st.sampled_from(["q_rot", "bogus", "", ","]))
 
@@ -74,6 +83,11 @@ ANY_OPTIONS = [
     ("--stop", TEXTS), ("--no-cache", None), ("--no-stream", None), ("--ignore-eos", None),
     ("--seq-len", SIZES), ("--tie", None), ("--verify", None),
     ("--show-layers", st.sampled_from(["all", "0", "x"])),
+    ("--ablate", SITES), ("--ablate-mode", st.sampled_from(["zero", "mean", "half", ""])),
+    ("--steer", SITES), ("--toward", TEXTS), ("--away", TEXTS), ("--scale", FLOATS),
+    ("--corrupt", TEXTS), ("--answer", TOKENS), ("--wrong", TOKENS),
+    ("--site", st.sampled_from(["resid_pre", "heads", "ffn_out", "neurons", ""])),
+    ("--batch", INTS), ("--per-head", None),
     ("--output", st.sampled_from(["OUT/stray.html", "OUT/x.txt"])),
     ("--plot", st.sampled_from(["OUT/stray.txt", "OUT/missing/x.png"])),
 ]
@@ -128,7 +142,8 @@ def invocations(draw):
     """(argv, stdin bytes or None, whether --json was asked for)."""
     command = draw(st.sampled_from(["tokenize", "embed", "posenc", "attend", "layernorm",
                                     "ffn", "trace", "generate", "next", "lens", "report",
-                                    "configs", "count-params", "bogus"]))
+                                    "patch", "attribute", "configs", "count-params",
+                                    "bogus"]))
     text = draw(TEXTS)
     wants_json = draw(st.booleans()) and command not in ("report", "bogus")
 
@@ -165,8 +180,24 @@ def invocations(draw):
         opts += maybe(draw, "--corpus", st.sampled_from(["CORPUS", "nothere", ""]), 5)
         opts += flag(draw, "--full", 6)
         return [command, *opts, *json_flag, *text_args], stdin, wants_json
-    opts = draw(model_args(encoder_ok=command not in ("generate", "next", "lens")))
+    opts = draw(model_args(encoder_ok=command not in ("generate", "next", "lens", "patch",
+                                                      "attribute")))
     opts += flag(draw, "--truncate", 4)
+    if command in ("attend", "trace", "generate", "next", "lens", "report", "patch"):
+        opts += maybe(draw, "--ablate", SITES, 4)
+        opts += maybe(draw, "--ablate-mode", st.sampled_from(["zero", "mean", "x"]), 8)
+    if command in ("trace", "generate", "next") and draw(st.integers(0, 4)) == 0:
+        opts += ["--steer", draw(SITES)] + maybe(draw, "--toward", TEXTS, 2)
+        opts += maybe(draw, "--away", TEXTS, 2) + maybe(draw, "--scale", FLOATS, 2)
+    if command == "patch":
+        opts += maybe(draw, "--corrupt", TEXTS, 1) + maybe(draw, "--answer", TOKENS, 1)
+        opts += maybe(draw, "--wrong", TOKENS, 1)
+        opts += maybe(draw, "--site", st.sampled_from(["resid_pre", "attn_out", "ffn_out",
+                                                       "heads", "x"]), 2)
+        opts += maybe(draw, "--batch", INTS, 4)
+    if command == "attribute":
+        opts += maybe(draw, "--answer", TOKENS, 1) + maybe(draw, "--wrong", TOKENS, 2)
+        opts += flag(draw, "--per-head", 2)
     if command == "posenc":
         opts += maybe(draw, "--length", INTS, 2)
     elif command == "attend":

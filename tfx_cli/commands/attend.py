@@ -5,8 +5,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text, split_list)
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
+                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
+                       read_text, split_list)
 
 
 class Mask(str, Enum):
@@ -46,6 +47,8 @@ def attend(
         help="Your own matrices instead of a model: JSON with x, w_q, w_k, w_v (optional "
         "w_o, scale, mask, tokens). See samples/seed000.json.")] = None,
     truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -72,6 +75,8 @@ def attend(
       tfx attend --inputs samples/seed000.json --explain --query-pos 0
 
       tfx attend "you win or you die" --kv "When you play game of thrones" --config toy --mask none
+
+      tfx attend "Hello, I am" --layer 1 --ablate blocks.0.attn.context:h=3
     """
     from .. import api
     from ..render.emit import emit
@@ -86,6 +91,7 @@ def attend(
         model.pop("force")  # with --inputs no model is built: --force is --plot's alone
     result = api.attend(text, layer=layer, head=head, mask=mask.value if mask else None,
                         kv=kv, valid_lens=valid_lens, show=split_list(show, "--show"), explain=explain,
-                        query_pos=query_pos, inputs=inputs, truncate=truncate, **model)
+                        query_pos=query_pos, inputs=inputs, truncate=truncate,
+                        **edit_options(ablate, ablate_mode), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -4,8 +4,9 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import InputTextError
-from ..options import (FullOpt, JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command,
-                       read_text, split_list)
+from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
+                       ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
+                       model_command, read_text, split_list)
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
@@ -55,6 +56,12 @@ def generate(
         "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
         "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
     truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
+    steer: SteerOpt = None,
+    toward: TowardOpt = None,
+    away: AwayOpt = None,
+    scale: ScaleOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -76,6 +83,8 @@ def generate(
     cropped to the last context-length tokens, as LLMs-from-scratch does; from then on positions
     shift every step, so those steps recompute the cropped window without the cache.
     A prompt that is already longer than the context is an error unless --truncate.
+    With --ablate or --steer every step recomputes the whole text (no KV cache), so the
+    change applies at every position of every step.
 
     The text streams to stderr while it is produced; stdout carries the step table, or
     with --json one document: result.ids (prompt and new ids), result.text (prompt plus
@@ -92,6 +101,8 @@ def generate(
       tfx generate "Hello, I am" --temperature 0.8 --top-k 40 --seed 7 --json | jq .result.text
 
       tfx generate "Hi" -n 3 --layers 2 --d-model 64 --heads 4 --select 'blocks.0.attn.pattern'
+
+      tfx generate "I think that you" -w smollm2 --steer blocks.10.resid_pre --toward " love" --away " hate" --scale 6
     """
     import os
     import sys
@@ -108,7 +119,8 @@ def generate(
                               top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
                               no_cache=no_cache, select=split_list(select, "--select"), truncate=truncate,
                               ignore_eos=ignore_eos, on_text=stream.write if stream else None,
-                              **model)
+                              **edit_options(ablate, ablate_mode, steer=steer, toward=toward,
+                                             away=away, scale=scale), **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

@@ -1,12 +1,15 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
+                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
+                       read_text)
 
 
 @model_command
 def lens(
     text: TextArg = None,
     truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -49,6 +52,7 @@ def lens(
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
-    result = api.lens(read_text(text, encoding=encoding), truncate=truncate, **model)
+    result = api.lens(read_text(text, encoding=encoding), truncate=truncate,
+                      **edit_options(ablate, ablate_mode), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

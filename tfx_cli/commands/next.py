@@ -3,7 +3,8 @@ from typing import Annotated
 
 import typer
 
-from ..options import JsonOpt, PrecisionOpt, TextArg, TruncateOpt, model_command
+from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
+                       SteerOpt, TextArg, TowardOpt, TruncateOpt, edit_options, model_command)
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 
@@ -18,6 +19,12 @@ def next_token(
     candidates: Annotated[int, typer.Option(
         "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
     truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
+    steer: SteerOpt = None,
+    toward: TowardOpt = None,
+    away: AwayOpt = None,
+    scale: ScaleOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     *,
@@ -44,10 +51,14 @@ def next_token(
       tfx next "Hello, I am"
 
       tfx next "Hello, I am" --temperature 0.7 --top-k 5 --top-p 0.9
+
+      tfx next "The capital of France is" -w smollm2 --ablate blocks.20.ffn.out
     """
     from .. import api
     from ..render.emit import emit
 
     emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
-                  top_p=top_p, candidates=candidates, truncate=truncate, **model),
+                  top_p=top_p, candidates=candidates, truncate=truncate,
+                  **edit_options(ablate, ablate_mode, steer=steer, toward=toward, away=away,
+                                 scale=scale), **model),
          json=json_out, precision=precision)

@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from ..options import ForceOpt, JsonOpt, TextArg, TruncateOpt, model_command, read_text
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TextArg, TruncateOpt,
+                       edit_options, model_command, read_text)
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,
@@ -31,6 +32,7 @@ LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so
 @model_command
 def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
            candidates: CandidatesOpt = 5, truncate: TruncateOpt = False,
+           ablate: AblateOpt = None, ablate_mode: AblateModeOpt = None,
            json_out: JsonOpt = False, force: ForceOpt = False, *, model, encoding) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
     maps, a clickable head view with hover values, layer-norm statistics, and the
@@ -57,6 +59,11 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
         raise UsageError("no output file given; pass --output FILE.html (-o FILE.html), "
                          "or --json for what the page would show")
     text = read_text(text, encoding=encoding)
+    edits = edit_options(ablate, ablate_mode)
+    if edits["ablate"] or edits["ablate_mode"]:
+        from ..core.interventions import check_options
+
+        check_options(**edits)
     path = None if output is None else check_output_path(
         output, force, suffixes=(".html", ".htm"), option="--output")
     started = time.perf_counter()
@@ -66,7 +73,8 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
     if path is not None and pattern_bytes > LARGE_BYTES and show_layers is None:
         warn(f"the page will hold {pattern_bytes * 4 / 3 / 1e6:.0f} MB of attention weights; "
              "--show-layers picks fewer layers")
-    result = m.report(text, show_layers=show_layers, candidates=candidates, truncate=truncate)
+    result = m.report(text, show_layers=show_layers, candidates=candidates, truncate=truncate,
+                      **edits)
     if path is not None:
         size = api.write_report(result, path, force=force)
         seconds = time.perf_counter() - started

@@ -3,8 +3,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text, split_list)
+from ..options import (AblateModeOpt, AblateOpt, AwayOpt, ForceOpt, FullOpt, JsonOpt,
+                       PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TextArg, TowardOpt,
+                       TruncateOpt, edit_options, model_command, read_text, split_list)
 
 
 @model_command
@@ -17,6 +18,12 @@ def trace(
     values: Annotated[bool, typer.Option(
         "--values", help="Print the recorded values, not only names and shapes.")] = False,
     truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
+    steer: SteerOpt = None,
+    toward: TowardOpt = None,
+    away: AwayOpt = None,
+    scale: ScaleOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -37,6 +44,8 @@ def trace(
       tfx trace "Hello, I am" --select logits --json | jq '.tensors.logits.shape'
 
       tfx trace "When you play game of thrones" --config toy -s 'blocks.0.attn.*' --values
+
+      tfx trace "Hello, I am" -s logits --steer blocks.6.resid_pre --toward " love" --away " hate" --scale 4
     """
     from .. import api
     from ..render.emit import emit
@@ -45,6 +54,8 @@ def trace(
     check_plot(plot, force)
 
     result = api.trace(read_text(text, encoding=encoding), select=split_list(select, "--select"),
-                       truncate=truncate, **model)
+                       truncate=truncate, **edit_options(ablate, ablate_mode, steer=steer,
+                                                         toward=toward, away=away, scale=scale),
+                       **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full, values=values)

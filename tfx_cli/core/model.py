@@ -27,15 +27,22 @@ from .trace import Lazy, Trace, compile_globs
 
 
 class Tap(nn.Module):
-    """Identity that records its input into the active Trace when switched on."""
+    """Identity that records its input into the active Trace when switched on.
+
+    `edit`, when set (core/interventions.py sets it), replaces the value flowing through:
+    an ablation, a steering vector or a patched-in activation. What is recorded, and what
+    the rest of the model reads, is the edited value."""
 
     def __init__(self, *dims: str):
         super().__init__()
         self.dims = dims  # without the batch dimension, which tfx always records as 0
         self.name = ""  # set by Transformer from named_modules()
         self.trace: Trace | None = None
+        self.edit = None  # (B, *dims) tensor -> tensor of the same shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.edit is not None:
+            x = self.edit(x)
         if self.trace is not None:
             self.trace.add(self.name, x[0].detach(), self.dims)
         return x
@@ -50,7 +57,9 @@ class Tap(nn.Module):
 
     @property
     def on(self) -> bool:
-        return self.trace is not None
+        """Must the value pass through this tap? (recorded or edited: a fused kernel that
+        never forms it would skip both)"""
+        return self.trace is not None or self.edit is not None
 
 
 class Taps(nn.Module):
@@ -330,7 +339,9 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
         if getattr(getattr(tap, name, None), "on", False):
             getattr(tap, name).lazy(compute, shape)
     T = queries.shape[-2]
-    if not (causal and keep is not None and T > CAUSAL_BLOCK):
+    # an edited pattern must be whole before the context is formed from it
+    edited = getattr(tap.pattern, "edit", None) is not None
+    if edited or not (causal and keep is not None and T > CAUSAL_BLOCK):
         attn_weights = tap.pattern(torch.softmax(masked(), dim=-1))
         return attn_weights @ values  # (..., T, Dv)
     # Square causal mask, one block of query rows at a time: rows [r0, r1) see keys
@@ -435,7 +446,7 @@ class Attention(nn.Module):
         values = self._heads(v, self.n_kv_heads)  # (B, Hkv, S, D)
         plain = rot is None and not self.cfg.qk_norm  # q and k are used as projected
         if not plain:  # record them as projected, then normed (q_norm) and rotated (q_rot)
-            self.q(queries)
+            queries = self.q(queries)
             if self.k.on:
                 self.k(self.share_kv(keys))
             if self.cfg.qk_norm:
@@ -446,12 +457,13 @@ class Attention(nn.Module):
         if cache is not None:
             keys, values = cache.append(self.layer, keys, values, start)
         keys, values = self.share_kv(keys), self.share_kv(values)  # (B, H, S, D)
+        # each tap's output is what flows on, so an intervention there reaches attention
         if plain:
-            self.q(queries)
-            self.k(keys)
+            queries = self.q(queries)
+            keys = self.k(keys)
         elif rot is not None:
-            self.k_rot(keys)
-        self.v(values)
+            keys = self.k_rot(keys)
+        values = self.v(values)
         if self.window is not None and kv_x is None:
             inside = self.window_keep(queries.shape[-2], keys.shape[-2], start)
             keep = inside if keep is None else keep & inside
@@ -468,7 +480,7 @@ class Attention(nn.Module):
             context_vec = F.scaled_dot_product_attention(
                 queries, keys, values, attn_mask=None if causal else keep, is_causal=causal,
                 scale=1.0 / self.scale)
-        self.context(context_vec)
+        context_vec = self.context(context_vec)
         B, H, T, D = context_vec.shape
         concat = self.concat(context_vec.transpose(1, 2).reshape(B, T, H * D))  # (B, T, A)
         return self.out(self.out_proj(concat))

@@ -80,6 +80,25 @@ def head_tail(n: int, keep: int) -> tuple[list[int], int | None]:
     return list(range(head)) + list(range(n - tail, n)), head
 
 
+def intervention_text(change) -> str:
+    """One intervention as a reader should see it: 'blocks.0.attn.out ablated (zero)',
+    "blocks.6.resid_pre steered 4 × (' love' − ' hate')"."""
+    if change.kind == "ablate":
+        return f"{change.site} ablated ({change.mode})"
+    return (f"{change.site} steered {change.scale:g} × ({change.toward!r} − "
+            f"{change.away!r})")
+
+
+def largest_parts(values: Sequence[float], keep: int) -> list[int]:
+    """Indices of the `keep` values largest in magnitude, the last one (attribute's
+    remainder) always among them, in their original order; all when they fit."""
+    n = len(values)
+    if n <= keep:
+        return list(range(n))
+    by_size = sorted(range(n - 1), key=lambda i: -abs(values[i]))
+    return sorted(by_size[:keep - 1]) + [n - 1]
+
+
 def layer_of(name: str) -> int | None:
     """The block a trace name belongs to: blocks.3.attn.pattern -> 3."""
     parts = name.split(".")
@@ -89,4 +108,4 @@ def layer_of(name: str) -> int | None:
 
 
 __all__ = ["terminal_text", "head_tail", "display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",
-           "TOKEN_DIMS"]
+           "intervention_text", "largest_parts", "TOKEN_DIMS"]

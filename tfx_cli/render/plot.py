@@ -13,6 +13,8 @@ One drawing per command, chosen by the result's command:
   layernorm  per-token mean and variance, before and after normalisation
   lens       layers x positions, shaded by the top token's probability, token text inside
   trace      the one selected tensor: 1-D bars, 2-D heat map, (H, ., .) a grid of heads
+  patch      the effect as layers x positions (or heads), diverging around 0, values inside
+  attribute  one horizontal bar per part, in forward order
 
 Files are written beside their final name and moved into place with os.replace, so a
 failed or interrupted draw never leaves half a file, and nothing is overwritten without
@@ -502,4 +504,69 @@ def plot_trace(result: Result, plt):
         label_axis(ax, "x", tick_labels, len(array), token_fontsize(len(array)))
     ax.set_xlabel(DIM_NAMES.get(dims[0], dims[0]) if dims else "")
     ax.set_title(f"{tex_safe(name)} ({', '.join(dims)}) · {describe(result)}", fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- patch and attribute
+
+@plotter("patch")
+def plot_patch(result: Result, plt):
+    from ..core.tokenizers import visible
+
+    effect = np.asarray(result.tensors.array("patch.effect"), dtype=np.float64)  # (L, T|H)
+    n_layers, n = effect.shape
+    fig, ax = plt.subplots(figsize=(min(30, 2.5 + 0.75 * n), min(30, 1.8 + 0.24 * n_layers)),
+                           layout="constrained")
+    bound = max(1.0, float(np.nanmax(np.abs(effect))) if effect.size else 1.0)
+    image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto",
+                      interpolation="nearest")
+    if n * n_layers <= 600:
+        fontsize = 7 if n <= 16 else 5
+        for i in range(n_layers):
+            for j in range(n):
+                text = f"{effect[i, j]:.2f}".replace("-0.00", "0.00")  # rounding noise
+                ax.text(j, i, text, ha="center", va="center",
+                        fontsize=fontsize,
+                        color="white" if abs(effect[i, j]) > 0.6 * bound else "black")
+    step = max(1, math.ceil(n_layers / MAX_LABELS))
+    ax.set_yticks(range(0, n_layers, step), [str(i) for i in range(0, n_layers, step)],
+                  fontsize=7)
+    ax.set_ylabel("layer")
+    if result.site == "heads":
+        ax.set_xticks(range(n), [str(h) for h in range(n)], fontsize=7)
+        ax.set_xlabel("head")
+    else:
+        labels = [tex_safe(visible(t)) + ("*" if i in result.differing_positions else "")
+                  for i, t in enumerate(result.tokens)]
+        label_axis(ax, "x", labels, n, token_fontsize(n))
+        ax.set_xlabel("position (* where CORRUPT differs)")
+    fig.colorbar(image, ax=ax, label="effect (1: restores CLEAN's answer)", shrink=0.9)
+    ax.set_title(tex_safe(f"activation patching · {result.patched} · "
+                          f"logit({result.answer.token!r}) − logit({result.wrong.token!r})\n"
+                          f"{describe(result)}"), fontsize=10)
+    return fig
+
+
+@plotter("attribute")
+def plot_attribute(result: Result, plt):
+    from .common import largest_parts
+
+    values = [part.value for part in result.parts]
+    chosen = largest_parts(values, 60)
+    names = [tex_safe(result.parts[i].name) for i in chosen]
+    shown = np.array([values[i] for i in chosen], dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(8, min(30, 1.5 + 0.22 * len(chosen))),
+                           layout="constrained")
+    colours = ["#2a9d5c" if v >= 0 else "#c0392b" for v in shown]
+    ax.barh(np.arange(len(chosen)), shown, color=colours)
+    ax.set_yticks(range(len(chosen)), names, fontsize=7 if len(chosen) <= 40 else 5)
+    ax.invert_yaxis()  # forward order, top to bottom
+    ax.axvline(0.0, color="grey", lw=0.8)
+    what = f"logit({result.answer.token!r})"
+    if result.wrong is not None:
+        what += f" − logit({result.wrong.token!r})"
+    ax.set_xlabel(tex_safe(f"contribution to {what}"))
+    more = f" (the {len(chosen) - 1} largest parts)" if len(chosen) < len(values) else ""
+    ax.set_title(tex_safe(f"direct logit attribution{more}: sum {result.sum_of_parts:.4g} = "
+                          f"{result.logit_diff:.4g}\n{describe(result)}"), fontsize=10)
     return fig

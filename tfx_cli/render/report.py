@@ -81,6 +81,12 @@ def header_html(result: ReportResult, data: dict) -> str:
              f"{cfg.norm} ({cfg.norm_position}) · {cfg.positional} positions · "
              f"{'causal' if cfg.causal else 'bidirectional'}")
     text = result.input.text or ""
+    changed = ""
+    if result.interventions:  # --ablate: the page shows the changed model
+        from .common import intervention_text
+
+        changed = (f'\n    <dt>changed</dt><dd id="changed">'
+                   f'{esc("; ".join(intervention_text(c) for c in result.interventions))}</dd>')
     return f"""
 <header>
   <h1>tfx report</h1>
@@ -89,7 +95,7 @@ def header_html(result: ReportResult, data: dict) -> str:
     <dt>shape</dt><dd>{esc(shape)}</dd>
     <dt>seed</dt><dd id="seed">{esc(seed)}</dd>
     <dt>input</dt><dd><q id="input-text">{esc(text)}</q> · {len(data['tokens'])} tokens</dd>
-    <dt>tool</dt><dd>tfx {esc(__version__)}</dd>
+    <dt>tool</dt><dd>tfx {esc(__version__)}</dd>{changed}
   </dl>
 </header>"""
 

@@ -77,6 +77,13 @@ def header(console: Console, result: Result) -> None:
         text = Text("text: ", style="dim") + Text(repr(data.text))
         text.append(f" ({counted(len(data.tokens), 'token')})", style="dim")
         console.print(text, no_wrap=True, overflow="ellipsis")
+    changes = getattr(result, "interventions", None)
+    if changes:
+        from .common import intervention_text
+
+        line = Text("changed: ", style="dim") + Text(terminal_text(
+            "; ".join(intervention_text(c) for c in changes)), style="bold yellow")
+        console.print(line, overflow="fold")
 
 
 def format_value(value, precision: int = 3) -> str:

@@ -165,9 +165,14 @@ class Result:
     model: ModelInfo | None = None
     input: InputInfo | None = None
     tensors: Trace = field(default_factory=Trace)
+    # what the run changed (--ablate, --steer): core/results/interventions.Intervention
+    interventions: list | None = optional()
 
     def result_json(self) -> dict:
-        return fields_json(self, skip=_BASE)
+        out = fields_json(self, skip=_BASE)
+        if "interventions" in out:  # last, after the command's own fields
+            out["interventions"] = out.pop("interventions")
+        return out
 
     def to_dict(self) -> dict:
         """The tfx/1 envelope: exactly what `tfx <command> ... --json` prints."""
@@ -208,6 +213,7 @@ _LAZY = {
                "TraceResult", "NormStats", "ReportResult"),
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
+    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -1,0 +1,68 @@
+"""`tfx attribute TEXT --answer TOKEN`: direct logit attribution."""
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
+                       TruncateOpt, model_command, read_text)
+
+
+@model_command
+def attribute(
+    text: TextArg = None,
+    answer: Annotated[Optional[str], typer.Option(
+        "--answer", metavar="TOKEN", show_default=False,
+        help="The token whose logit is split: one token (mind the leading space).")] = None,
+    wrong: Annotated[Optional[str], typer.Option(
+        "--wrong", metavar="TOKEN", show_default=False,
+        help="Split logit(--answer) − logit(--wrong) instead: one token.")] = None,
+    per_head: Annotated[bool, typer.Option(
+        "--per-head", help="One part per attention head (its context times its slice of "
+        "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
+    truncate: TruncateOpt = False,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
+    *,
+    model,
+    encoding,
+) -> None:
+    """Direct logit attribution: which parts of the model write the answer's logit at
+    the last position.
+
+    The final residual stream is a sum: the embedding's terms, every layer's attention
+    output (every head's, with --per-head) and every FFN output. Each part goes through
+    the final norm with its scale frozen at the real run's value (LayerNorm: the part
+    centred, divided by the real sqrt(var + eps), times γ; RMSNorm: divided by the real
+    root mean square, times γ) and onto W_U[answer] − W_U[wrong]. The norm's shift β
+    (and, with --per-head, the attention output biases) form the remainder, so the parts
+    add up to the logit difference exactly, up to float rounding (result.unexplained).
+
+    Post-LN models (toy, vaswani) have no final norm but a LayerNorm after every
+    sublayer: there each part is carried through every later norm, each with its frozen
+    scale, and every norm's shift joins the remainder.
+
+    JSON: result.parts (name, value) in forward order, result.logit_diff,
+    result.sum_of_parts, result.unexplained.
+
+    Examples:
+
+      tfx attribute "The capital of France is" --answer " Paris" --wrong " Rome" -w smollm2
+
+      tfx attribute "Hello, I am" --answer " a" --per-head --plot parts.png
+    """
+    from .. import api
+    from ..errors import UsageError
+    from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
+    if answer is None:
+        raise UsageError("--answer is missing; tfx attribute TEXT --answer TOKEN "
+                         "[--wrong TOKEN]")
+    result = api.attribute(read_text(text, encoding=encoding), answer=answer, wrong=wrong,
+                           per_head=per_head, truncate=truncate, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

@@ -1,0 +1,90 @@
+"""`tfx patch CLEAN --corrupt CORRUPT --answer A --wrong W`: activation patching."""
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
+                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
+                       read_text)
+
+
+class PatchSite(str, Enum):
+    resid_pre = "resid_pre"
+    attn_out = "attn_out"
+    ffn_out = "ffn_out"
+    heads = "heads"
+
+
+@model_command
+def patch(
+    clean: TextArg = None,
+    corrupt: Annotated[Optional[str], typer.Option(
+        "--corrupt", metavar="TEXT", show_default=False,
+        help="The corrupted text: as many tokens as CLEAN, differing where the answer "
+        "should change.")] = None,
+    answer: Annotated[Optional[str], typer.Option(
+        "--answer", metavar="TOKEN", show_default=False,
+        help="CLEAN's answer: one token (mind the leading space, e.g. ' Paris').")] = None,
+    wrong: Annotated[Optional[str], typer.Option(
+        "--wrong", metavar="TOKEN", show_default=False,
+        help="CORRUPT's answer: one token (e.g. ' Rome').")] = None,
+    site: Annotated[PatchSite, typer.Option(
+        "--site", help="What one cell patches: resid_pre (block i's input at one position), "
+        "attn_out, ffn_out (a sublayer's output at one position), heads (one head's context "
+        "at every position).")] = PatchSite.resid_pre,
+    batch: Annotated[Optional[int], typer.Option(
+        "--batch", min=1, show_default=False,
+        help="Cells run together in one forward pass (default: as many as fill 4,096 "
+        "positions). 1 runs each cell alone: slower, and bit for bit the patched model run "
+        "by itself; batched cells agree with that to float rounding.")] = None,
+    truncate: TruncateOpt = False,
+    ablate: AblateOpt = None,
+    ablate_mode: AblateModeOpt = None,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    plot: PlotOpt = None,
+    force: ForceOpt = False,
+    *,
+    model,
+    encoding,
+) -> None:
+    """Activation patching: run CORRUPT, put in CLEAN's activation at one cell, and see
+    how much of CLEAN's answer comes back.
+
+    The metric is m = logit(--answer) − logit(--wrong) at the last position; each cell's
+    effect is (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 means that cell alone
+    restores CLEAN's answer, 0 that it changes nothing. The table is layers × positions
+    (× heads for --site heads), shaded, with CLEAN's tokens on the columns (* where CORRUPT
+    differs). CLEAN and CORRUPT must have the same number of tokens, and --answer and
+    --wrong must each be one token.
+
+    CLEAN's activations are recorded once; each cell at layer l starts from CORRUPT's
+    residual entering block l, and the cells of one layer run together as one batch.
+
+    JSON: tensors patch.effect (L, T) or (L, H) and patch.metric (m per cell);
+    result.m_clean, m_corrupt, answer, wrong, site and differing_positions.
+
+    Examples:
+
+      tfx patch "The capital of France is" --corrupt "The capital of Italy is" --answer " Paris" --wrong " Rome" -w smollm2
+
+      tfx patch "When Mary and John went to the store, John gave a drink to" --corrupt "When Mary and John went to the store, Mary gave a drink to" --answer " Mary" --wrong " John" --site heads --plot heads.png
+    """
+    from .. import api
+    from ..errors import UsageError
+    from ..render.emit import emit
+    from ..render.plot import check_plot, plot_to
+
+    check_plot(plot, force)
+    for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
+        if value is None:
+            raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
+                             "TOKEN --wrong TOKEN")
+    result = api.patch(read_text(clean, encoding=encoding, what="CLEAN text"),
+                       corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
+                       wrong=wrong, site=site.value, batch=batch, truncate=truncate,
+                       **edit_options(ablate, ablate_mode), **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, json=json_out, precision=precision, full=full)

@@ -1,0 +1,757 @@
+"""Interventions: change an intermediate and see what the output does.
+
+Every intermediate passes through a Tap (model.py); a Tap's `edit` replaces the value
+flowing through it, and what the rest of the model reads (and a trace records) is the
+edited value. This module decides the edits:
+
+- sites: a trace name, optionally narrowed to one head and/or one position
+  (`blocks.3.attn.context:h=5`, `blocks.2.resid_out:p=4`), plus the pseudo-name
+  `blocks.{i}.resid_pre`, block i's input (`embed.out` for block 0, else
+  `blocks.{i-1}.resid_out`);
+- ablation (--ablate): the site's value set to zero, or to its mean over the run's
+  positions (--ablate-mode mean);
+- steering (--steer): K × (activation(toward) − activation(away)) added at the site,
+  aligned from the first position (activation addition);
+- activation patching (`tfx patch`): CORRUPT's run with one cell of CLEAN's activations
+  put in, for every layer and position (or head), batched;
+- direct logit attribution (`tfx attribute`): the final residual stream split into its
+  parts, each carried through the final norm with its scale frozen and projected onto
+  the unembedding's answer − wrong direction.
+
+Patching is where the peers are slow: TransformerLens runs one whole forward per
+(layer, position) cell. Here CLEAN's activations are recorded once, CORRUPT's residual
+entering every block is kept, and the cells of layer l run as one batch (one row per
+cell) from block l's input: the blocks before l are never run again.
+"""
+from __future__ import annotations
+
+import math
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from ..errors import InputTextError, RangeError, SelectError, UsageError
+from ..words import counted
+from .results import (AttributeResult, Intervention, Part, PatchResult, TokenRef)
+from .trace import Trace, summarise_names
+
+ABLATE_MODES = ("zero", "mean")
+PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
+
+# Trace names that are recorded but that nothing downstream reads, and why.
+_NOT_SITES = {
+    "tokens.ids": "token ids are not activations; ablate embed.tok or embed.out",
+    "logits": "it is the output itself, nothing runs after it",
+    "logits_uncapped": "it is the output itself (before the soft cap), nothing runs after it",
+    "mean": "a norm's statistic, recorded for display; the norm does not read it back "
+            "(ablate its .in or .normed)",
+    "var": "a norm's statistic, recorded for display; the norm does not read it back "
+           "(ablate its .in or .normed)",
+    "scores": "it is recomputed from q and k when read and nothing downstream reads it "
+              "(use attn.pattern, attn.q or attn.k)",
+    "scaled": "it is recomputed from q and k when read and nothing downstream reads it "
+              "(use attn.pattern, attn.q or attn.k)",
+    "masked": "it is recomputed from q and k when read and nothing downstream reads it "
+              "(use attn.pattern, attn.q or attn.k)",
+    "capped": "it is recomputed from q and k when read and nothing downstream reads it "
+              "(use attn.pattern, attn.q or attn.k)",
+}
+_ROPE_K = ("this model records keys before their norm or rotation for display only; the "
+           "keys that flow on are attn.k_rot (or attn.k_norm.out without rotation)")
+_SHARED_K_NORM = ("the key norm runs on the shared key/value heads and is recorded for every "
+                  "query head, so an edit of one head's copy would be lost; use attn.k_rot")
+
+
+# -- sites ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Site:
+    """Where an edit goes: a tap, and optionally one head and/or one position of it."""
+
+    spec: str  # as given, for messages and the JSON
+    name: str  # the tap: blocks.{i}.resid_pre is blocks.{i-1}.resid_out (embed.out at 0)
+    dims: tuple[str, ...]  # the tap's dims, without the batch
+    head: int | None = None
+    pos: int | None = None
+    option: str = "--ablate"
+
+    @property
+    def pos_axis(self) -> int:
+        """Index in dims of the position axis (T; S for keys and values)."""
+        return next(i for i, d in enumerate(self.dims) if d in ("T", "S"))
+
+    @property
+    def layer(self) -> int | None:
+        match = re.match(r"blocks\.(\d+)\.", self.name)
+        return int(match.group(1)) if match else None
+
+    def index(self, ndim: int, positions: slice | None = None) -> tuple:
+        """Index into a (B, *dims) tensor: the site's head (kept as a length-1 axis) and
+        `positions` of the position axis."""
+        idx = [slice(None)] * ndim
+        if self.head is not None:
+            idx[1 + self.dims.index("H")] = slice(self.head, self.head + 1)
+        if positions is not None:
+            idx[1 + self.pos_axis] = positions
+        return tuple(idx)
+
+    def positions(self, T: int) -> slice:
+        """The positions the site covers in a run of T positions (checked)."""
+        if self.pos is None:
+            return slice(None)
+        if self.pos >= T:
+            raise RangeError(f"{self.option} {self.spec!r}: position {self.pos} is out of range: "
+                             f"the text has {counted(T, 'token')} (0 to {T - 1})")
+        return slice(self.pos, self.pos + 1)
+
+
+def resid_pre_name(layer: int) -> str:
+    """The trace name holding block `layer`'s input."""
+    return "embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out"
+
+
+def _why_not(name: str, cfg) -> str | None:
+    if name in _NOT_SITES:
+        return _NOT_SITES[name]
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in _NOT_SITES:
+        return _NOT_SITES[leaf]
+    if name.endswith(".attn.k") and (cfg.positional == "rope" or cfg.qk_norm):
+        return _ROPE_K
+    if ".attn.k_norm." in name and cfg.n_kv_heads != cfg.n_heads:
+        return _SHARED_K_NORM
+    return None
+
+
+def site_names(model) -> list[str]:
+    """Every name a site may use, in forward order: each editable trace name, and
+    blocks.{i}.resid_pre before block i's own names."""
+    out = []
+    for name in model.taps:
+        if _why_not(name, model.cfg) is not None:
+            continue
+        match = re.match(r"blocks\.(\d+)\.ln1\.in$", name)
+        if match:
+            out.append(f"blocks.{match.group(1)}.resid_pre")
+        out.append(name)
+    return out
+
+
+_NARROW = re.compile(r"^(h|p)=(-?\d+)$")
+
+
+def parse_site(model, spec: str, option: str = "--ablate") -> Site:
+    """`name[:h=HEAD][:p=POS]` -> Site, checked against the model's names and sizes."""
+    cfg = model.cfg
+    spec = spec.strip()
+    name, *narrowing = spec.split(":")
+    valid = site_names(model)
+    summary = summarise_names(valid)
+    if name not in valid:
+        why = _why_not(name, cfg) if name in model.taps else None
+        if why is not None:
+            raise SelectError(f"{option} {spec!r}: {name} is recorded but is not a site: {why}")
+        generic = re.sub(r"^blocks\.\d+\.", "blocks.{i}.", name)
+        match = re.match(r"blocks\.(\d+)\.", name)
+        if match and generic in summary.split(", "):
+            n = cfg.n_layers
+            raise RangeError(f"{option} {spec!r}: block {match.group(1)} is out of range: "
+                             f"this model has {counted(n, 'layer')} (0 to {n - 1})")
+        raise SelectError(f"{option} {spec!r} is not a site; valid sites: {summary} "
+                          "(narrow one with :h=HEAD and :p=POSITION)")
+    match = re.match(r"blocks\.(\d+)\.resid_pre$", name)
+    tap_name = resid_pre_name(int(match.group(1))) if match else name
+    dims = tuple(model.taps[tap_name].dims)
+    got: dict[str, int] = {}
+    for part in narrowing:
+        found = _NARROW.match(part.strip())
+        if not found or found.group(1) in got:
+            raise UsageError(f"{option} {spec!r}: {part!r} is not a narrowing; write :h=HEAD "
+                             "and/or :p=POSITION once each, e.g. blocks.0.attn.context:h=1:p=2")
+        got[found.group(1)] = int(found.group(2))
+    head, pos = got.get("h"), got.get("p")
+    if head is not None:
+        if "H" not in dims:
+            raise SelectError(f"{option} {spec!r}: {name} has no heads (dims "
+                              f"{', '.join(dims)}); drop :h=, or narrow a per-head name such "
+                              "as blocks.{i}.attn.context")
+        if not 0 <= head < cfg.n_heads:
+            raise RangeError(f"{option} {spec!r}: head {head} is out of range: this model has "
+                             f"{counted(cfg.n_heads, 'head')} (0 to {cfg.n_heads - 1})")
+    if pos is not None and pos < 0:
+        raise RangeError(f"{option} {spec!r}: position {pos} is out of range: positions "
+                         "count from 0")
+    return Site(spec=spec, name=tap_name, dims=dims, head=head, pos=pos, option=option)
+
+
+# -- installing edits ------------------------------------------------------------------
+Edit = Callable[[torch.Tensor], torch.Tensor]
+
+
+@contextmanager
+def editing(model, edits: Iterable[tuple[str, Edit]]):
+    """Put `edits` (tap name, function) on the model's taps for the block's duration;
+    several on one tap apply in order, after any edit already there."""
+    saved = {}
+    for name, fn in edits:
+        tap = model.taps[name]
+        saved.setdefault(name, tap.edit)
+        before = tap.edit
+        tap.edit = fn if before is None else (lambda x, a=before, b=fn: b(a(x)))
+    # The decoding fast path (decoding.step) runs without taps while nothing records;
+    # an edit needs every tap to run, so it counts as recording.
+    model.recording += 1
+    try:
+        yield
+    finally:
+        model.recording -= 1
+        for name, edit in saved.items():
+            model.taps[name].edit = edit
+
+
+def ablation(site: Site, mode: str) -> Edit:
+    """The site's value set to zero, or to its mean over the run's positions (per head
+    when narrowed to one, per batch row)."""
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        where = site.index(x.ndim, site.positions(x.shape[1 + site.pos_axis]))
+        out = x.clone()
+        if mode == "zero":
+            out[where] = 0.0
+        else:
+            out[where] = x[site.index(x.ndim)].mean(dim=1 + site.pos_axis, keepdim=True)
+        return out
+
+    return edit
+
+
+def steering(site: Site, vector: torch.Tensor, scale: float) -> Edit:
+    """K × vector added at the site; vector (*dims) holds n positions, added to positions
+    0..n-1 of the run (those it has), or to the site's one position."""
+    n = vector.shape[site.pos_axis]
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1 + site.pos_axis]
+        positions = site.positions(T) if site.pos is not None else slice(0, min(n, T))
+        where = site.index(x.ndim, positions)
+        out = x.clone()
+        out[where] += scale * vector[where[1:]].to(x.dtype)
+        return out
+
+    return edit
+
+
+# -- ablation and steering for a whole command -------------------------------------------
+@dataclass
+class Plan:
+    """The interventions one command runs with, parsed and checked."""
+
+    ablate: list[Site] = field(default_factory=list)
+    mode: str = "zero"
+    steer: Site | None = None
+    toward: str | None = None
+    away: str | None = None
+    scale: float = 1.0
+
+    def __bool__(self) -> bool:
+        return bool(self.ablate) or self.steer is not None
+
+
+def check_options(*, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+                  steer: str | None = None, toward: str | None = None,
+                  away: str | None = None, scale: float | None = None) -> None:
+    """What can be refused before a model is loaded."""
+    import math
+
+    if ablate_mode is not None and ablate_mode not in ABLATE_MODES:
+        raise UsageError(f"--ablate-mode {ablate_mode!r} is not a mode; valid: "
+                         f"{', '.join(ABLATE_MODES)}")
+    if ablate_mode is not None and not ablate:
+        raise UsageError("--ablate-mode applies to --ablate sites, and none was given; add "
+                         "--ablate SITE, e.g. --ablate blocks.0.attn.out")
+    for value in ablate or ():
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError("--ablate has an empty site; give a trace name such as "
+                             "blocks.0.attn.out")
+    if steer is None:
+        given = [o for o, v in (("--toward", toward), ("--away", away), ("--scale", scale))
+                 if v is not None]
+        if given:
+            raise UsageError(f"{given[0]} applies to --steer, which was not given; add "
+                             "--steer SITE, e.g. --steer blocks.0.resid_pre")
+        return
+    if not steer.strip():
+        raise UsageError("--steer is empty; give a site such as blocks.0.resid_pre")
+    for option, text in (("--toward", toward), ("--away", away)):
+        if text is None:
+            raise UsageError(f"--steer needs --toward TEXT and --away TEXT (the vector is "
+                             f"activation(toward) - activation(away)); {option} is missing")
+        if not text.strip():
+            raise InputTextError(f"{option} is empty; give at least one word, e.g. \"Love\"")
+    if scale is not None and not math.isfinite(scale):
+        raise UsageError(f"--scale {scale} must be a finite number, e.g. 4")
+
+
+def plan(loaded, *, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+         steer: str | None = None, toward: str | None = None, away: str | None = None,
+         scale: float | None = None) -> Plan:
+    check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+                  away=away, scale=scale)
+    model = loaded.model
+    return Plan(ablate=[parse_site(model, s, "--ablate") for s in ablate or ()],
+                mode=ablate_mode or "zero",
+                steer=parse_site(model, steer, "--steer") if steer is not None else None,
+                toward=toward, away=away, scale=1.0 if scale is None else float(scale))
+
+
+class Applied:
+    """What a command ran with: the edits' records, and whether each was reached."""
+
+    def __init__(self, records: list[Intervention], counters: list[list[int]],
+                 sites: list[Site]):
+        self.records, self._counters, self._sites = records, counters, sites
+
+    def reset(self) -> None:
+        for counter in self._counters:
+            counter[0] = 0
+
+    def finish(self, result):
+        """Refuse a run that never reached a site (it would change nothing), and note
+        what was changed on the result."""
+        for counter, site in zip(self._counters, self._sites):
+            if counter[0] == 0:
+                raise RangeError(f"{site.option} {site.spec!r} is never reached: this command "
+                                 f"stops before {site.name}, so it would change nothing; "
+                                 "choose a site in the blocks it runs")
+        result.interventions = list(self.records) or None
+        return result
+
+
+def _counted(fn: Edit, counter: list[int]) -> Edit:
+    def edit(x):
+        counter[0] += 1
+        return fn(x)
+
+    return edit
+
+
+@contextmanager
+def applied(loaded, p: Plan):
+    """Install `p`'s ablations, compute its steering vector on the model as ablated, then
+    install that too; yields an Applied to finish the result with."""
+    from . import stages
+
+    model = loaded.model
+    counters, sites, records, edits = [], [], [], []
+    for site in p.ablate:
+        counter = [0]
+        counters.append(counter)
+        sites.append(site)
+        edits.append((site.name, _counted(ablation(site, p.mode), counter)))
+        records.append(Intervention(kind="ablate", site=site.spec, name=site.name,
+                                    head=site.head, position=site.pos, mode=p.mode))
+    with editing(model, edits):
+        if p.steer is None:
+            done = Applied(records, counters, sites)
+            yield done
+            return
+        site = p.steer
+        ids = {}
+        for option, text in (("--toward", p.toward), ("--away", p.away)):
+            ids[option] = stages.encode(loaded, text)
+        n, m = len(ids["--toward"]), len(ids["--away"])
+        pieces = {k: loaded.tokenizer.pieces(v) for k, v in ids.items()}
+        if n != m:
+            raise InputTextError(
+                f"--toward and --away are added position by position, so they need the same "
+                f"number of tokens, but --toward is {counted(n, 'token')} "
+                f"{pieces['--toward']} and --away is {counted(m, 'token')} "
+                f"{pieces['--away']}; add or remove words until they match")
+        if site.pos is not None and site.pos >= n:
+            raise RangeError(f"--steer {site.spec!r}: position {site.pos} is out of range: "
+                             f"--toward and --away have {counted(n, 'token')} (0 to {n - 1})")
+        layer = site.layer
+        acts = []
+        for option in ("--toward", "--away"):
+            tr = stages.run(loaded, ids[option], [site.name], validate=False,
+                            stop_after=-1 if site.name.startswith("embed.") else layer)
+            acts.append(tr.raw(site.name).clone())
+        vector = acts[0] - acts[1]  # (*dims) over the steering texts' positions
+        counter = [0]
+        counters.append(counter)
+        sites.append(site)
+        shown = vector[site.index(vector.ndim + 1, site.positions(n) if site.pos is not None
+                                  else None)[1:]]
+        records.append(Intervention(
+            kind="steer", site=site.spec, name=site.name, head=site.head, position=site.pos,
+            toward=p.toward, away=p.away, toward_tokens=pieces["--toward"],
+            away_tokens=pieces["--away"], scale=p.scale,
+            vector_norm=float(shown.double().norm())))
+        for c in counters:
+            c[0] = 0  # the steering texts' runs do not count as reaching a site
+        with editing(model, [(site.name, _counted(steering(site, vector, p.scale), counter))]):
+            yield Applied(records, counters, sites)
+
+
+# -- one-token answers -----------------------------------------------------------------
+def one_token(loaded, text: str, option: str) -> TokenRef:
+    """The id of a text that must be exactly one token (--answer, --wrong)."""
+    if not isinstance(text, str) or not text:
+        raise InputTextError(f"{option} is empty; give one token, e.g. {option} \" Paris\"")
+    ids = loaded.tokenizer.encode(text)
+    # the specials a tokenizer puts around every text (Gemma's <bos>, BERT's [CLS] and
+    # [SEP]) are not part of the answer
+    around = set(loaded.tokenizer.encode(""))
+    while ids and ids[0] in around:
+        ids = ids[1:]
+    while ids and ids[-1] in around:
+        ids = ids[:-1]
+    pieces = loaded.tokenizer.pieces(ids)
+    if len(ids) != 1:
+        split = " + ".join(repr(p) for p in pieces) if pieces else "no tokens"
+        hint = f"; e.g. {option} {pieces[0]!r}" if pieces else ""
+        if any(p.startswith(" ") for p in pieces) or text.startswith(" "):
+            hint += " (the leading space is part of the token)"
+        raise InputTextError(f"{option} {text!r} must be one token, but the "
+                             f"{loaded.tokenizer.name} tokenizer splits it into "
+                             f"{counted(len(ids), 'token')}: {split}{hint}")
+    if ids[0] >= loaded.cfg.vocab_size:
+        raise InputTextError(f"{option} {text!r} is token id {ids[0]}, outside the model's "
+                             f"vocabulary of {loaded.cfg.vocab_size}")
+    return TokenRef(id=ids[0], token=pieces[0])
+
+
+def _metric(logits: torch.Tensor, answer: int, wrong: int | None) -> torch.Tensor:
+    """logit(answer) − logit(wrong) at the last position of each row, in float64:
+    logits (B, T, V) -> (B,)."""
+    last = logits[:, -1].double()
+    return last[:, answer] - (last[:, wrong] if wrong is not None else 0.0)
+
+
+# -- activation patching -----------------------------------------------------------------
+PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out",
+           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context"}
+BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
+
+
+def _source(site: str, layer: int) -> str:
+    """The trace name a patch at `site` and `layer` copies from CLEAN."""
+    if site == "resid_pre":
+        return resid_pre_name(layer)
+    return PATCHED[site].format(i=layer)
+
+
+@dataclass
+class Sweep:
+    """What a patching sweep measured: m per cell, and the two unpatched runs."""
+
+    metric: torch.Tensor  # (L, T) or (L, H) float64: m of the patched run
+    m_clean: float
+    m_corrupt: float
+    batched_runs: int
+
+
+def default_batch(T: int) -> int:
+    """Cells per forward pass when none is asked for: rows of T positions filling
+    BATCH_TOKENS (at least one)."""
+    return max(1, BATCH_TOKENS // T)
+
+
+def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
+          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None) -> Sweep:
+    """Patch every cell of `site` from CLEAN into CORRUPT; m at each cell.
+
+    CLEAN's activations are recorded in one run and CORRUPT's residual entering each
+    block in another. The cells of layer l (one per position, or per head for "heads")
+    then run `batch` at a time as the rows of one forward pass from block l's input: each
+    row is CORRUPT's residual with its one cell replaced (resid_pre), or carries an edit
+    that replaces its cell at the patched tap as the batch passes it.
+
+    Rows are independent runs, but a matrix product over more rows may round
+    differently (the BLAS picks its kernel by size), so a batched cell agrees with the
+    same patched run alone to float rounding, not bit for bit. batch=1 runs each cell
+    alone: then a cell whose patch changes nothing is bit for bit the plain run (tests
+    hold both).
+    """
+    cfg = model.cfg
+    L, T = cfg.n_layers, len(clean)
+    wanted = [_source(site, layer) for layer in range(L)]
+    pres = [resid_pre_name(layer) for layer in range(L)]
+    with torch.inference_mode():
+        with model.record(wanted) as clean_tr:
+            m_clean = _metric(model(torch.tensor([list(clean)]), head="last"), answer, wrong)
+        with model.record(pres) as corrupt_tr:
+            m_corrupt = _metric(model(torch.tensor([list(corrupt)]), head="last"), answer,
+                                wrong)
+        context = model.attention_context(T)
+        cells = cfg.n_heads if site == "heads" else T
+        rows_per_batch = batch or default_batch(T)
+        out = torch.empty(L, cells, dtype=torch.float64)
+        runs = 0
+        for layer in range(L):
+            start = corrupt_tr.raw(pres[layer])  # (T, C), entering block `layer`
+            source = clean_tr.raw(wanted[layer])  # (T, C) or (H, T, D) for heads
+            for lo in range(0, cells, rows_per_batch):
+                chosen = torch.arange(lo, min(lo + rows_per_batch, cells))
+                rows = torch.arange(len(chosen))
+                x = start.expand(len(chosen), *start.shape).clone()  # (B, T, C)
+                if site == "resid_pre":
+                    x[rows, chosen] = source[chosen]
+                    logits = model.run_blocks(x, context, first=layer, head="last")
+                else:
+                    edit = _put_cells(source, chosen, rows)
+                    with editing(model, [(wanted[layer], edit)]):
+                        logits = model.run_blocks(x, context, first=layer, head="last")
+                out[layer, lo:lo + len(chosen)] = _metric(logits, answer, wrong)
+                runs += 1
+    return Sweep(out, float(m_clean[0]), float(m_corrupt[0]), runs)
+
+
+def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -> Edit:
+    """An edit giving batch row r CLEAN's value at cell chosen[r]: a position of a (T, C)
+    activation, or every position of one head of the (H, T, D) context."""
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        out[rows, chosen] = source[chosen]  # (B, C) or (B, T, D)
+        return out
+
+    return edit
+
+
+def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
+          site: str = "resid_pre", batch: int | None = None,
+          truncate: bool = False) -> PatchResult:
+    """`tfx patch`: the sweep over every layer and position (or head) of `site`."""
+    from . import stages
+    from .generate import check_vocab, need_head
+
+    if site not in PATCH_SITES:
+        raise UsageError(f"--site {site!r} is not a patching site; valid: "
+                         f"{', '.join(PATCH_SITES)}")
+    need_head(loaded.cfg, "patch")
+    check_vocab(loaded)
+    ids = stages.encode(loaded, clean_text, truncate=truncate)
+    bad_ids = stages.encode(loaded, corrupt, truncate=truncate)
+    clean_info = stages.input_info(loaded, clean_text, ids)
+    corrupt_info = stages.input_info(loaded, corrupt, bad_ids)
+    if len(ids) != len(bad_ids):
+        raise InputTextError(
+            f"CLEAN and CORRUPT must have the same number of tokens, to be patched position "
+            f"by position, but CLEAN is {counted(len(ids), 'token')} {clean_info.tokens} and "
+            f"CORRUPT is {counted(len(bad_ids), 'token')} {corrupt_info.tokens}; change "
+            "words so the two line up")
+    good, bad = one_token(loaded, answer, "--answer"), one_token(loaded, wrong, "--wrong")
+    if good.id == bad.id:
+        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
+                             "the logit difference would be 0 in every run")
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
+    gap = done.m_clean - done.m_corrupt
+    if gap == 0:
+        raise InputTextError(
+            f"CLEAN and CORRUPT give the same logit difference ({done.m_clean:.6g}), so the "
+            "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
+            "answers differ")
+    effect = (done.metric - done.m_corrupt) / gap + 0.0  # + 0.0: no -0.0 where m = m_corrupt
+    cols = "H" if site == "heads" else "T"
+    tr = Trace()
+    tr.add("patch.effect", effect, ("L", cols))
+    tr.add("patch.metric", done.metric, ("L", cols))
+    return PatchResult(
+        model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
+        patched=PATCHED[site], answer=good, wrong=bad,
+        metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
+        m_clean=done.m_clean, m_corrupt=done.m_corrupt,
+        effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",
+        differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
+        n_cells=int(effect.numel()),
+        batch=min(batch or default_batch(len(ids)), int(effect.shape[1])),
+        batched_runs=done.batched_runs)
+
+
+# -- direct logit attribution ------------------------------------------------------------
+def _frozen_norm(vectors: torch.Tensor, norm, scale: float) -> torch.Tensor:
+    """Each row of `vectors` (N, C) through a norm whose scale is frozen at `scale` (the
+    real run's sqrt(var + eps), or sqrt(mean square + eps)): LayerNorm centres each part
+    (a linear map) and divides; RMSNorm only divides. Then times the learned γ. The
+    shift β is not a part's: the caller adds it once, as its own part."""
+    if norm.kind != "rmsnorm":
+        vectors = vectors - vectors.mean(dim=-1, keepdim=True)
+    return vectors / scale * norm.gain.double()
+
+
+def _norm_scale(tr: Trace, prefix: str, eps: float) -> float:
+    """The real run's divisor at the last position, from the norm's own var tap."""
+    return float((tr.raw(prefix + ".var")[-1].double() + eps).sqrt())
+
+
+@dataclass
+class Attribution:
+    """The parts of the logit difference: names in forward order, the remainder last."""
+
+    names: list[str]
+    values: list[float]
+    logit_diff: float  # the model's own, from its logits
+
+
+def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
+                      per_head: bool = False) -> Attribution:
+    """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
+
+    Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
+    attention and FFN outputs (per head with `per_head`: the head's context times its
+    slice of W_O; the output bias then joins the remainder). Each part goes through ln_f
+    with the real run's scale frozen (LayerNorm: centred, ÷ the scale, × γ; RMSNorm: ÷ the
+    scale, × γ) and onto W_U[answer] − W_U[wrong]; the remainder is ln_f's shift β (and the
+    biases set aside). The parts sum to the logit difference.
+
+    Post-LN (toy, vaswani): there is no ln_f, and each block's two LayerNorms rescale
+    everything written before them. The same freezing applied to every norm the part
+    passes makes each part its vector carried through all later norms (each centres it,
+    divides by its own frozen scale and multiplies by γ); each norm's shift β, carried
+    through the norms after it, joins the remainder. The sum is again exact. A norm of the
+    embedding sum (BERT) is one more such norm.
+    """
+    cfg = model.cfg
+    embeds = [n for n in ("embed.tok", "embed.pos", "embed.token_type") if n in model.taps]
+    post = cfg.norm_position == "post"
+    sandwich = cfg.sandwich_norm
+    # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
+    # logits before the cap
+    out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
+    names = list(embeds) + [out] + (["embed.ln.var"] if cfg.embed_norm else [])
+    for i in range(cfg.n_layers):
+        names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
+                  f"blocks.{i}.ffn.out"]
+        if post:
+            names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
+        if sandwich:
+            names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
+    if model.ln_f is not None:
+        names.append("ln_f.var")
+    with model.record(names) as tr, torch.inference_mode():
+        model(torch.tensor([list(ids)]), head="last")
+    logits = tr.raw(out)[-1].double()  # (V,)
+    direction = model.lm_head.weight[answer].double()
+    if wrong is not None:
+        direction = direction - model.lm_head.weight[wrong].double()
+    logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
+
+    labels: list[str] = []
+    vectors: list[torch.Tensor] = []  # each part at the last position, (C,) float64
+    rest = torch.zeros(cfg.d_model, dtype=torch.float64)  # biases and shifts
+
+    def add(label: str, vector: torch.Tensor) -> None:
+        labels.append(label)
+        vectors.append(vector.double())
+
+    def through(norm, prefix: str, since: int = 0) -> None:
+        """Carry the parts from index `since` on, and the remainder, through a frozen
+        norm (since > 0: a sandwich norm, which sees only its own sublayer's parts)."""
+        nonlocal rest
+        scale = _norm_scale(tr, prefix, norm.eps)
+        stacked = _frozen_norm(torch.stack(vectors[since:] + [rest]), norm, scale)
+        vectors[since:] = list(stacked[:-1])
+        rest = stacked[-1] + (norm.shift.double() if norm.shift is not None else 0.0)
+
+    for name in embeds:
+        vector = tr.raw(name)[-1].double()
+        if name == "embed.tok" and cfg.embed_scale:
+            vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
+        add(name, vector)
+    if cfg.embed_norm:
+        through(model.embed.ln, "embed.ln")
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
+        if per_head:
+            context = tr.raw(f"blocks.{i}.attn.context")[:, -1].double()  # (H, D)
+            W_O = attn.out_proj.weight.double()  # (C, H·D)
+            D = cfg.head_dim
+            for h in range(cfg.n_heads):
+                add(f"blocks.{i}.attn.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
+            if attn.out_proj.bias is not None:
+                rest = rest + attn.out_proj.bias.double()
+        else:
+            add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
+        if sandwich:
+            through(block.ln_post_attn, f"blocks.{i}.ln_post_attn", since=first)
+            rest = before + rest
+        if post:
+            through(block.ln1, f"blocks.{i}.ln1")
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)
+        add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
+        if sandwich:
+            through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
+            rest = before + rest
+        if post:
+            through(block.ln2, f"blocks.{i}.ln2")
+    if model.ln_f is not None:
+        through(model.ln_f, "ln_f")
+    values = [float(v @ direction) for v in vectors] + [float(rest @ direction)]
+    return Attribution(labels + ["remainder"], values, logit_diff)
+
+
+def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
+              per_head: bool = False, truncate: bool = False) -> AttributeResult:
+    """`tfx attribute`: logit_attribution of TEXT's last position, as a result."""
+    from . import stages
+    from .generate import check_vocab, need_head
+
+    cfg, model = loaded.cfg, loaded.model
+    need_head(cfg, "attribute")
+    check_vocab(loaded)
+    ids = stages.encode(loaded, text, truncate=truncate)
+    good = one_token(loaded, answer, "--answer")
+    bad = one_token(loaded, wrong, "--wrong") if wrong is not None else None
+    if bad is not None and bad.id == good.id:
+        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
+                             "every part would be 0")
+    found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
+                              per_head=per_head)
+    parts = [Part(name, value) for name, value in zip(found.names, found.values)]
+    total = sum(found.values)
+    post = cfg.norm_position == "post"
+    tokens = f"W_U[{good.token!r}]" + (f" - W_U[{bad.token!r}]" if bad is not None else "")
+    if "logits_uncapped" in model.taps:  # tanh is not linear: the parts are of the logits
+        tokens += " (the logits before the final soft cap)"
+    if post:
+        norm_text = ("post-LN: each part carried through every later block norm, each with "
+                     "its scale frozen at the real run's value (centred, ÷ scale, × γ)")
+    elif cfg.norm == "rmsnorm":
+        norm_text = "ln_f (RMSNorm) with its scale frozen: part ÷ sqrt(mean square + eps) × γ"
+    else:
+        norm_text = ("ln_f (LayerNorm) with its scale frozen: (part - its mean) ÷ "
+                     "sqrt(var + eps) × γ")
+    held = []
+    if any(n.shift is not None for n in _norms(model, post)):
+        held.append("the norms' shifts β" if post else "ln_f's shift β")
+    if per_head and any(b.attn.out_proj.bias is not None for b in model.blocks):
+        held.append("the attention output biases" + (" carried through the later norms"
+                                                     if post else ""))
+    return AttributeResult(
+        model=loaded.info, input=stages.input_info(loaded, text, ids), answer=good,
+        wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=found.logit_diff,
+        parts=parts, sum_of_parts=total, unexplained=found.logit_diff - total,
+        per_head=per_head, norm=norm_text,
+        remainder=", ".join(held) if held else "nothing (no biases or shifts)")
+
+
+def _norms(model, post: bool) -> list:
+    if post:
+        return [n for b in model.blocks for n in (b.ln1, b.ln2)]
+    return [model.ln_f] if model.ln_f is not None else []
+
+
+__all__ = ["Site", "parse_site", "site_names", "resid_pre_name", "editing", "ablation",
+           "steering", "Plan", "plan", "check_options", "applied", "Applied", "one_token",
+           "sweep", "Sweep", "patch", "Attribution", "logit_attribution", "attribute",
+           "ABLATE_MODES", "PATCH_SITES", "PATCHED"]

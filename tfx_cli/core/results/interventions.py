@@ -1,0 +1,81 @@
+"""Results of the intervention commands (patch, attribute) and the record of what a run
+changed (ablations and steering), which every result that ran with them carries as
+`result.interventions`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from . import InputInfo, Result, optional
+
+
+@dataclass
+class Intervention:
+    """One change made to a run: an ablation or a steering vector, at one site."""
+
+    kind: str  # "ablate" or "steer"
+    site: str  # as given: blocks.0.attn.context:h=1
+    name: str  # the trace name it edits (blocks.{i}.resid_pre is blocks.{i-1}.resid_out)
+    head: int | None = None
+    position: int | None = None  # None: every position
+    mode: str | None = optional()  # ablate: zero | mean
+    toward: str | None = optional()  # steer: the two texts, K and the difference's size
+    away: str | None = optional()
+    toward_tokens: list[str] | None = optional()
+    away_tokens: list[str] | None = optional()
+    scale: float | None = optional()
+    vector_norm: float | None = optional()  # L2 norm of activation(toward) - activation(away)
+
+
+@dataclass
+class TokenRef:
+    id: int
+    token: str
+
+
+@dataclass(kw_only=True)
+class PatchResult(Result):
+    """Activation patching: CORRUPT's run with one cell of CLEAN's activations put in.
+
+    tensors: patch.effect (L, T) or (L, H) = (m_patched - m_corrupt) / (m_clean -
+    m_corrupt), and patch.metric, m_patched itself, in the same cells."""
+
+    command: ClassVar[str] = "patch"
+    corrupt: InputInfo
+    site: str  # resid_pre | attn_out | ffn_out | heads
+    patched: str  # the trace names patched, e.g. blocks.{i}.attn.out
+    answer: TokenRef
+    wrong: TokenRef
+    metric: str
+    m_clean: float
+    m_corrupt: float
+    effect: str  # the formula
+    differing_positions: list[int]
+    n_cells: int
+    batch: int  # cells per forward pass
+    batched_runs: int  # forward passes the sweep made, each from its layer's input
+
+
+@dataclass
+class Part:
+    name: str
+    value: float
+
+
+@dataclass(kw_only=True)
+class AttributeResult(Result):
+    """Direct logit attribution at the last position: the parts of the final residual
+    stream, each through the frozen final norm and the unembedding."""
+
+    command: ClassVar[str] = "attribute"
+    answer: TokenRef
+    wrong: TokenRef | None = optional()
+    position: int
+    direction: str  # what each part is projected on
+    logit_diff: float  # the model's own logit(answer) [- logit(wrong)]
+    parts: list[Part]
+    sum_of_parts: float
+    unexplained: float  # logit_diff - sum_of_parts: float rounding only
+    per_head: bool
+    norm: str  # how the norms were frozen
+    remainder: str  # what the remainder part holds
