@@ -3,6 +3,7 @@ the document `tfx X ... --json` prints, and a loaded model gives the same result
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ SENTENCE = "When you play game of thrones"
 CAPITAL, OTHER = "The capital of France is", "The capital of Italy is"
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
 SMALL_KW = dict(layers=2, d_model=32, heads=4)
+POST_LN = str(ROOT / "tests" / "post_ln_words.json")
+TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")  # train writes a folder  # toy's encoder as one stack, with a head
 
 # (CLI arguments, the same call through the API)
 CASES = {
@@ -73,16 +76,17 @@ CASES = {
                    "--per-head", *SMALL],
                   lambda: api.attribute(CAPITAL, answer=" Paris", wrong=" Rome", per_head=True,
                                         **SMALL_KW)),
-    "attribute-toy": (["attribute", "When you play game of", "--answer", "thrones", "-c", "toy"],
-                      lambda: api.attribute("When you play game of", answer="thrones",
-                                            config="toy")),
+    "attribute-post-ln": (["attribute", "When you play game of", "--answer", "thrones",
+                           "-c", POST_LN],
+                          lambda: api.attribute("When you play game of", answer="thrones",
+                                                config=POST_LN)),
     "next-steered": (["next", "Hello, I am", *SMALL, "--steer", "blocks.1.resid_pre:p=0",
                       "--toward", " love", "--away", " hate", "--scale", "4"],
                      lambda: api.next("Hello, I am", steer="blocks.1.resid_pre:p=0",
                                       toward=" love", away=" hate", scale=4, **SMALL_KW)),
-    "attend-ablated": (["attend", SENTENCE, "-c", "toy", "--ablate",
+    "attend-ablated": (["attend", SENTENCE, "-c", POST_LN, "--ablate",
                         "blocks.0.attn.pattern:h=1,blocks.0.attn.q:p=2"],
-                       lambda: api.attend(SENTENCE, config="toy",
+                       lambda: api.attend(SENTENCE, config=POST_LN,
                                           ablate=["blocks.0.attn.pattern:h=1",
                                                   "blocks.0.attn.q:p=2"])),
     "lens-ablated": (["lens", "Hello, I am", *SMALL, "--ablate", "blocks.0.resid_pre"],
@@ -92,6 +96,23 @@ CASES = {
                          lambda: api.generate("Hello", max_new_tokens=2,
                                               steer="blocks.0.attn.context:h=1",
                                               toward=" love", away=" hate", **SMALL_KW)),
+    # an encoder–decoder's decoder: cross-attention, the next word, decoding to <end>
+    "attend-cross": (["attend", SENTENCE, "-c", "toy", "--target", "you win", "--cross",
+                      "--explain"],
+                     lambda: api.attend(SENTENCE, config="toy", target="you win", cross=True,
+                                        explain=True)),
+    "next-target": (["next", SENTENCE, "-c", "toy", "--target", "you win or"],
+                    lambda: api.next(SENTENCE, config="toy", target="you win or")),
+    "generate-seq2seq": (["generate", SENTENCE, "-c", "toy", "-n", "3"],
+                         lambda: api.generate(SENTENCE, config="toy", max_new_tokens=3)),
+    "layernorm-ln3": (["layernorm", SENTENCE, "-c", "toy", "--target", "you", "--which", "ln3"],
+                      lambda: api.layernorm(SENTENCE, config="toy", target="you", which="ln3")),
+    "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
+                           lambda: api.count_params(config="vaswani", vocab_size=37000)),
+    "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),
+               "--steps", "20", "-o", TRAINED, "--force"],
+              lambda: api.train(config="toy", pairs=ROOT / "samples" / "seed001.tsv",
+                                steps=20, output=TRAINED, force=True)),
 }
 
 
@@ -117,7 +138,7 @@ def test_every_command_has_a_case():
 def test_tensors_are_numpy_and_fields_are_attributes():
     r = api.attend(SENTENCE, config="toy", explain=True)
     assert isinstance(r, AttendResult)
-    pattern = r.tensors["blocks.0.attn.pattern"]
+    pattern = r.tensors["encoder.blocks.0.attn.pattern"]
     assert isinstance(pattern, np.ndarray) and pattern.shape == (2, 6, 6)
     assert set(r.arrays()) == set(r.tensors.names())
     assert r.explain.query_pos == 5 and r.heads == [0, 1] and r.tokens[0] == "When"

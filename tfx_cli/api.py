@@ -40,11 +40,11 @@ if TYPE_CHECKING:  # the result classes load with the command that makes them
                                ConfigsResult, CountParamsResult, EmbedResult, FFNResult,
                                GenerateResult, LayerNormResult, LensResult, NextResult,
                                PatchResult, PosencResult, ReportResult, TokenizeResult,
-                               TraceResult)
+                               TraceResult, TrainResult)
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
-           "report_html", "write_report", "patch", "attribute"]
+           "report_html", "write_report", "patch", "attribute", "train", "model_config"]
 
 
 def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
@@ -141,10 +141,12 @@ class Model:
         source = f"weights {info.weights}" if info.weights else f"seed {info.seed}"
         return f"<tfx Model {info.name} · {source}>"
 
-    def embed(self, text: str, *, truncate: bool = False) -> EmbedResult:
+    def embed(self, text: str, *, truncate: bool = False, target: str | None = None,
+              stack: str | None = None) -> EmbedResult:
         from .core import stages
 
-        return stages.embed(self._loaded, _text(text), truncate=truncate)
+        return stages.embed(self._loaded, _text(text), truncate=truncate,
+                            target=_target(target), stack=stack)
 
     def posenc(self, text: str | None = None, *, length: int | None = None,
                truncate: bool = False) -> PosencResult:
@@ -159,7 +161,8 @@ class Model:
                valid_lens: int | None = None, show: Sequence[str] | None = None,
                explain: bool = False, query_pos: int | None = None,
                truncate: bool = False, ablate: Sequence[str] | None = None,
-               ablate_mode: str | None = None) -> AttendResult:
+               ablate_mode: str | None = None, target: str | None = None,
+               stack: str | None = None, cross: bool = False) -> AttendResult:
         from .core import stages
 
         if mask not in (None, "causal", "none"):
@@ -169,34 +172,38 @@ class Model:
                                     mask=mask, kv=None if kv is None else _text(kv, "--kv text"),
                                     valid_lens=valid_lens, explain=explain,
                                     query_pos=query_pos, show=list(show or ()),
-                                    truncate=truncate),
+                                    truncate=truncate, target=_target(target), stack=stack,
+                                    cross=cross),
             ablate=ablate, ablate_mode=ablate_mode)
 
     def layernorm(self, text: str, *, layer: int = 0, which: str = "ln1",
-                  truncate: bool = False) -> LayerNormResult:
+                  truncate: bool = False, target: str | None = None,
+                  stack: str | None = None) -> LayerNormResult:
         from .core import stages
 
         if which not in stages.NORM_CHOICES:
             raise UsageError(f"--which {which!r} is not a norm; valid: "
                              f"{', '.join(stages.NORM_CHOICES)}")
         return stages.layernorm(self._loaded, _text(text), layer=layer, which=which,
-                                truncate=truncate)
+                                truncate=truncate, target=_target(target), stack=stack)
 
-    def ffn(self, text: str, *, layer: int = 0, truncate: bool = False) -> FFNResult:
+    def ffn(self, text: str, *, layer: int = 0, truncate: bool = False,
+            target: str | None = None, stack: str | None = None) -> FFNResult:
         from .core import stages
 
-        return stages.ffn(self._loaded, _text(text), layer=layer, truncate=truncate)
+        return stages.ffn(self._loaded, _text(text), layer=layer, truncate=truncate,
+                          target=_target(target), stack=stack)
 
     def trace(self, text: str, *, select: Sequence[str] | None = None,
               truncate: bool = False, ablate: Sequence[str] | None = None,
               ablate_mode: str | None = None, steer: str | None = None,
               toward: str | None = None, away: str | None = None,
-              scale: float | None = None) -> TraceResult:
+              scale: float | None = None, target: str | None = None) -> TraceResult:
         from .core import stages
 
         return self._edited(
             lambda _: stages.trace(self._loaded, _text(text), list(select or ()),
-                                   truncate=truncate),
+                                   truncate=truncate, target=_target(target)),
             ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
@@ -208,7 +215,8 @@ class Model:
                  on_text: Callable[[str], None] | None = None,
                  ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
                  steer: str | None = None, toward: str | None = None,
-                 away: str | None = None, scale: float | None = None) -> GenerateResult:
+                 away: str | None = None, scale: float | None = None,
+                 target: str | None = None) -> GenerateResult:
         """With interventions every step recomputes the whole text without the KV cache:
         a cached step would skip the edits at earlier positions."""
         from .core.generate import Sampling, generate
@@ -219,7 +227,7 @@ class Model:
                 sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
                 use_cache=not no_cache and not plan, n_candidates=candidates,
                 select=list(select or ()), stops=list(stop or ()), on_text=on_text,
-                truncate=truncate, ignore_eos=ignore_eos),
+                truncate=truncate, ignore_eos=ignore_eos, target=_target(target)),
             ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
@@ -228,22 +236,24 @@ class Model:
              truncate: bool = False, ablate: Sequence[str] | None = None,
              ablate_mode: str | None = None, steer: str | None = None,
              toward: str | None = None, away: str | None = None,
-             scale: float | None = None) -> NextResult:
+             scale: float | None = None, target: str | None = None) -> NextResult:
         from .core.generate import Sampling, next_token
 
         return self._edited(
             lambda _: next_token(self._loaded, _text(text, "prompt"),
                                  sampling=Sampling(temperature=temperature, top_k=top_k,
                                                    top_p=top_p),
-                                 n_candidates=candidates, truncate=truncate),
+                                 n_candidates=candidates, truncate=truncate,
+                                 target=_target(target)),
             ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
     def lens(self, text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
-             ablate_mode: str | None = None) -> LensResult:
+             ablate_mode: str | None = None, target: str | None = None) -> LensResult:
         from .core.generate import lens
 
-        return self._edited(lambda _: lens(self._loaded, _text(text), truncate=truncate),
+        return self._edited(lambda _: lens(self._loaded, _text(text), truncate=truncate,
+                                           target=_target(target)),
                             ablate=ablate, ablate_mode=ablate_mode)
 
     def patch(self, clean: str, *, corrupt: str, answer: str, wrong: str,
@@ -272,11 +282,13 @@ class Model:
     def report(self, text: str, *, show_layers: str | Iterable[int] | None = None,
                candidates: int = 5, truncate: bool = False, output: str | Path | None = None,
                force: bool = False, ablate: Sequence[str] | None = None,
-               ablate_mode: str | None = None) -> ReportResult:
+               ablate_mode: str | None = None, target: str | None = None) -> ReportResult:
         """What the HTML page shows; with `output`, the page is written there too."""
         from .core import stages
 
-        n = self._loaded.cfg.n_layers
+        cfg = self._loaded.cfg
+        n = cfg.n_decoder_layers if target is not None and cfg.is_encoder_decoder \
+            else cfg.n_layers
         if show_layers is None or isinstance(show_layers, str):
             layers = stages.report_layers(show_layers, n)
         else:
@@ -292,11 +304,19 @@ class Model:
         result = self._edited(
             lambda _: stages.report(self._loaded, _text(text), layers=layers,
                                     top_k=candidates, truncate=truncate,
-                                    output=None if path is None else str(path)),
+                                    output=None if path is None else str(path),
+                                    target=_target(target)),
             ablate=ablate, ablate_mode=ablate_mode)
         if path is not None:
             write_report(result, path, force=force)
         return result
+
+
+def _target(target: str | None) -> str | None:
+    """--target: the decoder's input; empty means the start token alone."""
+    if target is not None and not isinstance(target, str):
+        raise UsageError("--target must be text")
+    return target
 
 
 def _one_of_text_or_length(text, length) -> None:
@@ -344,7 +364,7 @@ def count_params(*, config: str | None = None, weights: str | None = None,
                  heads: int | None = None, layers: int | None = None,
                  d_model: int | None = None, context: int | None = None,
                  tie: bool | None = None, seq_len: int | None = None,
-                 verify: bool = False) -> CountParamsResult:
+                 verify: bool = False, vocab_size: int | None = None) -> CountParamsResult:
     """Parameters, weight memory and FLOPs per token of a config, or of a checkpoint's
     architecture (read from its header: no tensors are loaded). `verify` builds the
     model on torch's meta device and compares its parameters with the count."""
@@ -358,7 +378,13 @@ def count_params(*, config: str | None = None, weights: str | None = None,
     if weights and tie is not None:
         raise ConfigError("--tie/--no-tie cannot change a checkpoint; drop it, or use "
                           "--config for random weights")
-    cfg = with_overrides(spec_config(spec), tie=tie)
+    if weights and vocab_size is not None:
+        raise ConfigError("--vocab-size cannot change a checkpoint; drop it, or use "
+                          "--config for random weights")
+    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(
+            vocab_size, int) or vocab_size < 1):
+        raise RangeError(f"--vocab-size {vocab_size!r} must be a positive whole number")
+    cfg = with_overrides(spec_config(spec), tie=tie, vocab_size=vocab_size)
     if seq_len is not None and seq_len > cfg.context_length:
         raise RangeError(f"--seq-len {seq_len} is longer than the context length "
                          f"{cfg.context_length:,}; pass a shorter --seq-len or raise --context")
@@ -377,10 +403,38 @@ def count_params(*, config: str | None = None, weights: str | None = None,
     return result
 
 
+def train(*, output: str | Path, pairs: str | Path | None = None,
+          text: str | Path | None = None, steps: int = 200, lr: float = 0.01,
+          force: bool = False, **model: Any) -> TrainResult:
+    """Train a model of `config` from random weights (`seed`) on source -> target `pairs`
+    (a TSV; encoder–decoder configs) or on a `text` file (next tokens; decoder-only), and
+    write the checkpoint folder `output` that `weights=` loads. The vocabulary is built
+    from the data (word or char tokenizer)."""
+    from .core import train as training
+
+    spec, progress = _spec(model)
+    if spec.weights:
+        raise UsageError("tfx train starts from random weights; drop --weights and name the "
+                         "architecture with --config")
+    if spec.corpus is not None:
+        raise UsageError("tfx train builds its vocabulary from the training data; drop "
+                         "--corpus")
+    if (pairs is None) == (text is None):
+        raise UsageError("give what to learn: --pairs FILE.tsv (source<TAB>target lines, for "
+                         "an encoder–decoder) or --text FILE (next tokens), one of them")
+    cfg = spec_config(spec)
+    data = training.read_pairs(Path(pairs)) if pairs is not None else \
+        training.read_text_file(Path(text))
+    return training.run(cfg, data, Path(output), steps=steps, lr=lr, seed=spec.seed,
+                        tokenizer=spec.tokenizer, force=force, progress=progress)
+
+
 # -- stage commands ------------------------------------------------------------------
-def embed(text: str, *, truncate: bool = False, **model: Any) -> EmbedResult:
-    """Token embedding rows, positional rows and their sum (builds no block)."""
-    return _model(model, blocks=0).embed(text, truncate=truncate)
+def embed(text: str, *, truncate: bool = False, target: str | None = None,
+          stack: str | None = None, **model: Any) -> EmbedResult:
+    """Token embedding rows, positional rows and their sum (builds no block); the
+    decoder's (of `target`) for an encoder–decoder."""
+    return _model(model, blocks=0).embed(text, truncate=truncate, target=target, stack=stack)
 
 
 def posenc(text: str | None = None, *, length: int | None = None, truncate: bool = False,
@@ -403,7 +457,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
            show: Sequence[str] | None = None, explain: bool = False,
            query_pos: int | None = None, inputs: str | Path | None = None,
            truncate: bool = False, ablate: Sequence[str] | None = None,
-           ablate_mode: str | None = None,
+           ablate_mode: str | None = None, target: str | None = None,
+           stack: str | None = None, cross: bool = False,
            **model: Any) -> AttendResult | AttendInputsResult:
     """One layer's attention, stage by stage (blocks 0..layer are built and run); or,
     with `inputs`, attention on hand-made matrices from a JSON file."""
@@ -414,7 +469,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
             raise InputTextError("give TEXT or --inputs FILE.json, not both")
         given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
                  "--valid-lens": valid_lens, "--truncate": truncate or None,
-                 "--ablate": ablate or None, "--ablate-mode": ablate_mode}
+                 "--ablate": ablate or None, "--ablate-mode": ablate_mode,
+                 "--target": target, "--stack": stack, "--cross": cross or None}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
                       if k in SPEC_DEFAULTS and v != SPEC_DEFAULTS[k]})
         named = [name for name, value in given.items() if value is not None]
@@ -428,32 +484,44 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate, ablate=ablate,
-        ablate_mode=ablate_mode)
+        ablate_mode=ablate_mode, target=target, stack=stack, cross=cross)
 
 
 def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool = False,
+              target: str | None = None, stack: str | None = None,
               **model: Any) -> LayerNormResult:
     """One norm: per-token mean and variance, the normalised rows, γ, β and the output."""
     from .core.stages import layernorm_blocks
 
     return _model(model, blocks=layernorm_blocks(which, layer)).layernorm(
-        text, layer=layer, which=which, truncate=truncate)
+        text, layer=layer, which=which, truncate=truncate, target=target, stack=stack)
 
 
-def ffn(text: str, *, layer: int = 0, truncate: bool = False, **model: Any) -> FFNResult:
+def ffn(text: str, *, layer: int = 0, truncate: bool = False, target: str | None = None,
+        stack: str | None = None, **model: Any) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation, activation and output."""
-    return _model(model, blocks=max(layer, 0) + 1).ffn(text, layer=layer, truncate=truncate)
+    return _model(model, blocks=max(layer, 0) + 1).ffn(text, layer=layer, truncate=truncate,
+                                                       target=target, stack=stack)
 
 
 def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
           steer: str | None = None, toward: str | None = None, away: str | None = None,
-          scale: float | None = None, **model: Any) -> TraceResult:
+          scale: float | None = None, target: str | None = None,
+          **model: Any) -> TraceResult:
     """The whole forward pass, recording the trace names `select` picks (globs)."""
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                  away=away, scale=scale)
     _check_edits(**edits)
-    return _model(model).trace(text, select=select, truncate=truncate, **edits)
+    return _model(model).trace(text, select=select, truncate=truncate, target=target,
+                               **edits)
+
+
+def model_config(**model: Any):
+    """The ModelConfig the model options name (a preset with overrides, or a checkpoint's
+    architecture read from its header): no weights are built or loaded."""
+    spec, progress = _spec(model)
+    return spec_config(spec, progress=progress)
 
 
 def _needs_head(model: dict, command: str) -> None:
@@ -471,7 +539,8 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              ignore_eos: bool = False, on_text: Callable[[str], None] | None = None,
              ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
              steer: str | None = None, toward: str | None = None, away: str | None = None,
-             scale: float | None = None, **model: Any) -> GenerateResult:
+             scale: float | None = None, target: str | None = None,
+             **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced."""
     from .core.generate import Sampling, check_new_tokens, check_sampling
@@ -485,14 +554,14 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     return _model(model).generate(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
-        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text, **edits)
+        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text, target=target, **edits)
 
 
 def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # noqa: A001
          top_p: float | None = None, candidates: int = 10, truncate: bool = False,
          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
          steer: str | None = None, toward: str | None = None, away: str | None = None,
-         scale: float | None = None, **model: Any) -> NextResult:
+         scale: float | None = None, target: str | None = None, **model: Any) -> NextResult:
     """The distribution over the token after `text`, and what sampling filters keep."""
     from .core.generate import Sampling, check_sampling
 
@@ -502,22 +571,27 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
     _check_edits(**edits)
     _needs_head(model, "next")
     return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
-                              candidates=candidates, truncate=truncate, **edits)
+                              candidates=candidates, truncate=truncate, target=target,
+                              **edits)
 
 
 def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
-         ablate_mode: str | None = None, **model: Any) -> LensResult:
-    """Logit lens: every layer's residual stream read through ln_f and the head."""
+         ablate_mode: str | None = None, target: str | None = None,
+         **model: Any) -> LensResult:
+    """Logit lens: every layer's residual stream read through ln_f and the head (an
+    encoder–decoder's decoder, on `target`)."""
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     _needs_head(model, "lens")
-    return _model(model).lens(text, truncate=truncate, ablate=ablate, ablate_mode=ablate_mode)
+    return _model(model).lens(text, truncate=truncate, ablate=ablate, ablate_mode=ablate_mode,
+                              target=target)
 
 
 def report(text: str, *, show_layers: str | Iterable[int] | None = None, candidates: int = 5,
            truncate: bool = False, output: str | Path | None = None, force: bool = False,
            ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-           **model: Any) -> ReportResult:
-    """What `tfx report` puts on its HTML page; with `output`, the page is written."""
+           target: str | None = None, **model: Any) -> ReportResult:
+    """What `tfx report` puts on its HTML page; with `output`, the page is written (an
+    encoder–decoder's decoder, self- and cross-attention, with `target`)."""
     if output is not None:
         from .render.plot import check_output_path
 
@@ -525,7 +599,7 @@ def report(text: str, *, show_layers: str | Iterable[int] | None = None, candida
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     return _model(model).report(text, show_layers=show_layers, candidates=candidates,
                                 truncate=truncate, output=output, force=force, ablate=ablate,
-                                ablate_mode=ablate_mode)
+                                ablate_mode=ablate_mode, target=target)
 
 
 # -- interventions -----------------------------------------------------------------

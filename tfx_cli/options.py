@@ -36,6 +36,27 @@ TruncateOpt = Annotated[bool, typer.Option(
     "--truncate", help="Keep the last context-length tokens of a longer text (as LLMs-from-scratch's "
     "generate crops its context); without it a text longer than the context is an error.")]
 
+# Encoder–decoder models (toy, vaswani, Marian, BART): the decoder's input and the stack.
+TargetOpt = Annotated[Optional[str], typer.Option(
+    "--target", metavar="TEXT", show_default=False, rich_help_panel="Encoder–decoder",
+    help="The decoder's input (its start token is put first): TEXT is then the source the "
+         "encoder reads.")]
+
+
+class Stack(str, Enum):
+    encoder = "encoder"
+    decoder = "decoder"
+
+
+StackOpt = Annotated[Optional[Stack], typer.Option(
+    "--stack", show_default=False, rich_help_panel="Encoder–decoder",
+    help="Which stack to show: encoder, or decoder (the default with --target).")]
+
+
+def stack_value(stack: Optional[Stack]) -> Optional[str]:
+    return stack.value if stack is not None else None
+
+
 # Interventions (core/interventions.py): change an intermediate and see what the output does.
 SITE_HELP = ("a trace name such as blocks.0.attn.out, or blocks.{i}.resid_pre (block i's "
              "input), narrowed with :h=HEAD and/or :p=POSITION")

@@ -62,6 +62,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("attribute", "attribute", "attribute", "view_interventions",
             "Direct logit attribution: which parts of the model write the answer's logit at "
             "the last position."),
+    Command("train", "train", "train", "view_train",
+            "Train a model from random weights on a few examples, as seed 001 describes "
+            "it: the model sees the target, errs, is corrected (cross-entropy) and its "
+            "weights are updated (Adam), until it answers right."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

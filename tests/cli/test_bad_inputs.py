@@ -32,6 +32,7 @@ README = ROOT / "README.md"
 SENTENCE = "When you play game of thrones"
 LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
 TOY = ["-c", "toy"]
+WORDY = ["-c", "gpt2", "--layers", "1", "--d-model", "6", "--heads", "2", "-t", "word"]
 ELLIPSIS = "…"
 
 
@@ -437,36 +438,84 @@ CASES = [
          ["count-params", "-w", "minilm", "--tie"], "ConfigError", "cannot change a checkpoint"),
     Case("completion-shell", "--show-completion for a shell tfx does not complete",
          ["--show-completion", "tcsh"], "UsageError", "not a shell"),
-    # interventions: sites, ablation, steering, patching, attribution
+    # encoder–decoder: the decoder's input, the stacks, cross-attention
+    Case("target-one-stack", "--target on a model with one stack",
+         ["attend", "hi", "--target", "there", "--layers", "1"], "UsageError",
+         "--target needs an encoder–decoder model"),
+    Case("target-encoder-only", "--target on an encoder-only model",
+         ["next", "hi", "-w", "minilm", "--target", "there"], "ConfigError",
+         "no output head"),
+    Case("cross-without-target", "--cross without --target",
+         ["attend", SENTENCE, *TOY, "--cross"], "UsageError", "give it with --target"),
+    Case("stack-decoder-without-target", "--stack decoder without --target",
+         ["ffn", SENTENCE, *TOY, "--stack", "decoder"], "UsageError",
+         "--stack decoder needs the decoder's input"),
+    Case("target-too-long", "a --target longer than the context",
+         ["attend", "hi", *TOY, "--target", LONG], "InputTextError",
+         "the target is 101 tokens"),
+    Case("cross-causal", "--cross with --mask causal",
+         ["attend", SENTENCE, *TOY, "--target", "you", "--cross", "--mask", "causal"],
+         "UsageError", "does not apply to cross-attention"),
+    Case("trace-decoder-without-target", "trace --select of decoder names without --target",
+         ["trace", SENTENCE, *TOY, "-s", "decoder.*"], "SelectError",
+         "give it with --target"),
+    # training
+    Case("train-no-output", "train without --output",
+         ["train", *TOY, "--pairs", "p.tsv"], "UsageError", "no output folder",
+         files=(_text("p.tsv", "a b\tc d\n"),)),
+    Case("train-no-data", "train without --pairs or --text",
+         ["train", *TOY, "-o", "out"], "UsageError", "give what to learn"),
+    Case("train-pairs-one-stack", "train --pairs on a model with one stack",
+         ["train", *WORDY, "--pairs", "p.tsv", "-o", "out"], "UsageError",
+         "has one stack", files=(_text("p.tsv", "a b\tc d\n"),)),
+    Case("train-text-seq2seq", "train --text on an encoder–decoder",
+         ["train", *TOY, "--text", "t.txt", "-o", "out"], "UsageError",
+         "learns source -> target pairs", files=(_text("t.txt", "a b c\n"),)),
+    Case("train-bad-line", "a --pairs line without a tab",
+         ["train", *TOY, "--pairs", "p.tsv", "-o", "out"], "InputTextError",
+         "line 2 is not `source<TAB>target`",
+         files=(_text("p.tsv", "a b\tc d\nno tab here\n"),)),
+    Case("train-output-exists", "train onto an existing folder",
+         ["train", *TOY, "--pairs", "p.tsv", "-o", "out"], "UsageError",
+         "pass --force to replace it",
+         files=(_text("p.tsv", "a b\tc d\n"), _folder("out"))),
+    Case("train-lr", "train --lr 0", ["train", *TOY, "--pairs", "p.tsv", "-o", "out",
+                                      "--lr", "0"], "UsageError", "must be a positive",
+         files=(_text("p.tsv", "a b\tc d\n"),)),
+    # interventions: sites, ablation, steering, patching, attribution (on a one-layer
+    # GPT reading words: interventions need one residual stream)
+    Case("ablate-encoder-decoder", "--ablate on an encoder–decoder model",
+         ["next", SENTENCE, *TOY, "--ablate", "encoder.blocks.0.attn.out"], "UsageError",
+         "works on single-stack models"),
     Case("ablate-unknown-site", "--ablate a name that is no site",
-         ["trace", SENTENCE, *TOY, "--ablate", "blocks.0.attn.output"], "SelectError",
+         ["trace", SENTENCE, *WORDY, "--ablate", "blocks.0.attn.output"], "SelectError",
          "valid sites: embed.tok"),
     Case("ablate-not-a-site", "--ablate a trace name nothing downstream reads",
-         ["next", SENTENCE, *TOY, "--ablate", "blocks.0.attn.scores"], "SelectError",
+         ["next", SENTENCE, *WORDY, "--ablate", "blocks.0.attn.scores"], "SelectError",
          "recorded but is not a site"),
     Case("ablate-block-range", "--ablate in a block the model lacks",
-         ["lens", SENTENCE, *TOY, "--ablate", "blocks.3.ffn.out"], "RangeError",
+         ["lens", SENTENCE, *WORDY, "--ablate", "blocks.3.ffn.out"], "RangeError",
          "block 3 is out of range"),
     Case("ablate-head-range", "--ablate a head past the last",
-         ["attend", SENTENCE, *TOY, "--ablate", "blocks.0.attn.context:h=2"], "RangeError",
+         ["attend", SENTENCE, *WORDY, "--ablate", "blocks.0.attn.context:h=2"], "RangeError",
          "head 2 is out of range"),
     Case("ablate-no-heads", "--ablate narrowed to a head where there are none",
-         ["trace", SENTENCE, *TOY, "--ablate", "blocks.0.ffn.out:h=0"], "SelectError",
+         ["trace", SENTENCE, *WORDY, "--ablate", "blocks.0.ffn.out:h=0"], "SelectError",
          "has no heads"),
     Case("ablate-position-range", "--ablate narrowed to a position past the text",
-         ["trace", SENTENCE, *TOY, "--ablate", "blocks.0.resid_out:p=6"], "RangeError",
+         ["trace", SENTENCE, *WORDY, "--ablate", "blocks.0.resid_out:p=6"], "RangeError",
          "the text has 6 tokens"),
     Case("ablate-bad-narrowing", "--ablate with a narrowing other than :h= and :p=",
-         ["report", SENTENCE, *TOY, "--ablate", "embed.out:pos=1", "-o", "r.html"],
+         ["report", SENTENCE, *WORDY, "--ablate", "embed.out:pos=1", "-o", "r.html"],
          "UsageError", "not a narrowing"),
     Case("ablate-never-reached", "--ablate after the layer attend stops at",
          ["attend", "hi", "--layers", "2", "--d-model", "8", "--heads", "2", "-t", "byte",
           "--ablate", "blocks.1.attn.out"], "RangeError", "never reached"),
     Case("ablate-mode-alone", "--ablate-mode without --ablate",
-         ["generate", "hi", *TOY, "--ablate-mode", "mean"], "UsageError",
+         ["generate", "hi", *WORDY, "--ablate-mode", "mean"], "UsageError",
          "--ablate-mode applies to --ablate"),
     Case("ablate-mode-unknown", "--ablate-mode that is no mode",
-         ["next", "hi", *TOY, "--ablate", "embed.out", "--ablate-mode", "half"], "UsageError",
+         ["next", "hi", *WORDY, "--ablate", "embed.out", "--ablate-mode", "half"], "UsageError",
          "is not one of"),
     Case("ablate-inputs", "--ablate with attend --inputs",
          ["attend", "--inputs", "m.json", "--ablate", "blocks.0.attn.out"], "InputTextError",
@@ -474,53 +523,53 @@ CASES = [
          files=(_text("m.json", '{"x": [[1, 2]], "w_q": [[1], [0]], "w_k": [[1], [0]], '
                                 '"w_v": [[1], [0]]}'),)),
     Case("toward-without-steer", "--toward without --steer",
-         ["next", "hi", *TOY, "--toward", "win"], "UsageError", "add --steer SITE"),
+         ["next", "hi", *WORDY, "--toward", "win"], "UsageError", "add --steer SITE"),
     Case("steer-without-away", "--steer without --away",
-         ["generate", "hi", *TOY, "--steer", "blocks.0.resid_pre", "--toward", "win"],
+         ["generate", "hi", *WORDY, "--steer", "blocks.0.resid_pre", "--toward", "win"],
          "UsageError", "--away is missing"),
     Case("steer-lengths", "--toward and --away of different token lengths",
-         ["trace", SENTENCE, *TOY, "--steer", "blocks.0.resid_pre", "--toward", "you win",
+         ["trace", SENTENCE, *WORDY, "--steer", "blocks.0.resid_pre", "--toward", "you win",
           "--away", "die"], "InputTextError", "need the same number of tokens"),
-    Case("steer-empty", "an empty --toward", ["next", "hi", *TOY, "--steer", "embed.out",
+    Case("steer-empty", "an empty --toward", ["next", "hi", *WORDY, "--steer", "embed.out",
                                               "--toward", "", "--away", "die"],
          "InputTextError", "--toward is empty"),
     Case("steer-scale", "--scale that is not finite",
-         ["next", "hi", *TOY, "--steer", "embed.out", "--toward", "win", "--away", "die",
+         ["next", "hi", *WORDY, "--steer", "embed.out", "--toward", "win", "--away", "die",
           "--scale", "nan"], "UsageError", "finite number"),
     Case("steer-position", "--steer narrowed past the steering texts",
-         ["next", SENTENCE, *TOY, "--steer", "embed.out:p=2", "--toward", "win",
+         ["next", SENTENCE, *WORDY, "--steer", "embed.out:p=2", "--toward", "win",
           "--away", "die"], "RangeError", "--toward and --away have 1 token"),
     Case("patch-lengths", "patch CLEAN and CORRUPT of different token lengths",
          ["patch", SENTENCE, "--corrupt", "When you play", "--answer", "win", "--wrong",
-          "die", *TOY], "InputTextError", "same number of tokens"),
+          "die", *WORDY], "InputTextError", "same number of tokens"),
     Case("patch-answer-split", "patch --answer of more than one token",
          ["patch", SENTENCE, "--corrupt", "When you play game of you", "--answer", "you win",
-          "--wrong", "die", *TOY], "InputTextError", "splits it into 2 tokens"),
+          "--wrong", "die", *WORDY], "InputTextError", "splits it into 2 tokens"),
     Case("patch-same-answer", "patch --answer and --wrong the same token",
          ["patch", SENTENCE, "--corrupt", "When you play game of you", "--answer", "win",
-          "--wrong", "win", *TOY], "InputTextError", "the same token"),
+          "--wrong", "win", *WORDY], "InputTextError", "the same token"),
     Case("patch-no-corrupt", "patch without --corrupt",
-         ["patch", SENTENCE, "--answer", "win", "--wrong", "die", *TOY], "UsageError",
+         ["patch", SENTENCE, "--answer", "win", "--wrong", "die", *WORDY], "UsageError",
          "--corrupt is missing"),
     Case("patch-no-difference", "patch CORRUPT giving the same logit difference as CLEAN",
          ["patch", SENTENCE, "--corrupt", SENTENCE, "--answer", "win", "--wrong", "die",
-          *TOY], "InputTextError", "same logit difference"),
+          *WORDY], "InputTextError", "same logit difference"),
     Case("patch-site", "patch --site that is no patching site",
          ["patch", SENTENCE, "--corrupt", SENTENCE, "--answer", "win", "--wrong", "die",
-          "--site", "neurons", *TOY], "UsageError", "is not one of"),
+          "--site", "neurons", *WORDY], "UsageError", "is not one of"),
     Case("patch-batch", "patch --batch 0",
          ["patch", SENTENCE, "--corrupt", SENTENCE, "--answer", "win", "--wrong", "die",
-          "--batch", "0", *TOY], "UsageError", "not in the range x>=1"),
+          "--batch", "0", *WORDY], "UsageError", "not in the range x>=1"),
     Case("patch-encoder", "patch on a model without an output head",
          ["patch", "hi", "--corrupt", "yo", "--answer", "a", "--wrong", "b", "-c", "minilm"],
          "ConfigError", "no output head"),
     Case("attribute-no-answer", "attribute without --answer",
-         ["attribute", SENTENCE, *TOY], "UsageError", "--answer is missing"),
+         ["attribute", SENTENCE, *WORDY], "UsageError", "--answer is missing"),
     Case("attribute-empty-answer", "attribute with an empty --answer",
-         ["attribute", SENTENCE, *TOY, "--answer", ""], "InputTextError",
+         ["attribute", SENTENCE, *WORDY, "--answer", ""], "InputTextError",
          "--answer is empty"),
     Case("attribute-wrong-split", "attribute --wrong of more than one token",
-         ["attribute", SENTENCE, *TOY, "--answer", "win", "--wrong", "or die"],
+         ["attribute", SENTENCE, *WORDY, "--answer", "win", "--wrong", "or die"],
          "InputTextError", "must be one token"),
 ]
 
@@ -747,7 +796,10 @@ def test_truncate_keeps_the_last_tokens(command, tmp_path):
     extra = ["-n", "1"] if command == "generate" else []
     corpus = tmp_path / "words.txt"
     corpus.write_text(WORDS)  # a vocabulary that knows every word
-    result = CliRunner().invoke(app, [command, WORDS, *TOY, "--corpus", str(corpus),
+    # generate and next crop a decoder's prompt: a small GPT of context 64 reading words
+    config = ["-c", "gpt124m", "--context", "64", "--layers", "1", "--d-model", "16",
+              "--heads", "2", "-t", "word"] if command in ("generate", "next") else TOY
+    result = CliRunner().invoke(app, [command, WORDS, *config, "--corpus", str(corpus),
                                       "--truncate", "--json", *extra],
                                 env={"TFX_QUIET": "1"})
     assert result.exit_code == 0, result.stderr
@@ -758,6 +810,24 @@ def test_truncate_keeps_the_last_tokens(command, tmp_path):
         assert doc["result"]["context"] == 64 and doc["result"]["position"] == 100
     else:
         assert doc["input"]["tokens"] == [f"w{i}" for i in range(36, 100)]
+
+
+@pytest.mark.parametrize("command", ["generate", "next"])
+def test_truncate_crops_an_encoder_decoders_source(command, tmp_path):
+    """toy reads its source through the encoder: --truncate keeps its last 64 tokens."""
+    corpus = tmp_path / "words.txt"
+    corpus.write_text(WORDS)
+    extra = ["-n", "2"] if command == "generate" else []
+    args = [command, WORDS, *TOY, "--corpus", str(corpus), "--json", *extra]
+    refused = CliRunner().invoke(app, args, env={"TFX_QUIET": "1"})
+    assert refused.exit_code == 2 and "--truncate" in refused.stderr
+    result = CliRunner().invoke(app, args + ["--truncate"], env={"TFX_QUIET": "1"})
+    assert result.exit_code == 0, result.stderr
+    cropped = CliRunner().invoke(app, [command, " ".join(WORDS.split()[36:]), *TOY,
+                                       "--corpus", str(corpus), "--json", *extra],
+                                 env={"TFX_QUIET": "1"})
+    key = "steps" if command == "generate" else "candidates"
+    assert json.loads(result.stdout)["result"][key] == json.loads(cropped.stdout)["result"][key]
 
 
 @pytest.mark.parametrize("args, stdin, made", [

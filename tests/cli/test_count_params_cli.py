@@ -188,9 +188,11 @@ def test_verify_mismatch_is_reported_and_exits_1(monkeypatch):
     import tfx_cli.core.params as params
 
     real = params.block_rows
-    monkeypatch.setattr(params, "block_rows", lambda cfg: real(cfg)[1:])  # lose ln1.scale
+    monkeypatch.setattr(params, "block_rows",
+                        lambda cfg, **kw: real(cfg, **kw)[1:])  # lose ln1.scale
     result = runner.invoke(app, ["count-params", "-c", "toy", "--verify", "--json"])
     assert result.exit_code == 1
     check = json.loads(result.stdout)["result"]["verify"]
-    assert check["verified"] is False and "blocks.0.ln1.scale" in check["mismatched"]
+    assert check["verified"] is False and "encoder.blocks.0.ln1.scale" in check["mismatched"]
+    assert "decoder.blocks.0.ln1.scale" in check["mismatched"]
     assert "analytic count" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,6 +1,7 @@
 """tfx patch, tfx attribute, --ablate and --steer through the CLI: the views say what was
 changed and show the numbers the JSON holds; --plot draws them."""
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -99,6 +100,7 @@ def test_plots(tmp_path, args, name):
 
 def test_report_page_says_what_was_changed(tmp_path):
     page = tmp_path / "r.html"
-    run(["report", "When you play game of thrones", "-c", "toy", "--ablate",
+    post_ln = Path(__file__).resolve().parents[1] / "post_ln_words.json"
+    run(["report", "When you play game of thrones", "-c", str(post_ln), "--ablate",
          "blocks.0.attn.context:h=1", "-o", str(page)])
     assert '<dd id="changed">blocks.0.attn.context:h=1 ablated (zero)</dd>' in page.read_text()

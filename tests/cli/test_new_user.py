@@ -29,7 +29,8 @@ def ok(*args, input=None):
 def test_toy_gives_a_word_the_same_row_whatever_the_text():
     short = api.embed("the cat", config="toy")
     longer = api.embed("the cat sat on the mat", config="toy")
-    assert np.array_equal(short.tensors["embed.tok"][0], longer.tensors["embed.tok"][0])
+    assert np.array_equal(short.tensors["encoder.embed.tok"][0],
+                          longer.tensors["encoder.embed.tok"][0])
     assert short.model.cfg.vocab_size == longer.model.cfg.vocab_size == 64
     configs = json.loads(ok("configs", "--json").stdout)["result"]["presets"]
     assert next(p for p in configs if p["name"] == "toy")["vocab_size"] == 64
@@ -125,7 +126,8 @@ def test_generate_select_labels_each_step_with_its_tokens():
 
 def test_small_things():
     # "1 tensor", not "1 tensors"
-    assert "1 tensor\n" in ok("trace", "hi", "-c", "toy", "-s", "logits").stdout
+    assert "1 tensor\n" in ok("trace", "hi", "-c", "gpt2", "--layers", "1", "-s",
+                              "logits").stdout
     # a Windows line ending read from stdin leaves no \r token
     assert api.tokenize("hi").input.ids == json.loads(
         ok("tokenize", "-", "--json", input=b"hi\r\n").stdout)["input"]["ids"]

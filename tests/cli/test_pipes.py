@@ -102,11 +102,12 @@ def test_ctrl_c_during_generate(tmp_path):
     streamed text (which ends its own line)."""
     err_path = tmp_path / "err.txt"
     with open(tmp_path / "out.txt", "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(TFX + ["generate", "Hello", "-c", "toy", "-n", "100000",
-                                       "--json"], stdout=out, stderr=err, env=ENV,
-                                cwd=tmp_path)
-        # toy's word vocabulary is the prompt's words plus <start> and <end>: any of them
-        # after the prompt means decoding has begun
+        # a one-layer GPT reading words: its stream echoes the prompt once decoding has
+        # begun, and 100,000 tokens keep it busy long past the interrupt
+        proc = subprocess.Popen(TFX + ["generate", "Hello", "-c", "gpt2", "--layers", "1",
+                                       "--d-model", "8", "--heads", "2", "-t", "word",
+                                       "-n", "100000", "--json"], stdout=out, stderr=err,
+                                env=ENV, cwd=tmp_path)
         wait_for(err_path, "Hello", proc)
         time.sleep(0.2)
         code = interrupt(proc)

@@ -168,7 +168,7 @@ def test_encoder_without_next_tokens(tmp_path):
     html = path.read_text()
     assert 'id="next-tokens"' not in html  # not causal: no next-token table
     assert html.count('class="thumb"') == 1 * 2
-    assert "<th class='norm'>blocks.0.ln1</th>" in html
+    assert "<th class='norm'>encoder.blocks.0.ln1</th>" in html
 
 
 def test_real_weights_show_no_seed(tmp_path):

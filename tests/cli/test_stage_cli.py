@@ -55,7 +55,7 @@ def check_envelope(doc, command):
     ["attend", SENTENCE, *TOY],
     ["layernorm", SENTENCE, *TOY],
     ["ffn", SENTENCE, *TOY],
-    ["trace", SENTENCE, *TOY, "--select", "blocks.0.attn.*,logits"],
+    ["trace", SENTENCE, *TOY, "--select", "encoder.blocks.0.attn.*"],
 ])
 def test_json_envelopes(args):
     doc = run_json(*args)
@@ -78,11 +78,11 @@ def test_attend_json_records_one_layer_and_is_a_distribution():
 def test_attend_show_head_explain_json():
     doc = run_json("attend", SENTENCE, *TOY, "--head", 1, "--show", "q,pattern", "--explain",
                    "--query-pos", 2)
-    assert list(doc["tensors"]) == ["blocks.0.attn.q", "blocks.0.attn.pattern"]
-    assert doc["tensors"]["blocks.0.attn.pattern"]["shape"] == [1, 6, 6]
+    assert list(doc["tensors"]) == ["encoder.blocks.0.attn.q", "encoder.blocks.0.attn.pattern"]
+    assert doc["tensors"]["encoder.blocks.0.attn.pattern"]["shape"] == [1, 6, 6]
     ex = doc["result"]["explain"]
     assert ex["head"] == 1 and ex["query_pos"] == 2 and ex["query_token"] == "play"
-    row = np.array(doc["tensors"]["blocks.0.attn.pattern"]["data"])[0, 2]
+    row = np.array(doc["tensors"]["encoder.blocks.0.attn.pattern"]["data"])[0, 2]
     assert np.allclose([k["weight"] for k in ex["keys"]], row, atol=1e-6)
 
 
@@ -97,7 +97,7 @@ def test_attend_inputs_sample_and_stdin_text():
 
 def test_kv_cross_attention_cli():
     doc = run_json("attend", "you win or you die", "--kv", SENTENCE, *TOY)
-    assert doc["tensors"]["blocks.0.attn.pattern"]["shape"] == [2, 5, 6]
+    assert doc["tensors"]["encoder.blocks.0.attn.pattern"]["shape"] == [2, 5, 6]
     assert doc["input"]["kv"]["tokens"] == SENTENCE.split()
     assert doc["result"]["mask"] == "none"
 

@@ -8,6 +8,7 @@ parts sum to the logit difference.
 """
 import numpy as np
 import pytest
+from pathlib import Path
 import torch
 
 from tfx_cli import api
@@ -18,7 +19,9 @@ from tfx_cli.errors import InputTextError, RangeError, SelectError, UsageError
 
 SMALL = dict(config="gpt124m", layers=2, d_model=64, heads=4)  # gpt124m's shape, shrunk
 LLAMA = dict(config="smollm2-135m", layers=2, d_model=72, tokenizer="gpt2")  # 9 q / 3 kv heads
-TOY = dict(config="toy")
+# seed 001's 6-wide post-LN encoder as one stack with a head (toy itself is an
+# encoder–decoder, which interventions refuse): post-LN attribution through every norm
+TOY = dict(config=str(Path(__file__).resolve().parents[1] / "post_ln_words.json"))
 CLEAN, CORRUPT = "The capital of France is", "The capital of Italy is"
 ANSWER, WRONG = " Paris", " Rome"
 

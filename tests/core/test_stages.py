@@ -34,7 +34,7 @@ def test_posenc_toy_is_seed_001_formula():
             assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-7)
     assert res.tensors["posenc.angle"][5, 1] == pytest.approx(5 / 10000 ** (2 / 6))
     # the table is the one the model adds: embed.pos of the same text
-    assert np.array_equal(table, api.embed(SENTENCE, **TOY).tensors["embed.pos"])
+    assert np.array_equal(table, api.embed(SENTENCE, **TOY).tensors["encoder.embed.pos"])
     assert res.input.tokens == SENTENCE.split()
 
 
@@ -70,13 +70,14 @@ def test_posenc_needs_exactly_one_of_text_and_length():
 
 # -- embed --------------------------------------------------------------------------
 def test_embed_sum_and_row_stats():
-    res = api.embed(SENTENCE, **TOY)
-    tok, pos, out = (res.tensors[n] for n in ("embed.tok", "embed.pos", "embed.out"))
+    res = api.embed(SENTENCE, **TOY)  # toy's encoder
+    tok, pos, out = (res.tensors[n] for n in ("encoder.embed.tok", "encoder.embed.pos",
+                                              "encoder.embed.out"))
     assert np.allclose(out, tok + pos)
-    rows = res.rows["embed.out"]
+    rows = res.rows["encoder.embed.out"]
     assert np.allclose(rows.norm, np.linalg.norm(out, axis=1), atol=1e-5)
     assert np.allclose(rows.std, out.std(axis=1), atol=1e-5)
-    assert all(name.startswith("embed.") for name in res.tensors.names())
+    assert all(name.startswith("encoder.embed.") for name in res.tensors.names())
 
 
 # -- attend -------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def test_mask_override_and_valid_lens():
     pattern = res.tensors["blocks.0.attn.pattern"]
     assert (pattern[:, 0, 1:] > 0).all() and res.mask == "none"
     padded = api.attend(SENTENCE, valid_lens=4, **TOY)
-    pattern = padded.tensors["blocks.0.attn.pattern"]
+    pattern = padded.tensors["encoder.blocks.0.attn.pattern"]
     assert (pattern[..., 4:] == 0).all() and np.abs(pattern.sum(-1) - 1).max() < 1e-6
 
 
@@ -146,11 +147,11 @@ def test_cross_attention_of_a_text_with_itself_is_self_attention():
     own = api.attend(SENTENCE, **TOY)
     cross = api.attend(SENTENCE, kv=SENTENCE, **TOY)
     for name in ("q", "k", "v", "pattern", "out"):
-        key = f"blocks.0.attn.{name}"
+        key = f"encoder.blocks.0.attn.{name}"
         assert np.allclose(own.tensors[key], cross.tensors[key], atol=1e-6), name
     other = api.attend("you win or you die", kv=SENTENCE, **TOY)
-    assert other.tensors.shape("blocks.0.attn.pattern") == (2, 5, 6)
-    assert other.tensors.shape("blocks.0.attn.k") == (2, 6, 3)
+    assert other.tensors.shape("encoder.blocks.0.attn.pattern") == (2, 5, 6)
+    assert other.tensors.shape("encoder.blocks.0.attn.k") == (2, 6, 3)
     assert other.input.kv.tokens == SENTENCE.split()
     assert other.cross_attention is True
     deep = api.attend("Hello there", kv=PROMPT, layer=1, **SMALL)
@@ -267,16 +268,18 @@ def test_layernorm_pre_ln_normalises_block_input():
 def test_layernorm_post_ln_shows_the_residual_sum_first():
     res = api.layernorm(SENTENCE, which="ln1", **TOY)
     t = res.tensors
-    assert res.residual == ["embed.out", "blocks.0.attn.out"]
-    assert np.allclose(t["blocks.0.ln1.in"], t["embed.out"] + t["blocks.0.attn.out"], atol=1e-6)
+    assert res.residual == ["encoder.embed.out", "encoder.blocks.0.attn.out"]
+    assert np.allclose(t["encoder.blocks.0.ln1.in"],
+                       t["encoder.embed.out"] + t["encoder.blocks.0.attn.out"], atol=1e-6)
     with pytest.raises(RangeError, match="ln_f"):
         api.layernorm(SENTENCE, which="ln_f", **TOY)  # post-LN ends normalised
 
 
 def test_ffn_activation():
     toy = api.ffn(SENTENCE, **TOY).tensors
-    assert toy.shape("blocks.0.ffn.hidden") == (6, 24)
-    assert np.array_equal(toy["blocks.0.ffn.act"], np.maximum(toy["blocks.0.ffn.hidden"], 0))
+    assert toy.shape("encoder.blocks.0.ffn.hidden") == (6, 24)
+    assert np.array_equal(toy["encoder.blocks.0.ffn.act"],
+                          np.maximum(toy["encoder.blocks.0.ffn.hidden"], 0))
     gpt = api.ffn(PROMPT, layer=1, **SMALL)
     hidden = torch.from_numpy(gpt.tensors["blocks.1.ffn.hidden"])
     assert np.allclose(gpt.tensors["blocks.1.ffn.act"],

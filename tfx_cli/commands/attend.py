@@ -6,8 +6,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
-                       read_text, split_list)
+                       PrecisionOpt, StackOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
+                       model_command, read_text, split_list, stack_value)
 
 
 class Mask(str, Enum):
@@ -46,6 +46,12 @@ def attend(
         "--inputs", show_default=False, metavar="FILE.json",
         help="Your own matrices instead of a model: JSON with x, w_q, w_k, w_v (optional "
         "w_o, scale, mask, tokens). See samples/seed000.json.")] = None,
+    target: TargetOpt = None,
+    stack: StackOpt = None,
+    cross: Annotated[bool, typer.Option(
+        "--cross", rich_help_panel="Encoder–decoder",
+        help="The decoder's cross-attention (needs --target): queries from the target, keys "
+             "and values from the encoder's output of TEXT.")] = False,
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
@@ -77,6 +83,8 @@ def attend(
       tfx attend "you win or you die" --kv "When you play game of thrones" --config toy --mask none
 
       tfx attend "Hello, I am" --layer 1 --ablate blocks.0.attn.context:h=3
+
+      tfx attend "When you play game of thrones" -c toy --target "you win or you die" --cross
     """
     from .. import api
     from ..render.emit import emit
@@ -92,6 +100,7 @@ def attend(
     result = api.attend(text, layer=layer, head=head, mask=mask.value if mask else None,
                         kv=kv, valid_lens=valid_lens, show=split_list(show, "--show"), explain=explain,
                         query_pos=query_pos, inputs=inputs, truncate=truncate,
+                        target=target, stack=stack_value(stack), cross=cross,
                         **edit_options(ablate, ablate_mode), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

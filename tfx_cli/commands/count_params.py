@@ -18,6 +18,10 @@ TieOpt = Annotated[Optional[bool], typer.Option(
 SeqLenOpt = Annotated[Optional[int], typer.Option(
     "--seq-len", min=1, show_default=False,
     help="Sequence length T for the FLOP count. Default: the context length.")]
+VocabOpt = Annotated[Optional[int], typer.Option(
+    "--vocab-size", min=1, show_default=False,
+    help="Count with this vocabulary size (e.g. the paper's 37000 shared BPE tokens for "
+         "vaswani). Default: the config's.")]
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", help="Also build the model (shapes only, no weight memory; imports torch) "
                      "and check its parameter count against the analytic one.")]
@@ -26,7 +30,8 @@ VerifyOpt = Annotated[bool, typer.Option(
 def count_params(config: ConfigOpt = None, weights: WeightsOpt = None,
                  heads: HeadsOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
                  context: ContextOpt = None, tie: TieOpt = None, seq_len: SeqLenOpt = None,
-                 verify: VerifyOpt = False, json_out: JsonOpt = False) -> None:
+                 vocab_size: VocabOpt = None, verify: VerifyOpt = False,
+                 json_out: JsonOpt = False) -> None:
     """Count parameters, weight memory and forward FLOPs per token, from the config alone.
 
     Tied weights are counted once.
@@ -44,6 +49,8 @@ def count_params(config: ConfigOpt = None, weights: WeightsOpt = None,
       tfx count-params --weights minilm
 
       tfx count-params --config smollm2-135m --verify
+
+      tfx count-params --config vaswani --vocab-size 37000 --json | jq .result.total
     """
     from .. import api
     from ..errors import TfxError
@@ -51,7 +58,7 @@ def count_params(config: ConfigOpt = None, weights: WeightsOpt = None,
 
     result = api.count_params(config=config, weights=weights, heads=heads, layers=layers,
                               d_model=d_model, context=context, tie=tie, seq_len=seq_len,
-                              verify=verify)
+                              vocab_size=vocab_size, verify=verify)
     emit(result, json=json_out)
     if result.verify is not None and not result.verify.verified:
         check = result.verify

@@ -1,10 +1,11 @@
 """`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
+                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
 
 
 @model_command
-def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt = False,
+def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None,
+          truncate: TruncateOpt = False, json_out: JsonOpt = False,
           precision: PrecisionOpt = 3, full: FullOpt = False, plot: PlotOpt = None,
           force: ForceOpt = False, *, model, encoding) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
@@ -25,6 +26,7 @@ def embed(text: TextArg = None, truncate: TruncateOpt = False, json_out: JsonOpt
 
     check_plot(plot, force)
 
-    result = api.embed(read_text(text, encoding=encoding), truncate=truncate, **model)
+    result = api.embed(read_text(text, encoding=encoding), truncate=truncate, target=target,
+                       stack=stack_value(stack), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -3,14 +3,16 @@ from typing import Annotated
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
-                       TruncateOpt, model_command, read_text)
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
+                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
 
 
 @model_command
 def ffn(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
+    target: TargetOpt = None,
+    stack: StackOpt = None,
     truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
@@ -39,6 +41,6 @@ def ffn(
 
     check_plot(plot, force)
     result = api.ffn(read_text(text, encoding=encoding), layer=layer, truncate=truncate,
-                     **model)
+                     target=target, stack=stack_value(stack), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -5,7 +5,8 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
-                       ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
+                       ScaleOpt, SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt,
+                       edit_options,
                        model_command, read_text, split_list)
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
@@ -55,6 +56,10 @@ def generate(
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
         "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="TEXT", show_default=False, rich_help_panel="Encoder–decoder",
+        help="An encoder–decoder's target so far: decoding goes on after it (default: "
+             "from the start token alone). PROMPT is the source.")] = None,
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
@@ -113,12 +118,16 @@ def generate(
 
     text = read_prompt(prompt, encoding)
     quiet = no_stream or bool(os.environ.get("TFX_QUIET"))
-    stream = None if quiet else TextStream(sys.stderr, text)
+    # an encoder–decoder writes a target: the stream shows it, not the source
+    seq2seq = api.model_config(**model).is_encoder_decoder
+    stream = None if quiet else TextStream(sys.stderr, (target or "") if seq2seq else text,
+                                           spaced=seq2seq)
     try:
         result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
                               no_cache=no_cache, select=split_list(select, "--select"), truncate=truncate,
                               ignore_eos=ignore_eos, on_text=stream.write if stream else None,
+                              target=target,
                               **edit_options(ablate, ablate_mode, steer=steer, toward=toward,
                                              away=away, scale=scale), **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own

@@ -4,13 +4,14 @@ from typing import Annotated
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
+                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
 
 
 class Which(str, Enum):
     ln1 = "ln1"
     ln2 = "ln2"
+    ln3 = "ln3"
     ln_f = "ln_f"
     embed = "embed"
 
@@ -20,8 +21,11 @@ def layernorm(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
     which: Annotated[Which, typer.Option(
-        "--which", help="ln1 (before/after attention), ln2 (feed-forward), ln_f (final), "
+        "--which", help="ln1 (before/after attention), ln2 (feed-forward; in a decoder "
+        "block, cross-attention), ln3 (a decoder block's feed-forward), ln_f (final), "
         "embed (BERT's embedding norm).")] = Which.ln1,
+    target: TargetOpt = None,
+    stack: StackOpt = None,
     truncate: TruncateOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
@@ -51,6 +55,7 @@ def layernorm(
     check_plot(plot, force)
 
     result = api.layernorm(read_text(text, encoding=encoding), layer=layer, which=which.value,
-                           truncate=truncate, **model)
+                           truncate=truncate, target=target, stack=stack_value(stack),
+                           **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -1,12 +1,13 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
+                       PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
 
 
 @model_command
 def lens(
     text: TextArg = None,
+    target: TargetOpt = None,
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
@@ -52,7 +53,7 @@ def lens(
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
-    result = api.lens(read_text(text, encoding=encoding), truncate=truncate,
+    result = api.lens(read_text(text, encoding=encoding), truncate=truncate, target=target,
                       **edit_options(ablate, ablate_mode), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -4,7 +4,8 @@ from typing import Annotated
 import typer
 
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
-                       SteerOpt, TextArg, TowardOpt, TruncateOpt, edit_options, model_command)
+                       SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
+                       model_command)
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 
@@ -18,6 +19,7 @@ def next_token(
     top_p: TopPOpt = None,
     candidates: Annotated[int, typer.Option(
         "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
+    target: TargetOpt = None,
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
@@ -52,13 +54,15 @@ def next_token(
 
       tfx next "Hello, I am" --temperature 0.7 --top-k 5 --top-p 0.9
 
+      tfx next "When you play game of thrones" -c toy --target "you win or you"
+
       tfx next "The capital of France is" -w smollm2 --ablate blocks.20.ffn.out
     """
     from .. import api
     from ..render.emit import emit
 
     emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
-                  top_p=top_p, candidates=candidates, truncate=truncate,
+                  top_p=top_p, candidates=candidates, truncate=truncate, target=target,
                   **edit_options(ablate, ablate_mode, steer=steer, toward=toward, away=away,
                                  scale=scale), **model),
          json=json_out, precision=precision)

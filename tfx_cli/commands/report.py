@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TextArg, TruncateOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TargetOpt, TextArg,
+                       TruncateOpt,
                        edit_options, model_command, read_text)
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
@@ -31,7 +32,8 @@ LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so
 
 @model_command
 def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
-           candidates: CandidatesOpt = 5, truncate: TruncateOpt = False,
+           candidates: CandidatesOpt = 5, target: TargetOpt = None,
+           truncate: TruncateOpt = False,
            ablate: AblateOpt = None, ablate_mode: AblateModeOpt = None,
            json_out: JsonOpt = False, force: ForceOpt = False, *, model, encoding) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
@@ -74,7 +76,7 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
         warn(f"the page will hold {pattern_bytes * 4 / 3 / 1e6:.0f} MB of attention weights; "
              "--show-layers picks fewer layers")
     result = m.report(text, show_layers=show_layers, candidates=candidates, truncate=truncate,
-                      **edits)
+                      target=target, **edits)
     if path is not None:
         size = api.write_report(result, path, force=force)
         seconds = time.perf_counter() - started

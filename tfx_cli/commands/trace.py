@@ -4,7 +4,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, ForceOpt, FullOpt, JsonOpt,
-                       PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TextArg, TowardOpt,
+                       PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg,
+                       TowardOpt,
                        TruncateOpt, edit_options, model_command, read_text, split_list)
 
 
@@ -17,6 +18,7 @@ def trace(
         "'blocks.*.attn.pattern'. Default: everything.")] = None,
     values: Annotated[bool, typer.Option(
         "--values", help="Print the recorded values, not only names and shapes.")] = False,
+    target: TargetOpt = None,
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
@@ -54,7 +56,8 @@ def trace(
     check_plot(plot, force)
 
     result = api.trace(read_text(text, encoding=encoding), select=split_list(select, "--select"),
-                       truncate=truncate, **edit_options(ablate, ablate_mode, steer=steer,
+                       truncate=truncate, target=target,
+                       **edit_options(ablate, ablate_mode, steer=steer,
                                                          toward=toward, away=away, scale=scale),
                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read

@@ -12,7 +12,8 @@ from ..errors import ConfigError
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 POSITIONALS = ("learned", "sinusoidal", "rope", "none")
 
@@ -62,6 +63,14 @@ class ModelConfig:
     rope_local_theta: float | None = None  # Gemma 3: the rotary base of the sliding layers
     rotary_dim: int | None = None  # GPT-NeoX: rotate only the first rotary_dim dims of a head
     rope_scaling: tuple = ()  # (("factor", 8.0), ("rope_type", "llama3"), ...): longer contexts
+    # Encoder-decoder models (seed 001, the paper, Marian, BART): n_layers encoder blocks
+    # and this many decoder blocks (masked self-attention, cross-attention, feed-forward);
+    # 0 keeps the single stack of every other model.
+    n_decoder_layers: int = 0
+    decoder_start_id: int | None = None  # the id the decoder starts from (<start>; None: 0)
+    sinusoidal_layout: str = "interleaved"  # "halves": sin in the first half (Marian)
+    pos_offset: int = 0  # BART: learned position p reads row p + 2 of its table
+    logits_bias: bool = False  # Marian, BART: a fixed bias added to the logits
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -87,6 +96,15 @@ class ModelConfig:
         """The width of the heads joined (n_heads * head_dim), d_model unless head_dim is
         set apart from it."""
         return self.n_heads * self.head_dim
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.n_decoder_layers > 0
+
+    @property
+    def start_id(self) -> int:
+        """The decoder's first input id."""
+        return self.decoder_start_id if self.decoder_start_id is not None else 0
 
     @property
     def rope(self) -> dict:
@@ -122,6 +140,8 @@ class ModelConfig:
             out.append(f"rotary {self.rotary_dim}/{self.head_dim}")
         if self.rope_scaling:
             out.append(f"rope {self.rope.get('rope_type', 'default')}")
+        if self.is_encoder_decoder:
+            out.append("encoder–decoder")
         return out
 
     @property
@@ -177,6 +197,37 @@ class ModelConfig:
             raise ConfigError(f"config field token_types must be >= 0, got {self.token_types!r}")
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
+        self._validate_seq2seq()
+
+    def _validate_seq2seq(self) -> None:
+        n = self.n_decoder_layers
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _LIMITS["n_layers"]:
+            raise ConfigError(f"config field n_decoder_layers must be a whole number from 0 "
+                              f"to {_LIMITS['n_layers']:,}, got {n!r}")
+        for name in ("pos_offset",):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"config field {name} must be a whole number >= 0, got "
+                                  f"{value!r}")
+        start = self.decoder_start_id
+        if start is not None and (isinstance(start, bool) or not isinstance(start, int)
+                                  or not 0 <= start < self.vocab_size):
+            raise ConfigError(f"config field decoder_start_id must be a token id below "
+                              f"vocab_size {self.vocab_size}, got {start!r}")
+        if self.sinusoidal_layout not in SINUSOIDAL_LAYOUTS:
+            raise ConfigError(f"config field sinusoidal_layout={self.sinusoidal_layout!r} is "
+                              f"not one of {', '.join(SINUSOIDAL_LAYOUTS)}")
+        if not n:
+            return
+        if self.causal:
+            raise ConfigError("an encoder–decoder model's encoder reads the whole source: set "
+                              "causal to false (the decoder is always causal)")
+        if not self.lm_head:
+            raise ConfigError("an encoder–decoder model needs lm_head: the decoder predicts "
+                              "words")
+        if self.positional == "rope" or self.token_types or self.sliding_window is not None:
+            raise ConfigError("rotary positions, token types and sliding windows are not "
+                              "supported in encoder–decoder models")
 
     def _validate_family(self) -> None:
         for name in ("attn_scalar", "attn_softcap", "final_softcap", "rope_local_theta"):
@@ -254,15 +305,27 @@ _GPT2 = dict(vocab_size=50257, context_length=1024, qkv_bias=True, tie_embedding
              activation="gelu_tanh", positional="learned", norm_position="pre", causal=True)
 
 PRESETS: dict[str, ModelConfig] = {
-    # seed 001: the 6-dimensional encoder worked by hand ("When you play game of thrones")
+    # seed 001: the 6-dimensional transformer worked by hand, one encoder layer on "When
+    # you play game of thrones" and one decoder layer on "<start> you win or you die";
+    # the word vocabulary's <start> (id 1) begins the target and <end> (id 2) ends it
     "toy": ModelConfig(vocab_size=64, context_length=64, d_model=6, n_heads=2, n_layers=1,
-                       d_ff=24, qkv_bias=True, norm_position="post", activation="relu",
-                       positional="sinusoidal", causal=False, tokenizer="word", name="toy"),
-    # seed 000: the original encoder of "Attention Is All You Need"
+                       n_decoder_layers=1, d_ff=24, qkv_bias=True, norm_position="post",
+                       activation="relu", positional="sinusoidal", causal=False,
+                       tokenizer="word", decoder_start_id=1, eos_ids=(2,), name="toy"),
+    # seed 000: "Attention Is All You Need", the base model (Table 3): 6 + 6 layers, one
+    # vocabulary shared by both embeddings and the output layer (section 3.4)
     "vaswani": ModelConfig(vocab_size=64, context_length=512, d_model=512, n_heads=8,
-                           n_layers=6, d_ff=2048, qkv_bias=True, norm_position="post",
-                           activation="relu", positional="sinusoidal", causal=False,
-                           tokenizer="word", name="vaswani"),
+                           n_layers=6, n_decoder_layers=6, d_ff=2048, qkv_bias=True,
+                           norm_position="post", activation="relu", positional="sinusoidal",
+                           causal=False, tie_embeddings=True, tokenizer="word",
+                           decoder_start_id=1, eos_ids=(2,), name="vaswani"),
+    # ... and its big model: d_model 1024, 16 heads, d_ff 4096
+    "vaswani-big": ModelConfig(vocab_size=64, context_length=512, d_model=1024, n_heads=16,
+                               n_layers=6, n_decoder_layers=6, d_ff=4096, qkv_bias=True,
+                               norm_position="post", activation="relu",
+                               positional="sinusoidal", causal=False, tie_embeddings=True,
+                               tokenizer="word", decoder_start_id=1, eos_ids=(2,),
+                               name="vaswani-big"),
     # seed 002: nanoGPT's GPT-2 small (fused c_attn, biases everywhere, exact GELU)
     "nanogpt": ModelConfig(**{**_GPT2, "activation": "gelu"}, d_model=768, n_heads=12,
                            n_layers=12, name="nanogpt"),
@@ -374,7 +437,7 @@ def resolve_config(name_or_path: str | None) -> ModelConfig:
 
 def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | None = None,
                    d_model: int | None = None, context: int | None = None,
-                   tie: bool | None = None) -> ModelConfig:
+                   tie: bool | None = None, vocab_size: int | None = None) -> ModelConfig:
     """Apply the command-line size overrides (random-weight configs only)."""
     changes: dict = {}
     if (d_model is not None or heads is not None) and \
@@ -392,10 +455,14 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
             changes["n_kv_heads"] = heads
     if layers is not None:
         changes["n_layers"] = layers
+        if cfg.is_encoder_decoder:  # N encoder and N decoder blocks
+            changes["n_decoder_layers"] = layers
     if context is not None:
         changes["context_length"] = context
     if tie is not None:
         changes["tie_embeddings"] = tie
+    if vocab_size is not None:
+        changes["vocab_size"] = vocab_size
     if not changes:
         return cfg
     try:

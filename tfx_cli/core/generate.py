@@ -217,6 +217,19 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
     return logits[0, -1], len(window), len(window)
 
 
+def _decoder_last(model: Transformer, source: torch.Tensor, memory: torch.Tensor,
+                  ids: list[int], cache: KVCache | None) -> tuple:
+    """An encoder–decoder's step: the decoder on the target ids so far (only those the
+    cache lacks), reading the encoder output `memory` computed once before the loop."""
+    if cache is not None:
+        new = ids[cache.length:]
+        logits = model(source, target=torch.tensor([new]), memory=memory, cache=cache,
+                       keep=None if len(new) == 1 else "auto", head="last")
+        return logits[0, -1], len(new), cache.length
+    logits = model(source, target=torch.tensor([ids]), memory=memory, head="last")
+    return logits[0, -1], len(ids), len(ids)
+
+
 # From this many new tokens on, decoding first stores the weights in the layout that
 # one-token steps read fastest (decoding.decoding_layout). For gpt124m on one CPU
 # thread the copies cost ~0.3 s and save ~9 ms per step, so a 32-token run about breaks
@@ -229,20 +242,31 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
            use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
            should_stop: Callable[[list[int]], str | None] | None = None,
            on_step: Callable[[Step, list[int]], None] | None = None,
-           keep_logits: bool = False) -> Decoded:
+           keep_logits: bool = False, target: Sequence[int] | None = None) -> Decoded:
     """Append up to `max_new_tokens` ids to `prompt`; one Step per new token.
 
     select: trace names (globs) recorded at every step as "step.{i}.<name>".
     should_stop(ids): called after each token; a reason ("stop", "eos") ends decoding.
+
+    An encoder–decoder reads `prompt` as the source: its encoder runs once, and the
+    decoder extends `target` (default: the start id alone) token by token with its
+    self-attention cached; Decoded.ids is then the target.
     """
-    ids = list(prompt)
+    seq2seq = model.cfg.is_encoder_decoder
+    ids = list(target if target is not None else [model.cfg.start_id]) if seq2seq \
+        else list(prompt)
     # A bidirectional model's earlier positions would change as tokens are added, so a
     # cache cannot hold them: recompute every step.
-    use_cache = use_cache and model.cfg.causal
+    use_cache = use_cache and (model.cfg.causal or seq2seq)
     cache = None
     if use_cache:
         cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens))
-    if use_cache and max_new_tokens >= LONG_GENERATION:
+    source = memory = None
+    if seq2seq:  # a source longer than the context keeps its last positions (--truncate)
+        source = torch.tensor([list(prompt)[-model.cfg.context_length:]])
+        with torch.inference_mode():
+            memory = model.encode(source)
+    if use_cache and max_new_tokens >= LONG_GENERATION and not seq2seq:
         # normal tensors even when the caller is in inference mode: they become the
         # model's weights for good
         with torch.inference_mode(False), torch.no_grad():
@@ -250,9 +274,15 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
     out = Decoded(ids=ids, cache_used=use_cache)
     with torch.inference_mode():
         for i in range(max_new_tokens):
+            if seq2seq and len(ids) >= model.cfg.context_length:
+                out.stopped = "context"  # the decoder's positions are all used
+                break
             step_trace = Trace()
             with model.record(select, step_trace) if select else nullcontext():
-                logits, fed, context = _forward_last(model, ids, cache)
+                if seq2seq:
+                    logits, fed, context = _decoder_last(model, source, memory, ids, cache)
+                else:
+                    logits, fed, context = _forward_last(model, ids, cache)
             next_id, sample_prob = choose(logits, sampling, generator)
             entropy, candidates, probs = describe(logits, n_candidates)
             step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
@@ -376,12 +406,15 @@ def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
 def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
-             truncate: bool = False, ignore_eos: bool = False) -> GenerateResult:
+             truncate: bool = False, ignore_eos: bool = False,
+             target: str | None = None) -> GenerateResult:
     """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text.
 
     Decoding stops early at a --stop text, or at one of the model's end-of-sequence
     tokens (cfg.eos_ids, from the checkpoint) unless `ignore_eos`; that token stays in
-    the ids but is not part of the text."""
+    the ids but is not part of the text. An encoder–decoder reads `text` as the source
+    and writes the target from its start token (after `target`, when given): the text
+    is then the target's."""
     from . import stages
 
     check_new_tokens(max_new_tokens)
@@ -392,11 +425,15 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if select:
         check_globs(select, loaded.model.tap_names())
     ids = prompt_ids(loaded, text, truncate=truncate)
+    seq = stages.read_seq(loaded, target=target)
+    if loaded.cfg.is_encoder_decoder:
+        seq = stages.read_seq(loaded, target=target or "")  # the start id at least
+    start = seq.target  # the decoder's ids so far (encoder–decoder), else None
     seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
     generator = torch.Generator().manual_seed(seed)
-    tracker = TextTracker(loaded.tokenizer.decode, len(ids), stops)
+    tracker = TextTracker(loaded.tokenizer.decode, len(start) if start else len(ids), stops)
     eos = () if ignore_eos else loaded.cfg.eos_ids
     ended: list[str] = []
 
@@ -413,7 +450,7 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
 
     decoded = decode(loaded.model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
                      generator=generator, use_cache=use_cache, n_candidates=n_candidates,
-                     select=select, should_stop=should_stop, on_step=on_step)
+                     select=select, should_stop=should_stop, on_step=on_step, target=start)
     rest = tracker.flush()
     if rest and on_text is not None:
         on_text(rest)
@@ -427,16 +464,28 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
         decoding="greedy" if sampling.greedy else "sample", seed=seed, stop=list(stops),
         eos_ids=list(loaded.cfg.eos_ids), ignore_eos=ignore_eos, cache=decoded.cache_used,
         candidates=n_candidates, context_length=loaded.cfg.context_length)
+    if start is None:
+        whole, before = text + tracker.text, len(ids)
+    else:  # the target: its words so far (no start token) and what decoding added
+        before = len(start)
+        whole = loaded.tokenizer.decode([i for i in decoded.ids[1:] if i not in eos])
+        if tracker.stopped:  # cut at the stop text, as the completion is
+            after = len(loaded.tokenizer.decode(start[1:]))
+            cuts = [whole.find(stop, after) for stop in stops if whole.find(stop, after) >= 0]
+            whole = whole[:min(cuts)] if cuts else whole
     return GenerateResult(
-        model=loaded.info, input=stages.input_info(loaded, text, ids), tensors=decoded.trace,
-        text=text + tracker.text, completion=tracker.text, ids=decoded.ids, prompt_ids=ids,
-        new_ids=decoded.ids[len(ids):], stopped=decoded.stopped, settings=settings,
+        model=loaded.info, input=stages.seq_info(loaded, text, ids, seq), stack=seq.stack,
+        tensors=decoded.trace, text=whole, completion=tracker.text, ids=decoded.ids,
+        prompt_ids=ids if start is None else start, new_ids=decoded.ids[before:],
+        stopped=decoded.stopped, settings=settings,
         steps=[step_info(s, piece) for s in decoded.steps])
 
 
 def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
-               n_candidates: int = 10, truncate: bool = False) -> NextResult:
-    """The distribution over the token after `text`, and what the sampling filters do."""
+               n_candidates: int = 10, truncate: bool = False,
+               target: str | None = None) -> NextResult:
+    """The distribution over the token after `text`, and what the sampling filters do;
+    for an encoder–decoder, over the target word after `target` (none: the first)."""
     from . import stages
 
     check_sampling(sampling)
@@ -444,9 +493,14 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text, truncate=truncate)
+    seq = stages.read_seq(loaded, target=target)
+    if loaded.cfg.is_encoder_decoder:
+        seq = stages.read_seq(loaded, target=target or "")
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
+    extra = {} if seq.target is None else {"target": torch.tensor([seq.target])}
     with torch.inference_mode():
-        logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1].double()  # (V,)
+        logits = loaded.model(torch.tensor([cropped]), head="last",
+                              **extra)[0, -1].double()  # (V,)
     entropy, top, probs = describe(logits, n_candidates)
     tempered = tempered_probs(logits, sampling.temperature)
     final, kept = filter_logits(logits, sampling)
@@ -456,9 +510,11 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
                           final_prob=float(final[i]))
             for r, ((i, p, v), tok) in enumerate(zip(top, pieces))]
     greedy = int(logits.argmax())
+    position = len(ids) if seq.target is None else len(seq.target)
     return NextResult(
-        model=loaded.info, input=stages.input_info(loaded, text, ids), position=len(ids),
-        context=len(cropped), entropy=entropy,
+        model=loaded.info, input=stages.seq_info(loaded, text, ids, seq), stack=seq.stack,
+        position=position, context=len(cropped) if seq.target is None else position,
+        entropy=entropy,
         greedy=Greedy(id=greedy, token=loaded.tokenizer.pieces([greedy])[0],
                       prob=float(probs[greedy])),
         kept_tokens=int(kept.sum()), kept_mass=float(tempered[kept].sum()),
@@ -473,7 +529,8 @@ LENS_NORM_HELP = {
 }
 
 
-def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
+def lens(loaded, text: str, *, truncate: bool = False,
+         target: str | None = None) -> LensResult:
     """Logit lens: read every layer's residual stream through the model's own output.
 
     Row "embed" is embed.out; row i is blocks.{i}.resid_out. Each goes through ln_f (with
@@ -487,25 +544,30 @@ def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
     check_vocab(loaded)
     ids = stages.encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
-    names = ["embed.out"] + [f"blocks.{i}.resid_out" for i in range(cfg.n_layers)]
-    trace = stages.run(loaded, ids, names + ["logits"], validate=False)
+    # an encoder–decoder's lens reads the decoder (its stream is what the head reads)
+    seq = stages.read_seq(loaded, target=target if not cfg.is_encoder_decoder
+                          else target or "")
+    stack, p = seq.module, seq.prefix
+    names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]
+    trace = stages.run(loaded, ids, names + ["logits"], validate=False, seq=seq)
+    read = seq.target if seq.target is not None else ids  # the positions' tokens
     top_ids, top_probs, next_probs = [], [], []
     with torch.inference_mode():
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
-            normed = model.ln_f(resid) if model.ln_f is not None else resid
+            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
             probs = torch.softmax(model.unembed(normed)[0].double(), dim=-1)  # (T, V)
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())
             # how likely this layer finds the token that actually comes next
-            next_probs.append(probs[torch.arange(len(ids) - 1), ids[1:]].tolist())
+            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
         real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
-    norm = (LENS_NORM_HELP[cfg.norm] if model.ln_f is not None
+    norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
     return LensResult(
-        model=loaded.info, input=stages.input_info(loaded, text, ids),
-        layers=["embed"] + [str(i) for i in range(cfg.n_layers)], sources=names, norm=norm,
+        model=loaded.info, input=stages.seq_info(loaded, text, ids, seq), stack=seq.stack,
+        layers=["embed"] + [str(i) for i in range(seq.n_layers)], sources=names, norm=norm,
         top_ids=top_ids, top_tokens=[loaded.tokenizer.pieces(row) for row in top_ids],
         top_probs=top_probs, next_token_probs=next_probs,
         # the model's own logits: equal to the last row

@@ -294,11 +294,21 @@ def check_options(*, ablate: Sequence[str] | None = None, ablate_mode: str | Non
         raise UsageError(f"--scale {scale} must be a finite number, e.g. 4")
 
 
+def single_stack(cfg, what: str) -> None:
+    """Interventions read one residual stream: refuse an encoder–decoder, by name."""
+    if cfg.is_encoder_decoder:
+        raise UsageError(f"{what} works on single-stack models (one residual stream); "
+                         f"{cfg.name} is an encoder–decoder: use a decoder-only config, e.g. "
+                         "--config gpt2, or real weights")
+
+
 def plan(loaded, *, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
          steer: str | None = None, toward: str | None = None, away: str | None = None,
          scale: float | None = None) -> Plan:
     check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                   away=away, scale=scale)
+    if ablate or steer is not None:
+        single_stack(loaded.cfg, "--ablate" if ablate else "--steer")
     model = loaded.model
     return Plan(ablate=[parse_site(model, s, "--ablate") for s in ablate or ()],
                 mode=ablate_mode or "zero",
@@ -531,6 +541,7 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     if site not in PATCH_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
                          f"{', '.join(PATCH_SITES)}")
+    single_stack(loaded.cfg, "tfx patch")
     need_head(loaded.cfg, "patch")
     check_vocab(loaded)
     ids = stages.encode(loaded, clean_text, truncate=truncate)
@@ -707,6 +718,7 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
     from .generate import check_vocab, need_head
 
     cfg, model = loaded.cfg, loaded.model
+    single_stack(cfg, "tfx attribute")
     need_head(cfg, "attribute")
     check_vocab(loaded)
     ids = stages.encode(loaded, text, truncate=truncate)

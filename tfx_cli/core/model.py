@@ -131,11 +131,15 @@ class Norm(nn.Module):
 
 
 # -- positions ---------------------------------------------------------------------
-def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
+                     ) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+    layout "halves" (Marian) puts the d/2 sines first and the cosines after them."""
     pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, C/2)
+    if layout == "halves":
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1).float()
     table = torch.empty(n_positions, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
     return table.float()
@@ -239,14 +243,17 @@ def embedding(n: int, d: int) -> nn.Embedding:
 
 
 class Embed(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tok_emb: nn.Embedding | None = None):
+        """tok_emb: a token table shared with another stack (an encoder–decoder's one
+        vocabulary); else its own."""
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = embedding(cfg.vocab_size, cfg.d_model)
-        if cfg.positional == "learned":
-            self.pos_emb = embedding(cfg.context_length, cfg.d_model)
+        self.tok_emb = tok_emb if tok_emb is not None else embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.positional == "learned":  # BART's rows start pos_offset (2) into the table
+            self.pos_emb = embedding(cfg.context_length + cfg.pos_offset, cfg.d_model)
         elif cfg.positional == "sinusoidal":
-            self.register_buffer("pe", sinusoidal_table(cfg.context_length, cfg.d_model),
+            self.register_buffer("pe", sinusoidal_table(cfg.context_length, cfg.d_model,
+                                                        cfg.sinusoidal_layout),
                                  persistent=False)
         if cfg.token_types:
             self.type_emb = embedding(cfg.token_types, cfg.d_model)
@@ -264,7 +271,7 @@ class Embed(nn.Module):
         if self.cfg.embed_scale:  # Gemma: rows of unit-ish norm brought up to sqrt(d_model)
             x = x * math.sqrt(self.cfg.d_model)
         if self.cfg.positional == "learned":
-            x = x + self.pos(self.pos_emb(positions)[None])
+            x = x + self.pos(self.pos_emb(positions + self.cfg.pos_offset)[None])
         elif self.cfg.positional == "sinusoidal":
             x = x + self.pos(self.pe[positions][None])
         if self.cfg.token_types:
@@ -284,8 +291,13 @@ class KVCache:
                  dtype: torch.dtype = torch.float32):
         max_len = max_len or cfg.context_length
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
-        self.k = [torch.empty(shape, dtype=dtype) for _ in range(cfg.n_layers)]
-        self.v = [torch.empty(shape, dtype=dtype) for _ in range(cfg.n_layers)]
+        # the decoder's self-attention in an encoder–decoder; every block otherwise
+        layers = cfg.n_decoder_layers or cfg.n_layers
+        self.k = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
+        self.v = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
+        # cross-attention's keys and values of the encoder output, per decoder layer:
+        # computed at the first step and read at every later one
+        self.memory_kv: dict = {}
         self.length = 0  # positions filled so far
         self.max_len = max_len
 
@@ -380,11 +392,13 @@ class Attention(nn.Module):
     (Gemma's query_pre_attn_scalar), and a head width apart from d_model / n_heads.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False):
+        """cross: an encoder–decoder's cross-attention (queries from the decoder, keys and
+        values from the encoder output; no mask but the source's padding)."""
         super().__init__()
-        self.cfg, self.layer = cfg, layer
+        self.cfg, self.layer, self.is_cross = cfg, layer, cross
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.window = cfg.sliding_window if cfg.is_sliding(layer) else None
+        self.window = cfg.sliding_window if cfg.is_sliding(layer) and not cross else None
         self.softcap = cfg.attn_softcap
         self.scale = math.sqrt(cfg.attn_scalar or cfg.head_dim)  # scores are divided by it
         kv_dim = cfg.n_kv_heads * cfg.head_dim
@@ -396,7 +410,7 @@ class Attention(nn.Module):
         if cfg.qk_norm:  # each head's q and k rows normalised over D, before the rotation
             self.q_norm = Norm(cfg, cfg.head_dim, ("H", "T", "D"))
             self.k_norm = Norm(cfg, cfg.head_dim, ("H", "S", "D"))
-        if cfg.positional == "rope":
+        if cfg.positional == "rope" and not cross:
             self.q_rot, self.k_rot = Tap("H", "T", "D"), Tap("H", "S", "D")
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
         if self.softcap is not None:
@@ -440,6 +454,8 @@ class Attention(nn.Module):
         apply by skipping the hidden blocks instead of reading a mask."""
         if self.window is not None and rot_local is not None:
             rot = rot_local
+        if self.is_cross:
+            return self._cross(x, keep, kv_x, cache)
         q, k, v = self._project(x, kv_x)
         queries = self._heads(q, self.n_heads)  # (B, H, T, D)
         keys = self._heads(k, self.n_kv_heads)  # (B, Hkv, S, D)
@@ -468,7 +484,28 @@ class Attention(nn.Module):
             inside = self.window_keep(queries.shape[-2], keys.shape[-2], start)
             keep = inside if keep is None else keep & inside
             is_causal = False  # the mask is no longer the plain causal one
+        return self._attend(queries, keys, values, keep, is_causal)
 
+    def _cross(self, x: torch.Tensor, keep: torch.Tensor | None, memory: torch.Tensor,
+               cache: KVCache | None) -> torch.Tensor:
+        """Queries from the decoder stream x, keys and values from the encoder output
+        `memory` (paper section 3.2.3). A decoding cache keeps each layer's memory keys and
+        values after the first step: the encoder output does not change."""
+        queries = self._heads(self.W_query(x), self.n_heads)  # (B, H, T, D)
+        memo = cache.memory_kv if cache is not None else None
+        if memo is not None and self.layer in memo:
+            keys, values = memo[self.layer]
+        else:
+            keys = self.share_kv(self._heads(self.W_key(memory), self.n_kv_heads))
+            values = self.share_kv(self._heads(self.W_value(memory), self.n_kv_heads))
+            if memo is not None:
+                memo[self.layer] = (keys, values)
+        queries, keys, values = self.q(queries), self.k(keys), self.v(values)
+        return self._attend(queries, keys, values, keep, False)
+
+    def _attend(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                keep: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """softmax(mask(QKᵀ / scale)) V over the heads, joined and projected by W_O."""
         explicit = self.softcap is not None or any(
             t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
@@ -529,8 +566,8 @@ class FeedForward(nn.Module):
             return F.relu(hidden)
         if self.activation == "gelu":
             return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT
-        if self.activation == "swiglu":
-            return F.silu(hidden)  # the gate of Llama's SwiGLU
+        if self.activation in ("swiglu", "silu"):
+            return F.silu(hidden)  # the gate of Llama's SwiGLU; Marian's plain "swish"
         return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004; Gemma's GeGLU gate
 
 
@@ -545,12 +582,17 @@ class Block(nn.Module):
     post-LN (seed 000, BERT):  ln1(x + attn(x)), then ln2(x + ffn(x))
     sandwich (Gemma 2/3):  x + ln_post_attn(attn(ln1(x))), then + ln_post_ffn(ffn(ln2(x)))
     parallel (GPT-NeoX):  x + attn(ln1(x)) + ffn(ln2(x)), both reading the block's input
+
+    A decoder block of an encoder–decoder (cross=True) has three sublayers: masked
+    self-attention (ln1), cross-attention on the encoder output (`cross`, ln2) and the
+    feed-forward (ln3), each with its add & norm, post-LN as in the paper or pre-LN.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False):
         super().__init__()
         self.post_ln = cfg.norm_position == "post"
         self.parallel, self.sandwich = cfg.parallel_residual, cfg.sandwich_norm
+        self.has_cross = cross
         self.ln1 = Norm(cfg)
         self.attn = Attention(cfg, layer)
         if self.sandwich:
@@ -558,12 +600,22 @@ class Block(nn.Module):
         if not self.parallel:  # a parallel block has no stream between its sublayers
             self.resid_mid = Tap("T", "C")
         self.ln2 = Norm(cfg)
+        if cross:
+            self.cross = Attention(cfg, layer, cross=True)
+            self.resid_cross = Tap("T", "C")
+            self.ln3 = Norm(cfg)
         self.ffn = FeedForward(cfg)
         if self.sandwich:
             self.ln_post_ffn = Norm(cfg)
         self.resid_out = Tap("T", "C")
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, **attn_kw) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
+                memory: torch.Tensor | None = None, memory_keep: torch.Tensor | None = None,
+                **attn_kw) -> torch.Tensor:
+        """memory, memory_keep: the encoder output (B, S, C) and which of its positions
+        the cross-attention may read (decoder blocks only)."""
+        if self.has_cross:
+            return self._decoder_block(x, keep, memory, memory_keep, attn_kw)
         if self.post_ln:  # LayerNorm(x + Sublayer(x)), the original encoder (seed 000)
             x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
             return self.resid_out(self.ln2(x + self.ffn(x)))
@@ -579,27 +631,69 @@ class Block(nn.Module):
             fed = self.ln_post_ffn(fed)
         return self.resid_out(x + fed)
 
+    def _decoder_block(self, x, keep, memory, memory_keep, attn_kw) -> torch.Tensor:
+        cache = attn_kw.get("cache")
+        if self.post_ln:
+            x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
+            x = self.resid_cross(self.ln2(x + self.cross(x, memory_keep, kv_x=memory,
+                                                         cache=cache)))
+            return self.resid_out(self.ln3(x + self.ffn(x)))
+        x = self.resid_mid(x + self.attn(self.ln1(x), keep, **attn_kw))
+        x = self.resid_cross(x + self.cross(self.ln2(x), memory_keep, kv_x=memory,
+                                            cache=cache))
+        return self.resid_out(x + self.ffn(self.ln3(x)))
+
+
+class Stack(nn.Module):
+    """One stack of an encoder–decoder: its input ids, embedding (the token table is the
+    one both stacks share), blocks and, pre-LN, final norm. Trace names get the stack's
+    name in front: encoder.blocks.0.attn.pattern, decoder.blocks.0.cross.pattern."""
+
+    def __init__(self, cfg: ModelConfig, n_blocks: int, *, cross: bool,
+                 tok_emb: nn.Embedding | None = None):
+        super().__init__()
+        self.tokens = Taps(ids=Tap("T"))
+        self.embed = Embed(cfg, tok_emb)
+        self.blocks = nn.ModuleList(Block(cfg, i, cross=cross) for i in range(n_blocks))
+        self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+
 
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, blocks: int | None = None):
         """blocks=n materialises the embedding and blocks 0..n-1 only; later blocks, the
         final norm and an untied head are built on the meta device (no storage, no init).
         Modules are built in forward order and meta init draws nothing from the RNG, so
-        what is built equals the whole model's values for the same seed bit for bit."""
+        what is built equals the whole model's values for the same seed bit for bit.
+
+        An encoder–decoder config builds an `encoder` and a `decoder` Stack (whole) and
+        one head after the decoder; every other model is one stack at the top level."""
         super().__init__()
         self.cfg = cfg
-        self.built_blocks = cfg.n_layers if blocks is None else max(0, min(blocks, cfg.n_layers))
-        self.tokens = Taps(ids=Tap("T"))
-        self.embed = Embed(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(self.built_blocks))
-        rest = self.built_blocks < cfg.n_layers
-        with torch.device("meta") if rest else nullcontext():
-            self.blocks.extend(Block(cfg, i) for i in range(self.built_blocks, cfg.n_layers))
-            self.ln_f = Norm(cfg) if cfg.has_final_norm else None
-            if cfg.lm_head:
-                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.encoder_runs = 0  # how often the encoder ran (decoding runs it once)
+        if cfg.is_encoder_decoder:
+            self.built_blocks = cfg.n_layers
+            self.encoder = Stack(cfg, cfg.n_layers, cross=False)
+            self.decoder = Stack(cfg, cfg.n_decoder_layers, cross=True,
+                                 tok_emb=self.encoder.embed.tok_emb)
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            token_table = self.encoder.embed.tok_emb
+        else:
+            self.built_blocks = cfg.n_layers if blocks is None else \
+                max(0, min(blocks, cfg.n_layers))
+            self.tokens = Taps(ids=Tap("T"))
+            self.embed = Embed(cfg)
+            self.blocks = nn.ModuleList(Block(cfg, i) for i in range(self.built_blocks))
+            rest = self.built_blocks < cfg.n_layers
+            with torch.device("meta") if rest else nullcontext():
+                self.blocks.extend(Block(cfg, i) for i in range(self.built_blocks, cfg.n_layers))
+                self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+                if cfg.lm_head:
+                    self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            token_table = self.embed.tok_emb
         if cfg.lm_head and cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.tok_emb.weight
+            self.lm_head.weight = token_table.weight
+        if cfg.logits_bias:  # Marian, BART: a fixed bias on every logit (not trained)
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         if cfg.final_softcap is not None:  # Gemma 2: the head's logits before the cap
             self.logits_uncapped = Tap("T", "V")
         self.logits = Tap("T", "V")
@@ -608,6 +702,36 @@ class Transformer(nn.Module):
             if isinstance(module, Tap):
                 module.name = name
                 self.taps[name] = module
+
+    def stack(self, which: str | None = None) -> tuple[nn.Module, str]:
+        """(module holding embed, blocks and ln_f, its trace-name prefix): the model
+        itself for a single stack; the encoder or decoder of an encoder–decoder."""
+        if not self.cfg.is_encoder_decoder:
+            return self, ""
+        which = which or "encoder"
+        return getattr(self, which), which + "."
+
+    def tied(self) -> dict[str, str]:
+        """Parameters that are another one (name -> the name they share)."""
+        table = "encoder.embed.tok_emb.weight" if self.cfg.is_encoder_decoder else \
+            "embed.tok_emb.weight"
+        out = {}
+        if self.cfg.is_encoder_decoder:
+            out["decoder.embed.tok_emb.weight"] = table
+        if self.cfg.lm_head and self.cfg.tie_embeddings:
+            out["lm_head.weight"] = table
+        return out
+
+    def retie(self) -> None:
+        """Share the tied parameters again (after load_state_dict(assign=True) replaced
+        the token table)."""
+        if self.cfg.is_encoder_decoder:
+            self.decoder.embed.tok_emb = self.encoder.embed.tok_emb
+            table = self.encoder.embed.tok_emb
+        else:
+            table = self.embed.tok_emb
+        if self.cfg.lm_head and self.cfg.tie_embeddings:
+            self.lm_head.weight = table.weight
 
     # -- recording --------------------------------------------------------------------
     recording = 0  # open record() blocks; decoding.step records nothing, so it needs 0
@@ -648,12 +772,27 @@ class Transformer(nn.Module):
 
     def forward(self, ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
                 cache: KVCache | None = None, keep: torch.Tensor | None | str = "auto",
-                stop_after: int | None = None, head: str = "all") -> torch.Tensor | None:
+                stop_after: int | None = None, head: str = "all",
+                target: torch.Tensor | None = None, stack: str | None = None,
+                memory: torch.Tensor | None = None,
+                source_len: int | None = None) -> torch.Tensor | None:
         """ids: (B, T). Returns logits (B, T, V), or (B, 1, V) with head="last", or the
         final hidden state for models without a head; None when stopped early.
 
         stop_after=L runs blocks 0..L only (a command that shows layer L needs no more).
+
+        Encoder–decoder models: ids is the source; `target` (B, T) the decoder's input
+        (None: run the encoder only and return its output). `stack` says which stack
+        stop_after counts in ("encoder" or "decoder", the default). `memory` is an encoder
+        output already computed (decoding reuses it); `source_len` marks the source
+        positions from there on as padding, hidden from the encoder's attention and the
+        cross-attention. `keep` is the encoder's mask without a target, else the
+        decoder's self-attention mask ("auto": causal).
         """
+        if self.cfg.is_encoder_decoder:
+            return self._seq2seq(ids, target, cache=cache, keep=keep, stop_after=stop_after,
+                                 head=head, stack=stack or "decoder", memory=memory,
+                                 source_len=source_len)
         B, T = ids.shape
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.context_length:
@@ -666,15 +805,65 @@ class Transformer(nn.Module):
         context = self.attention_context(T, start=start, cache=cache, keep=keep)
         return self.run_blocks(x, context, stop_after=stop_after, head=head)
 
+    def _seq2seq(self, ids, target, *, cache, keep, stop_after, head, stack, memory,
+                 source_len) -> torch.Tensor | None:
+        S = ids.shape[1]
+        if memory is None:
+            enc_keep = keep if target is None else "auto"
+            if isinstance(enc_keep, str):
+                enc_keep = self.mask(S, S, causal=False, valid_len=source_len)
+            memory = self.encode(ids, keep=enc_keep,
+                                 stop_after=stop_after if stack == "encoder" else None)
+            if memory is None or target is None:
+                return memory
+        elif target is None:
+            return memory
+        B, T = target.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.cfg.context_length:
+            raise ValueError(f"{start + T} target positions exceed the context length "
+                             f"{self.cfg.context_length}")
+        dec = self.decoder
+        dec.tokens.ids(target)
+        x = dec.embed(target, torch.arange(start, start + T), None)
+        if stop_after is not None and stop_after < 0:
+            return None
+        context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True)
+        context["memory"] = memory
+        context["memory_keep"] = None if source_len is None else \
+            self.mask(T, memory.shape[1], causal=False, valid_len=source_len)
+        return self.run_blocks(x, context, stop_after=stop_after if stack == "decoder" else None,
+                               head=head, stack=dec)
+
+    def encode(self, ids: torch.Tensor, *, keep: torch.Tensor | None = None,
+               stop_after: int | None = None) -> torch.Tensor | None:
+        """An encoder–decoder's encoder on the source ids (B, S): its output (B, S, C), the
+        `memory` every decoder block's cross-attention reads; None when stopped early."""
+        self.encoder_runs += 1
+        S = ids.shape[1]
+        if S > self.cfg.context_length:
+            raise ValueError(f"{S} source positions exceed the context length "
+                             f"{self.cfg.context_length}")
+        enc = self.encoder
+        enc.tokens.ids(ids)
+        x = enc.embed(ids, torch.arange(S), None)
+        if stop_after is not None and stop_after < 0:
+            return None
+        context = {"keep": keep, "cache": None, "start": 0}
+        return self.run_blocks(x, context, stop_after=stop_after, stack=enc)
+
     def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
-                          keep: torch.Tensor | None | str = "auto") -> dict:
+                          keep: torch.Tensor | None | str = "auto",
+                          causal: bool | None = None) -> dict:
         """What every block's attention needs besides x: the keep-mask (the config's own
-        for "auto"; sliding layers narrow it to their window themselves), the cache and
-        where the new positions start, and the rotary tables of the new positions."""
+        for "auto", or causal when `causal`; sliding layers narrow it to their window
+        themselves), the cache and where the new positions start, and the rotary tables
+        of the new positions."""
+        causal = self.cfg.causal if causal is None else causal
         attn_kw: dict = {"keep": keep, "cache": cache, "start": start}
         if isinstance(keep, str):
-            attn_kw["keep"] = self.mask(T, start + T, start)
-            attn_kw["is_causal"] = self.cfg.causal and start == 0  # square: query i, keys <= i
+            attn_kw["keep"] = self.mask(T, start + T, start, causal=causal)
+            attn_kw["is_causal"] = causal and start == 0  # square: query i, keys <= i
         if self.cfg.positional == "rope":
             positions = torch.arange(start, start + T)
             attn_kw["rot"] = rope_tables(positions, self.cfg)
@@ -686,6 +875,8 @@ class Transformer(nn.Module):
         """The head on a (normalised) residual stream: logits, soft-capped where the
         model caps them (Gemma 2). Recorded as `logits`."""
         logits = self.lm_head(x)
+        if self.cfg.logits_bias:
+            logits = logits + self.final_logits_bias
         cap = self.cfg.final_softcap
         if cap is not None:
             logits = self.logits_uncapped(logits)
@@ -693,25 +884,31 @@ class Transformer(nn.Module):
         return logits
 
     def run_blocks(self, x: torch.Tensor, context: dict, *, first: int = 0,
-                   stop_after: int | None = None, head: str = "all") -> torch.Tensor | None:
+                   stop_after: int | None = None, head: str = "all",
+                   stack: nn.Module | None = None) -> torch.Tensor | None:
         """Blocks first..last on the residual stream x (B, T, C) entering block `first`,
         then the final norm and head: the rest of forward, so a run can resume from any
-        block's input (activation patching starts each patched run there)."""
-        last = self.cfg.n_layers if stop_after is None else min(stop_after, self.cfg.n_layers - 1)
-        if last >= self.built_blocks and self.built_blocks < self.cfg.n_layers:
+        block's input (activation patching starts each patched run there). `stack`: an
+        encoder–decoder's encoder (which ends at its output, no head) or decoder."""
+        module = self if stack is None else stack
+        n = len(module.blocks)
+        last = n if stop_after is None else min(stop_after, n - 1)
+        if stack is None and last >= self.built_blocks and self.built_blocks < n:
             raise RuntimeError(f"this model was built with {self.built_blocks} of "
-                               f"{self.cfg.n_layers} blocks; build it whole to run further")
+                               f"{n} blocks; build it whole to run further")
         attn_kw = dict(context)
         keep = attn_kw.pop("keep")
-        for i in range(first, self.cfg.n_layers):
-            x = self.blocks[i](x, keep, **attn_kw)
+        for i in range(first, n):
+            x = module.blocks[i](x, keep, **attn_kw)
             if stop_after is not None and i >= stop_after:
                 return None
         cache = context["cache"]
         if cache is not None:
             cache.length = context["start"] + x.shape[1]
-        if self.ln_f is not None:
-            x = self.ln_f(x)
+        if module.ln_f is not None:
+            x = module.ln_f(x)
+        if stack is not None and stack is getattr(self, "encoder", None):
+            return x  # the memory the decoder reads
         if not self.cfg.lm_head or head == "none":
             return x
         if head == "last":
@@ -737,5 +934,5 @@ def tap_names(cfg: ModelConfig) -> list[str]:
 
 
 
-__all__: Sequence[str] = ["Transformer", "build_model", "tap_names", "KVCache", "Tap",
+__all__: Sequence[str] = ["Transformer", "Stack", "build_model", "tap_names", "KVCache", "Tap",
                           "sinusoidal_table", "rope_angles", "apply_rope", "explicit_attention"]

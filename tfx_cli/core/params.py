@@ -58,21 +58,31 @@ def _norm(name: str, label: str, cfg: ModelConfig, part: str, size: int | None =
 
 
 # -- parameters ----------------------------------------------------------------------
-def block_rows(cfg: ModelConfig) -> list[Row]:
-    """One transformer block's parameters, in the order core.model creates them."""
-    C, F, A = cfg.d_model, cfg.d_ff, cfg.attn_dim
+def _attention_rows(cfg: ModelConfig, where: str, what: str, part: str) -> list[Row]:
+    C, A = cfg.d_model, cfg.attn_dim
     kv_dim = cfg.n_kv_heads * cfg.head_dim  # grouped-query attention shrinks K and V only
+    rows = _linear(f"{where}.W_query", f"{what}query W_Q", C, A, cfg.qkv_bias, part)
+    rows += _linear(f"{where}.W_key", f"{what}key W_K", C, kv_dim, cfg.qkv_bias, part)
+    rows += _linear(f"{where}.W_value", f"{what}value W_V", C, kv_dim, cfg.qkv_bias, part)
+    rows += _linear(f"{where}.out_proj", f"{what}output W_O", A, C, cfg.proj_bias, part)
+    return rows
+
+
+def block_rows(cfg: ModelConfig, *, decoder: bool = False) -> list[Row]:
+    """One transformer block's parameters, in the order core.model creates them; an
+    encoder–decoder's decoder block (decoder=True) adds cross-attention and a third norm."""
+    C, F = cfg.d_model, cfg.d_ff
     rows = _norm("ln1", "norm 1", cfg, "norms")
-    rows += _linear("attn.W_query", "query W_Q", C, A, cfg.qkv_bias, "attention")
-    rows += _linear("attn.W_key", "key W_K", C, kv_dim, cfg.qkv_bias, "attention")
-    rows += _linear("attn.W_value", "value W_V", C, kv_dim, cfg.qkv_bias, "attention")
-    rows += _linear("attn.out_proj", "output W_O", A, C, cfg.proj_bias, "attention")
+    rows += _attention_rows(cfg, "attn", "masked self-attn " if decoder else "", "attention")
     if cfg.qk_norm:  # one scale per head dimension, shared by every head
         rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.head_dim)
         rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.head_dim)
     if cfg.sandwich_norm:
         rows += _norm("ln_post_attn", "norm after attention", cfg, "norms")
     rows += _norm("ln2", "norm 2", cfg, "norms")
+    if decoder:  # queries from the decoder, keys and values from the encoder output
+        rows += _attention_rows(cfg, "cross", "cross-attn ", "cross_attention")
+        rows += _norm("ln3", "norm 3", cfg, "norms")
     if cfg.activation in ("swiglu", "geglu"):  # act(x W_gate) * (x W_up), then W_down
         rows += _linear("ffn.gate_proj", "ffn gate", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc1", "ffn up", C, F, cfg.proj_bias, "ffn")
@@ -85,41 +95,53 @@ def block_rows(cfg: ModelConfig) -> list[Row]:
     return rows
 
 
-def _embedding_rows(cfg: ModelConfig) -> list[Row]:
+def _embedding_rows(cfg: ModelConfig, p: str = "", shared: str | None = None) -> list[Row]:
+    """The embedding's rows (prefix p: an encoder–decoder's stack); `shared` names the
+    token table this stack reuses (the decoder's is the encoder's)."""
     C = cfg.d_model
-    rows = [Row("embed.tok_emb.weight", "token embedding", (cfg.vocab_size, C),
-                cfg.vocab_size * C, "token_embedding")]
+    if shared:
+        rows = [Row(f"{p}embed.tok_emb.weight", "token embedding (shared)",
+                    (cfg.vocab_size, C), 0, "token_embedding",
+                    f"shares {shared}")]
+    else:
+        rows = [Row(f"{p}embed.tok_emb.weight", "token embedding", (cfg.vocab_size, C),
+                    cfg.vocab_size * C, "token_embedding")]
+    P = cfg.context_length + cfg.pos_offset
     if cfg.positional == "learned":
-        rows.append(Row("embed.pos_emb.weight", "position embedding (learned)",
-                        (cfg.context_length, C), cfg.context_length * C,
-                        "position_embedding"))
+        rows.append(Row(f"{p}embed.pos_emb.weight", "position embedding (learned)",
+                        (P, C), P * C, "position_embedding"))
     elif cfg.positional == "sinusoidal":
-        rows.append(Row("embed.pe", "position encoding (sinusoidal)", (cfg.context_length, C),
+        rows.append(Row(f"{p}embed.pe", "position encoding (sinusoidal)", (cfg.context_length, C),
                         0, "position_embedding", "a fixed table, not a parameter"))
     elif cfg.positional == "rope":
         rows.append(Row("rope", "rotary positions", None, 0, "position_embedding",
                         "q and k rotated by computed angles"))
     if cfg.token_types:
-        rows.append(Row("embed.type_emb.weight", "token-type embedding", (cfg.token_types, C),
-                        cfg.token_types * C, "token_type_embedding"))
+        rows.append(Row(f"{p}embed.type_emb.weight", "token-type embedding",
+                        (cfg.token_types, C), cfg.token_types * C, "token_type_embedding"))
     if cfg.embed_norm:  # BERT normalises the sum of the three embeddings
-        rows += _norm("embed.ln", "embedding norm", cfg, "embedding_norm")
+        rows += _norm(f"{p}embed.ln", "embedding norm", cfg, "embedding_norm")
     return rows
 
 
-def _top_rows_after_blocks(cfg: ModelConfig) -> list[Row]:
+def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> list[Row]:
     C, V = cfg.d_model, cfg.vocab_size
     rows: list[Row] = []
     if cfg.has_final_norm:  # pre-LN stacks end un-normalised; post-LN blocks do not
-        rows += _norm("ln_f", "final norm", cfg, "final_norm")
+        rows += _norm(f"{p}ln_f", "final norm", cfg, "final_norm")
     if cfg.pooler:  # BERT: tanh(W h_[CLS] + b), once per sequence
         rows += _linear("pooler.dense", "pooler", C, C, True, "pooler")
-    if cfg.lm_head:
+    if cfg.lm_head and head:
+        table = "encoder.embed.tok_emb.weight" if cfg.is_encoder_decoder else \
+            "embed.tok_emb.weight"
         if cfg.tie_embeddings:
             rows.append(Row("lm_head.weight", "output head (tied)", (V, C), 0, "head",
-                            f"shares embed.tok_emb.weight: {V * C:,} parameters counted once"))
+                            f"shares {table}: {V * C:,} parameters counted once"))
         else:
             rows.append(Row("lm_head.weight", "output head", (V, C), V * C, "head"))
+        if cfg.logits_bias:
+            rows.append(Row("final_logits_bias", "logits bias", (V,), 0, "head",
+                            "a fixed buffer, not a parameter"))
     return rows
 
 
@@ -134,6 +156,11 @@ class ParamCount:
     shared: int  # parameters the head reuses from the token embedding (0 if untied)
     parts: dict[str, int] = field(default_factory=dict)
     block_parts: dict[str, int] = field(default_factory=dict)
+    # an encoder–decoder: `block` is an encoder block, and these its decoder blocks
+    decoder_block: list[Row] = field(default_factory=list)
+    decoder_per_block: int = 0
+    n_decoder_layers: int = 0
+    decoder_block_parts: dict[str, int] = field(default_factory=dict)
 
     @property
     def all_blocks(self) -> int:
@@ -147,9 +174,12 @@ class ParamCount:
 
     def named_counts(self) -> dict[str, int]:
         """Full parameter name -> numel for every stored tensor (tied ones once)."""
-        out = {r.name: r.count for r in self.rows if r.count and r.name != "blocks"}
+        out = {r.name: r.count for r in self.rows if r.count and not r.name.endswith("blocks")}
+        enc = "encoder." if self.n_decoder_layers else ""
         for i in range(self.n_layers):
-            out.update({f"blocks.{i}.{r.name}": r.count for r in self.block})
+            out.update({f"{enc}blocks.{i}.{r.name}": r.count for r in self.block})
+        for i in range(self.n_decoder_layers):
+            out.update({f"decoder.blocks.{i}.{r.name}": r.count for r in self.decoder_block})
         return out
 
 
@@ -167,13 +197,32 @@ def _sum_parts(rows: list[Row]) -> dict[str, int]:
 def count_params(cfg: ModelConfig) -> ParamCount:
     block = block_rows(cfg)
     per_block = sum(r.count for r in block)
-    blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
-                 per_block * cfg.n_layers, "blocks")
-    rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
     shared = cfg.vocab_size * cfg.d_model if cfg.lm_head and cfg.tie_embeddings else 0
+    if not cfg.is_encoder_decoder:
+        blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
+                     per_block * cfg.n_layers, "blocks")
+        rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
+        return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
+                          n_layers=cfg.n_layers, total=sum(r.count for r in rows),
+                          shared=shared, parts=_sum_parts(rows),
+                          block_parts=_sum_parts(block))
+    # encoder–decoder: the encoder's rows, then the decoder's, then one head
+    dec = block_rows(cfg, decoder=True)
+    per_dec = sum(r.count for r in dec)
+    L, Ld = cfg.n_layers, cfg.n_decoder_layers
+    rows = _embedding_rows(cfg, "encoder.")
+    rows.append(Row("encoder.blocks", "encoder: " + _blocks_label(L, per_block), None,
+                    per_block * L, "encoder_blocks"))
+    rows += _top_rows_after_blocks(cfg, "encoder.", head=False)
+    rows += _embedding_rows(cfg, "decoder.", shared="encoder.embed.tok_emb.weight")
+    rows.append(Row("decoder.blocks", "decoder: " + _blocks_label(Ld, per_dec), None,
+                    per_dec * Ld, "decoder_blocks"))
+    rows += _top_rows_after_blocks(cfg, "decoder.")
     return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
-                      n_layers=cfg.n_layers, total=sum(r.count for r in rows), shared=shared,
-                      parts=_sum_parts(rows), block_parts=_sum_parts(block))
+                      n_layers=L, total=sum(r.count for r in rows), shared=shared,
+                      parts=_sum_parts(rows), block_parts=_sum_parts(block),
+                      decoder_block=dec, decoder_per_block=per_dec, n_decoder_layers=Ld,
+                      decoder_block_parts=_sum_parts(dec))
 
 
 def total_params(cfg: ModelConfig) -> int:
@@ -197,25 +246,33 @@ def estimate_bytes(cfg: ModelConfig) -> int:
 
 
 # -- FLOPs ---------------------------------------------------------------------------
-def block_flop_rows(cfg: ModelConfig, seq_len: int) -> list[Row]:
-    """FLOPs per token of one block's matmuls at sequence length T = seq_len."""
+def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False) -> list[Row]:
+    """FLOPs per token of one block's matmuls at sequence length T = seq_len. A decoder
+    block's cross-attention is counted with a source as long as the target (its keys and
+    values are projections of the source's tokens, one each)."""
     C, F, T, A = cfg.d_model, cfg.d_ff, seq_len, cfg.attn_dim
     kv_dim = cfg.n_kv_heads * cfg.head_dim
 
     def mm(name: str, label: str, n_in: int, n_out: int, part: str) -> Row:
         return Row(name, label, None, 2 * n_in * n_out, part, f"(1, {n_in})·({n_in}, {n_out})")
 
-    rows = [mm("attn.W_query", "x·W_Q", C, A, "projections"),
-            mm("attn.W_key", "x·W_K", C, kv_dim, "projections"),
-            mm("attn.W_value", "x·W_V", C, kv_dim, "projections"),
-            # Each query meets T keys in each of H heads of size D: H*D*T multiply-adds
-            # (C*T unless head_dim is set apart). Shared (grouped) K/V heads still serve
-            # every query head. A sliding window is counted whole, as the mask is.
-            Row("attn.scores", "QKᵀ", None, 2 * T * A, "attention_matmuls",
-                f"{cfg.n_heads} × (1, {cfg.head_dim})·({cfg.head_dim}, {T})"),
-            Row("attn.context", "pattern·V", None, 2 * T * A, "attention_matmuls",
-                f"{cfg.n_heads} × (1, {T})·({T}, {cfg.head_dim})"),
-            mm("attn.out_proj", "concat·W_O", A, C, "projections")]
+    def attention(where: str, what: str) -> list[Row]:
+        return [mm(f"{where}.W_query", f"{what}x·W_Q", C, A, "projections"),
+                mm(f"{where}.W_key", f"{what}x·W_K", C, kv_dim, "projections"),
+                mm(f"{where}.W_value", f"{what}x·W_V", C, kv_dim, "projections"),
+                # Each query meets T keys in each of H heads of size D: H*D*T
+                # multiply-adds (C*T unless head_dim is set apart). Shared (grouped) K/V
+                # heads still serve every query head. A sliding window is counted whole,
+                # as the mask is.
+                Row(f"{where}.scores", f"{what}QKᵀ", None, 2 * T * A, "attention_matmuls",
+                    f"{cfg.n_heads} × (1, {cfg.head_dim})·({cfg.head_dim}, {T})"),
+                Row(f"{where}.context", f"{what}pattern·V", None, 2 * T * A,
+                    "attention_matmuls", f"{cfg.n_heads} × (1, {T})·({T}, {cfg.head_dim})"),
+                mm(f"{where}.out_proj", f"{what}concat·W_O", A, C, "projections")]
+
+    rows = attention("attn", "")
+    if decoder:
+        rows += attention("cross", "cross ")
     if cfg.activation in ("swiglu", "geglu"):
         rows.append(mm("ffn.gate_proj", "x·W_gate", C, F, "ffn"))
         rows.append(mm("ffn.fc1", "x·W_up", C, F, "ffn"))
@@ -246,11 +303,20 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
     per_block = sum(r.count for r in block)
     rows = [Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
                 per_block * cfg.n_layers, "blocks")]
+    attention = 4 * T * cfg.attn_dim * cfg.n_layers
+    if cfg.is_encoder_decoder:  # per token of the source and of the target alike
+        dec = block_flop_rows(cfg, T, decoder=True)
+        per_dec = sum(r.count for r in dec)
+        rows = [Row("encoder.blocks", "encoder: " + _blocks_label(cfg.n_layers, per_block),
+                    None, per_block * cfg.n_layers, "encoder_blocks"),
+                Row("decoder.blocks", "decoder: " + _blocks_label(cfg.n_decoder_layers,
+                                                                  per_dec),
+                    None, per_dec * cfg.n_decoder_layers, "decoder_blocks")]
+        attention += 8 * T * cfg.attn_dim * cfg.n_decoder_layers
     if cfg.lm_head:  # tied or not, the head multiplies by a (V, C) matrix
         rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
                         f"(1, {C})·({C}, {cfg.vocab_size})"))
     per_token = sum(r.count for r in rows)
-    attention = 4 * T * cfg.attn_dim * cfg.n_layers
     pooler = 2 * C * C if cfg.pooler else 0  # [CLS] only: once per sequence
     causal_skip = None
     if cfg.causal:
@@ -276,6 +342,11 @@ def analyse(cfg: ModelConfig, seq_len: int | None = None, *, model=None):
         per_block=BlockCount(rows=params.block, total=params.per_block,
                              parts=params.block_parts, n_layers=params.n_layers,
                              all_blocks=params.all_blocks),
+        decoder_per_block=BlockCount(
+            rows=params.decoder_block, total=params.decoder_per_block,
+            parts=params.decoder_block_parts, n_layers=params.n_decoder_layers,
+            all_blocks=params.decoder_per_block * params.n_decoder_layers)
+        if params.n_decoder_layers else None,
         shape_convention=SHAPE_CONVENTION, memory_bytes=weight_bytes(params.total),
         seq_len=flops.seq_len, flops_per_token=flops.per_token,
         flops_convention=flops.convention,

@@ -150,24 +150,99 @@ def check_range(noun: str, value: int | None, n: int, option: str,
 
 
 def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
-        stop_after: int | None = None, validate: bool = True, **kw) -> Trace:
-    """One forward pass recording the names that match `select`."""
+        stop_after: int | None = None, validate: bool = True, seq: Seq | None = None,
+        **kw) -> Trace:
+    """One forward pass recording the names that match `select`. `seq`: an
+    encoder–decoder's target and the stack stop_after counts in."""
     select = list(select)
     if validate:
         check_globs(select, loaded.model.tap_names())
+    if seq is not None and seq.stack is not None:
+        kw.update(stack=seq.stack, target=None if seq.target is None
+                  else torch.tensor([seq.target]))
     with loaded.model.record(select) as trace, torch.inference_mode():
         loaded.model(torch.tensor([ids]), keep=keep, stop_after=stop_after, **kw)
     return trace
 
 
+# -- encoder-decoder input -------------------------------------------------------------
+@dataclass
+class Seq:
+    """Which stack a stage shows and what it reads: for an encoder–decoder, the
+    decoder's target ids (its start id first) when --target is given; the model's one
+    stack (prefix "") for every other model."""
+
+    stack: str | None  # "encoder" | "decoder" | None (one stack)
+    prefix: str  # trace-name prefix of that stack: "", "encoder.", "decoder."
+    module: object  # holds its embed, blocks and ln_f
+    target: list[int] | None = None
+    target_text: str | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.module.blocks)
+
+
+def read_seq(loaded: Loaded, *, target: str | None = None, stack: str | None = None,
+             cross: bool = False) -> Seq:
+    """Check --target/--stack/--cross against the model and encode the target."""
+    from ..errors import UsageError
+
+    cfg, model = loaded.cfg, loaded.model
+    if not cfg.is_encoder_decoder:
+        for given, option in ((target is not None, "--target"), (stack is not None, "--stack"),
+                              (cross, "--cross")):
+            if given:
+                raise UsageError(f"{option} needs an encoder–decoder model (a decoder that "
+                                 f"reads an encoder); {cfg.name} has one stack: drop "
+                                 f"{option}, or use --config toy or vaswani")
+        return Seq(None, "", model)
+    if stack not in (None, "encoder", "decoder"):
+        raise UsageError(f"--stack {stack!r} is not a stack; valid: encoder, decoder")
+    if cross and target is None:
+        raise UsageError("--cross shows the decoder's cross-attention, which needs the "
+                         "decoder's input: give it with --target TEXT")
+    which = stack or ("decoder" if target is not None else "encoder")
+    if which == "decoder" and target is None:
+        raise UsageError("--stack decoder needs the decoder's input: give it with "
+                         "--target TEXT")
+    if cross and which != "decoder":
+        raise UsageError("--cross is the decoder's cross-attention: drop --stack encoder")
+    module, prefix = model.stack(which)
+    ids = None
+    if target is not None:
+        ids = [cfg.start_id] + (loaded.tokenizer.encode(target) if target.strip() else [])
+        if len(ids) > cfg.context_length:
+            raise InputTextError(f"the target is {len(ids)} tokens with the start token, but "
+                                 f"the context length is {cfg.context_length}; shorten it")
+        bad = [i for i in ids if i >= cfg.vocab_size]
+        if bad:
+            raise InputTextError(f"target token id {bad[0]} is outside the model's "
+                                 f"vocabulary of {cfg.vocab_size}")
+    return Seq(which, prefix, module, ids, target)
+
+
+def seq_info(loaded: Loaded, text: str, ids: list[int], seq: Seq) -> InputInfo:
+    """The input object: the source text, and the decoder's target when there is one."""
+    info = input_info(loaded, text, ids)
+    if seq.target is not None:
+        info.target = input_info(loaded, seq.target_text, seq.target)
+    return info
+
+
 # -- trace ----------------------------------------------------------------------------
-def trace(loaded: Loaded, text: str, select: list[str], *,
-          truncate: bool = False) -> TraceResult:
-    """The whole forward pass, recording only what the globs select."""
+def trace(loaded: Loaded, text: str, select: list[str], *, truncate: bool = False,
+          target: str | None = None) -> TraceResult:
+    """The whole forward pass, recording only what the globs select (an encoder–decoder:
+    the encoder, and with a target the decoder too)."""
     ids = encode(loaded, text, truncate=truncate)
-    tr = run(loaded, ids, select or ["*"])
-    return TraceResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
-                       selected=tr.names(), n_selected=len(tr))
+    seq = read_seq(loaded, target=target)
+    tr = run(loaded, ids, select or ["*"], seq=seq)
+    if not tr.names() and seq.target is None and loaded.cfg.is_encoder_decoder:
+        raise SelectError(f"--select {' '.join(select)!r} names only the decoder's tensors, "
+                          "and the decoder runs on its input: give it with --target TEXT")
+    return TraceResult(model=loaded.info, input=seq_info(loaded, text, ids, seq), tensors=tr,
+                       selected=tr.names(), n_selected=len(tr), stack=seq.stack)
 
 
 # -- embed --------------------------------------------------------------------------
@@ -177,24 +252,30 @@ def _row_stats(rows: torch.Tensor) -> RowStats:
                     std=rows.std(dim=-1, unbiased=False).tolist())
 
 
-def embed(loaded: Loaded, text: str, *, truncate: bool = False) -> EmbedResult:
-    """Token embedding rows, positional rows and their sum (seed 001, steps 4-6)."""
+def embed(loaded: Loaded, text: str, *, truncate: bool = False, target: str | None = None,
+          stack: str | None = None) -> EmbedResult:
+    """Token embedding rows, positional rows and their sum (seed 001, steps 4-6); of the
+    decoder's target with an encoder–decoder's --target."""
     ids = encode(loaded, text, truncate=truncate)
+    seq = read_seq(loaded, target=target, stack=stack)
     cfg = loaded.cfg
-    parts = [name for name in ("embed.tok", "embed.pos", "embed.token_type")
-             if name in loaded.model.taps]
+    p = seq.prefix
+    parts = [p + name for name in ("embed.tok", "embed.pos", "embed.token_type")
+             if p + name in loaded.model.taps]
     # stop_after=-1: the embedding sum is the input of block 0, so no block runs.
     # BERT's norm of the sum has its own view: `tfx layernorm --which embed`.
-    tr = run(loaded, ids, parts + ["embed.out"], stop_after=-1)
-    total = " + ".join(name.split(".")[1] for name in parts)
+    tr = run(loaded, ids, parts + [p + "embed.out"], stop_after=-1, seq=seq)
+    total = " + ".join(name.split(".")[-1] for name in parts)
     note = None
     if cfg.positional == "rope":
         note = ("rotary positions are applied to q and k inside attention, not added here; "
                 "see `tfx posenc` and `tfx attend --show q,k`")
     elif cfg.positional == "none":
         note = "this config adds no positional information"
-    return EmbedResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
-                       positional=cfg.positional, d_model=cfg.d_model, n_tokens=len(ids),
+    n_tokens = len(seq.target) if seq.stack == "decoder" else len(ids)
+    return EmbedResult(model=loaded.info, input=seq_info(loaded, text, ids, seq), tensors=tr,
+                       stack=seq.stack, positional=cfg.positional, d_model=cfg.d_model,
+                       n_tokens=n_tokens,
                        out=f"LayerNorm({total})" if cfg.embed_norm else
                        f"{total} × √d_model" if cfg.embed_scale else total,
                        rows={name: _row_stats(tr.raw(name)) for name in tr.names()},
@@ -237,12 +318,19 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
         inv_freq = 1.0 / torch.pow(10000.0, two_i / cfg.d_model)  # (C/2,)
         tr.add("posenc.inv_freq", inv_freq, ("R",))
         tr.add("posenc.angle", pos.double()[:, None] * inv_freq[None, :], (P, "R"))
-        tr.add("posenc.table", sinusoidal_table(n, cfg.d_model), (P, "C"))
+        tr.add("posenc.table", sinusoidal_table(n, cfg.d_model, cfg.sinusoidal_layout),
+               (P, "C"))
         formula = ("PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
                    "PE(pos, 2i+1) = cos(pos / 10000^(2i/d))")
+        if cfg.sinusoidal_layout == "halves":
+            formula = ("PE(pos, i) = sin(pos / 10000^(2i/d)), PE(pos, d/2 + i) = "
+                       "cos(pos / 10000^(2i/d)): the sines first, then the cosines")
     elif cfg.positional == "learned":
-        tr.add("posenc.table", loaded.model.embed.pos_emb.weight[:n].detach(), (P, "C"))
-        formula = "learned: row pos of the position-embedding table (embed.pos_emb)"
+        module, prefix = loaded.model.stack()
+        table = module.embed.pos_emb.weight[cfg.pos_offset:cfg.pos_offset + n]
+        tr.add("posenc.table", table.detach(), (P, "C"))
+        formula = (f"learned: row pos of the position-embedding table ({prefix}embed.pos_emb)"
+                   + (f", read from row pos + {cfg.pos_offset}" if cfg.pos_offset else ""))
     else:  # rope
         D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
         inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope, n)
@@ -289,23 +377,26 @@ def check_show(show: Iterable[str] | None, valid: Iterable[str]) -> list[str]:
     return show
 
 
-def _layer_input(loaded: Loaded, ids: list[int], layer: int) -> torch.Tensor:
-    """The residual stream entering block `layer` (1, T, C), from one forward pass."""
-    name = "embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out"
-    tr = run(loaded, ids, [name], stop_after=layer - 1, validate=False)
+def _layer_input(loaded: Loaded, ids: list[int], layer: int, seq: Seq) -> torch.Tensor:
+    """The residual stream entering block `layer` (1, T, C) of the shown stack, from one
+    forward pass."""
+    p = seq.prefix
+    name = p + "embed.out" if layer == 0 else f"{p}blocks.{layer - 1}.resid_out"
+    tr = run(loaded, ids, [name], stop_after=layer - 1, validate=False, seq=seq)
     return tr.raw(name)[None]
 
 
 def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: int,
-                     keep: torch.Tensor | None, select: list[str]) -> Trace:
+                     keep: torch.Tensor | None, select: list[str], seq: Seq) -> Trace:
     """Layer `layer`'s attention with queries from one text and keys/values from another
-    (the encoder-decoder attention of seed 001): each text runs up to the attention's
-    input, then the layer's own Attention is called with kv_x."""
+    (attend --kv: a one-off cross-attention through a self-attention layer): each text
+    runs up to the attention's input, then the layer's own Attention is called with
+    kv_x."""
     from .model import rope_tables
 
     model, cfg = loaded.model, loaded.cfg
-    block = model.blocks[layer]
-    x_q, x_kv = _layer_input(loaded, ids, layer), _layer_input(loaded, kv_ids, layer)
+    block = seq.module.blocks[layer]
+    x_q, x_kv = _layer_input(loaded, ids, layer, seq), _layer_input(loaded, kv_ids, layer, seq)
     kw = {}
     if cfg.positional == "rope":  # each text rotated by its own positions
         local = block.attn.window is not None and cfg.rope_local_theta is not None
@@ -338,77 +429,106 @@ def one_head(tr: Trace, head: int) -> Trace:
 def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            explain: bool = False, query_pos: int | None = None,
-           show: Iterable[str] | None = None, truncate: bool = False) -> AttendResult:
+           show: Iterable[str] | None = None, truncate: bool = False,
+           target: str | None = None, stack: str | None = None,
+           cross: bool = False) -> AttendResult:
     """One layer's attention: q, k, v, QKᵀ, ÷√d_k, mask, softmax, ·V, concat, W_O.
 
-    Only blocks 0..layer run and only block `layer`'s attention is recorded.
+    Only blocks 0..layer run and only block `layer`'s attention is recorded. An
+    encoder–decoder shows its encoder's layer, or with --target the decoder's masked
+    self-attention (--cross: its cross-attention, decoder queries against the encoder's
+    output); --valid-lens then pads the source.
     """
+    from ..errors import UsageError
+
     cfg, model = loaded.cfg, loaded.model
-    check_range("layer", layer, cfg.n_layers, "--layer")
+    seq = read_seq(loaded, target=target, stack=stack, cross=cross)
+    check_range("layer", layer, seq.n_layers, "--layer")
     check_range("head", head, cfg.n_heads, "--head")
     stages = attn_stages(cfg)
+    if cross:
+        stages = [s_ for s_ in stages if not s_.endswith("_rot")]
     show = check_show(show, stages)
     ids = encode(loaded, text, truncate=truncate)
     kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
-    T = len(ids)
-    S = len(kv_ids) if kv_ids is not None else T
+    if kv_ids is not None and seq.stack == "decoder":
+        raise UsageError("--kv makes a one-off cross-attention from a self-attention layer; "
+                         "the decoder has its own: use --cross instead of --kv")
+    decoder = seq.stack == "decoder"
+    T = len(seq.target) if decoder else len(ids)
+    S = len(kv_ids) if kv_ids is not None else len(ids) if cross else T
+    if cross and mask == "causal":
+        raise UsageError("--mask causal does not apply to cross-attention: every target "
+                         "word may read the whole source; drop --mask")
     if mask is None:  # cross-attention reads the whole other text (seed 001's decoder)
-        causal = cfg.causal and kv_ids is None
+        causal = (cfg.causal or decoder) and kv_ids is None and not cross
     else:
         causal = mask == "causal"
-    if kv_ids is not None and causal and T != S:
-        raise RangeError(f"a causal mask needs as many queries as keys, but TEXT has {T} "
-                         f"tokens and --kv has {S}; pass --mask none for cross-attention")
-    if valid_lens is not None and not 1 <= valid_lens <= S:
-        raise RangeError(f"--valid-lens {valid_lens} is out of range: the keys have {S} "
-                         f"tokens (1 to {S})")
+    if (kv_ids is not None or cross) and causal and T != S:
+        raise RangeError(f"a causal mask needs as many queries as keys, but there are {T} "
+                         f"queries and {S} keys; pass --mask none for cross-attention")
+    source_padding = cfg.is_encoder_decoder and seq.target is not None
+    if valid_lens is not None:
+        keys = len(ids) if source_padding else S
+        if not 1 <= valid_lens <= keys:
+            what = "the source has" if source_padding else "the keys have"
+            raise RangeError(f"--valid-lens {valid_lens} is out of range: {what} {keys} "
+                             f"tokens (1 to {keys})")
     if explain:
         query_pos = T - 1 if query_pos is None else query_pos
         check_range("query position", query_pos, T, "--query-pos")
     elif query_pos is not None:
         raise RangeError("--query-pos only applies with --explain")
-    keep = model.mask(T, S, causal=causal, valid_len=valid_lens)  # (T, S) or None: no mask
+    # (T, S) or None: no mask. With a target, --valid-lens pads the source: the encoder's
+    # keys and the cross-attention's; the decoder's own mask stays causal.
+    keep = model.mask(T, S, causal=causal,
+                      valid_len=valid_lens if not source_padding or cross else None)
     # record what is shown (all by default: one layer, so memory stays bounded)
     wanted = stages if not show or explain else show
-    select = [f"blocks.{layer}.attn.{s}" for s in wanted]
-    if kv_ids is None:
-        tr = run(loaded, ids, select, keep=keep, stop_after=layer, validate=False)
+    where = f"{seq.prefix}blocks.{layer}." + ("cross." if cross else "attn.")
+    select = [where + s_ for s_ in wanted]
+    extra = {"source_len": valid_lens} if source_padding else {}
+    if kv_ids is not None:
+        tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select, seq)
     else:
-        tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select)
+        tr = run(loaded, ids, select, keep=keep if not cross else "auto", stop_after=layer,
+                 validate=False, seq=seq, **extra)
     if head is not None:
         tr = one_head(tr, head)
-    source = input_info(loaded, text, ids)
+    source = seq_info(loaded, text, ids, seq)
     if kv_ids is not None:
         source.kv = input_info(loaded, kv, kv_ids)
     explained = None
-    window = model.blocks[layer].attn.window if kv_ids is None else None
+    module = seq.module.blocks[layer].cross if cross else seq.module.blocks[layer].attn
+    window = module.window if kv_ids is None else None
     seen = keep  # what the layer's queries see: the mask, narrowed to a sliding window
     if window is not None:
-        inside = model.blocks[layer].attn.window_keep(T, S, 0)
+        inside = module.window_keep(T, S, 0)
         seen = inside if keep is None else keep & inside
     if explain:
-        prefix = f"blocks.{layer}.attn."
         h = head if head is not None else 0
         local = 0 if head is not None else h  # index into the (possibly sliced) H axis
-        rot = "_rot" if cfg.positional == "rope" else ""
+        rot = "_rot" if cfg.positional == "rope" and not cross else ""
+        q_tokens = source.target.tokens if decoder else source.tokens
+        k_tokens = source.kv.tokens if source.kv is not None else \
+            source.tokens if cross else q_tokens
         explained = explain_row(
-            tr.array(prefix + "q" + rot)[local], tr.array(prefix + "k" + rot)[local],
-            tr.array(prefix + "v")[local], None if seen is None else seen.numpy(),
-            query_pos, attn_scale(cfg), tr.array(prefix + "pattern")[local],
-            head=h, tokens=source.tokens,
-            kv_tokens=source.kv.tokens if source.kv is not None else None,
+            tr.array(where + "q" + rot)[local], tr.array(where + "k" + rot)[local],
+            tr.array(where + "v")[local], None if seen is None else seen.numpy(),
+            query_pos, attn_scale(cfg), tr.array(where + "pattern")[local],
+            head=h, tokens=q_tokens, kv_tokens=k_tokens,
             scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
             f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap)
         if show:
-            tr = tr.subset([prefix + s for s in show if prefix + s in tr])
+            tr = tr.subset([where + s_ for s_ in show if where + s_ in tr])
     return AttendResult(
-        model=loaded.info, input=source, tensors=tr, layer=layer,
+        model=loaded.info, input=source, tensors=tr, stack=seq.stack, layer=layer,
         heads=[head] if head is not None else list(range(cfg.n_heads)),
         n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
         scale=attn_scale(cfg),
         mask=("causal" if causal else "none") + (f" + window {window}" if window else ""),
-        valid_lens=valid_lens, cross_attention=kv is not None, shown=show or ["pattern"],
-        show_given=bool(show),
+        valid_lens=valid_lens, cross_attention=kv is not None or cross,
+        shown=show or ["pattern"], show_given=bool(show),
         kv_groups=kv_groups(cfg) if cfg.n_kv_heads != cfg.n_heads else None,
         explain=explained)
 
@@ -451,7 +571,7 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
 
 
 # -- layernorm ------------------------------------------------------------------------
-NORM_CHOICES = ("ln1", "ln2", "ln_f", "embed")
+NORM_CHOICES = ("ln1", "ln2", "ln3", "ln_f", "embed")
 
 
 def layernorm_blocks(which: str, layer: int) -> int | None:
@@ -460,34 +580,47 @@ def layernorm_blocks(which: str, layer: int) -> int | None:
 
 
 def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
-              truncate: bool = False) -> LayerNormResult:
-    """One normalisation: per-token mean and variance, normalised rows, γ, β, output."""
-    cfg, model = loaded.cfg, loaded.model
+              truncate: bool = False, target: str | None = None,
+              stack: str | None = None) -> LayerNormResult:
+    """One normalisation: per-token mean and variance, normalised rows, γ, β, output.
+    A decoder block of an encoder–decoder has three: ln1 (self-attention), ln2
+    (cross-attention) and ln3 (feed-forward)."""
+    cfg = loaded.cfg
     ids = encode(loaded, text, truncate=truncate)
-    valid = ["ln1", "ln2"] + (["ln_f"] if model.ln_f is not None else []) + \
+    seq = read_seq(loaded, target=target, stack=stack)
+    stack_module, p = seq.module, seq.prefix
+    decoder = seq.stack == "decoder"
+    in_block = ["ln1", "ln2"] + (["ln3"] if decoder else [])
+    valid = in_block + (["ln_f"] if stack_module.ln_f is not None else []) + \
         (["embed"] if cfg.embed_norm else [])
     if which not in valid:
         why = (" (post-LN blocks end normalised, so there is no final norm)"
-               if which == "ln_f" else "")
+               if which == "ln_f" else " (only a decoder block has ln3: give --target)"
+               if which == "ln3" else "")
         raise RangeError(f"--which {which} is not a norm of this model{why}; valid: "
                          f"{', '.join(valid)}")
-    if which in ("ln1", "ln2"):
-        check_range("layer", layer, cfg.n_layers, "--layer")
-        prefix, module = f"blocks.{layer}.{which}", getattr(model.blocks[layer], which)
-        stop = layer
+    if which in in_block:
+        check_range("layer", layer, seq.n_layers, "--layer")
+        prefix = f"{p}blocks.{layer}.{which}"
+        module, stop = getattr(stack_module.blocks[layer], which), layer
     elif which == "ln_f":
-        prefix, module, stop = "ln_f", model.ln_f, None
+        prefix, module, stop = p + "ln_f", stack_module.ln_f, None
     else:
-        prefix, module, stop = "embed.ln", model.embed.ln, -1
+        prefix, module, stop = p + "embed.ln", stack_module.embed.ln, -1
     select = [prefix + ".*"]
-    post = cfg.norm_position == "post" and which in ("ln1", "ln2")
+    post = cfg.norm_position == "post" and which in in_block
     if post:  # LayerNorm(x + Sublayer(x)): record x and Sublayer(x) too (seed 000)
-        if which == "ln1":
-            select += ["embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out",
-                       f"blocks.{layer}.attn.out"]
-        else:
-            select += [f"blocks.{layer}.resid_mid", f"blocks.{layer}.ffn.out"]
-    tr = run(loaded, ids, select, stop_after=stop, head="none", validate=False)
+        b = f"{p}blocks.{layer}"
+        before = {"ln1": p + "embed.out" if layer == 0 else f"{p}blocks.{layer - 1}.resid_out",
+                  "ln2": f"{b}.resid_mid", "ln3": f"{b}.resid_cross"}
+        if which == "ln2" and not decoder:
+            before["ln2"] = f"{b}.resid_mid"
+        sub = {"ln1": f"{b}.attn.out", "ln2": f"{b}.cross.out" if decoder else f"{b}.ffn.out",
+               "ln3": f"{b}.ffn.out"}
+        select += [before[which], sub[which]]
+    if which == "ln_f" and decoder:
+        stop = None
+    tr = run(loaded, ids, select, stop_after=stop, head="none", validate=False, seq=seq)
     tr.add(prefix + ".scale", module.scale.detach(), ("C",))
     if module.shift is not None:
         tr.add(prefix + ".shift", module.shift.detach(), ("C",))
@@ -499,8 +632,8 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
     if post:
         formula = "v = x + Sublayer(x); " + formula.replace("x", "v")
     return LayerNormResult(
-        model=loaded.info, input=input_info(loaded, text, ids), tensors=tr, which=which,
-        layer=layer if which in ("ln1", "ln2") else None, norm=cfg.norm,
+        model=loaded.info, input=seq_info(loaded, text, ids, seq), tensors=tr, which=which,
+        stack=seq.stack, layer=layer if which in in_block else None, norm=cfg.norm,
         position=cfg.norm_position, eps=cfg.ln_eps, normed_mean=normed.mean(-1).tolist(),
         normed_var=normed.var(-1, unbiased=False).tolist(),
         normed_mean_square=normed.pow(2).mean(-1).tolist() if rms else None,
@@ -511,22 +644,29 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
 FFN_FORMULAS = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
                 "gelu": "out = GELU(x W1 + b1) W2 + b2   (exact, erf)",
                 "gelu_tanh": "out = GELU_tanh(x W1 + b1) W2 + b2",
+                "silu": "out = SiLU(x W1 + b1) W2 + b2",
                 "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down",
                 "geglu": "out = (GELU_tanh(x W_gate) * (x W_up)) W_down"}
 
 
-def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False) -> FFNResult:
+def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
+        target: str | None = None, stack: str | None = None) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
     cfg = loaded.cfg
-    check_range("layer", layer, cfg.n_layers, "--layer")
+    seq = read_seq(loaded, target=target, stack=stack)
+    check_range("layer", layer, seq.n_layers, "--layer")
     ids = encode(loaded, text, truncate=truncate)
-    # what the FFN reads: the normalised stream (pre-LN) or the post-LN'd resid_mid
-    source = f"blocks.{layer}.ln2.out" if cfg.norm_position == "pre" else \
-        f"blocks.{layer}.resid_mid"
-    tr = run(loaded, ids, [source, f"blocks.{layer}.ffn.*"], stop_after=layer,
-             validate=False)
-    act = tr.raw(f"blocks.{layer}.ffn.act")
-    return FFNResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
+    b = f"{seq.prefix}blocks.{layer}"
+    decoder = seq.stack == "decoder"
+    # what the FFN reads: the normalised stream (pre-LN) or the post-LN'd stream before it
+    if cfg.norm_position == "pre":
+        source = f"{b}.ln3.out" if decoder else f"{b}.ln2.out"
+    else:
+        source = f"{b}.resid_cross" if decoder else f"{b}.resid_mid"
+    tr = run(loaded, ids, [source, f"{b}.ffn.*"], stop_after=layer, validate=False, seq=seq)
+    act = tr.raw(f"{b}.ffn.act")
+    return FFNResult(model=loaded.info, input=seq_info(loaded, text, ids, seq), tensors=tr,
+                     stack=seq.stack,
                      layer=layer, activation=cfg.activation, d_model=cfg.d_model,
                      d_ff=cfg.d_ff, source=source, formula=FFN_FORMULAS[cfg.activation],
                      fraction_positive=float((act > 0).double().mean()))
@@ -583,28 +723,34 @@ def top_k_per_position(logits: torch.Tensor, k: int, pieces) -> list[list[Candid
 
 
 def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k: int = 5,
-           truncate: bool = False, output: str | None = None) -> ReportResult:
+           truncate: bool = False, output: str | None = None,
+           target: str | None = None) -> ReportResult:
     """What the HTML page shows, from one forward pass: each shown layer's attention
     pattern, the mean and variance entering every norm (lazy taps: the norms keep their
     fused kernel, so the patterns are bit for bit what `tfx trace` records), and the
     next-token top-k after every position (causal models with an output head)."""
     cfg = loaded.cfg
     ids = encode(loaded, text, truncate=truncate)
-    layers = list(range(cfg.n_layers)) if layers is None else layers
-    select = [f"blocks.{layer}.attn.pattern" for layer in layers]
+    seq = read_seq(loaded, target=target)
+    layers = list(range(seq.n_layers)) if layers is None else layers
+    p = seq.prefix
+    select = [f"{p}blocks.{layer}.attn.pattern" for layer in layers]
+    if seq.stack == "decoder":  # and what each target word read of the source
+        select += [f"{p}blocks.{layer}.cross.pattern" for layer in layers]
     # the norms of the residual stream (not the per-head q/k norms): ln1, ln2, the
     # sandwich norms, ln_f and BERT's embedding norm
-    select += [f"{where}.{stat}" for where in ("embed.ln", "blocks.*.ln*", "ln_f")
+    select += [f"{p}{where}.{stat}" for where in ("embed.ln", "blocks.*.ln*", "ln_f")
                for stat in ("mean", "var")]
-    predicts = cfg.causal and cfg.lm_head and top_k > 0
+    predicts = (cfg.causal or seq.stack == "decoder") and cfg.lm_head and top_k > 0
     if predicts:
         select.append("logits")
-    tr = run(loaded, ids, select, validate=False)
+    tr = run(loaded, ids, select, validate=False, seq=seq)
     rms = cfg.norm == "rmsnorm"
     next_tokens = top_k_per_position(tr.raw("logits"), top_k, loaded.tokenizer.pieces) \
         if predicts else []
     shown = tr.subset([n for n in tr.names() if n != "logits"])
-    return ReportResult(model=loaded.info, input=input_info(loaded, text, ids),
+    return ReportResult(model=loaded.info, input=seq_info(loaded, text, ids, seq),
+                        stack=seq.stack,
                         tensors=shown, layers=layers, n_heads=cfg.n_heads, norm=cfg.norm,
                         norms=norm_stats(tr, rms), top_k=top_k if predicts else 0,
                         next_tokens=next_tokens, output=output)

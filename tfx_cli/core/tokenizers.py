@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import functools
 import importlib.util
+import json
 import marshal
 import os
 import re
@@ -151,6 +152,14 @@ class VocabTokenizer(Tokenizer):
         self.vocab_size = len(self.itos)
         self.special_ids = frozenset(range(len(self.specials)))
 
+    @classmethod
+    def of_tokens(cls, tokens: Iterable[str]) -> "VocabTokenizer":
+        """The tokenizer whose vocabulary is `tokens` after the specials, in that order
+        (what a trained checkpoint's vocab.json holds)."""
+        tok = cls.__new__(cls)
+        VocabTokenizer.__init__(tok, cls.kind, tokens)
+        return tok
+
     def padded(self, size: int) -> "VocabTokenizer":
         """The same vocabulary in a table of `size` rows (a model's embedding): ids past
         the vocabulary are rows no text maps to, shown as <unused N>."""
@@ -194,6 +203,7 @@ class WordTokenizer(VocabTokenizer):
     them."""
 
     specials = (UNK, START, END, PAD)
+    kind = "word"
 
     def __init__(self, corpus: str):
         super().__init__("word", self.split(corpus))
@@ -215,6 +225,7 @@ class CharTokenizer(VocabTokenizer):
     """Every distinct character of the corpus; id 0 is <unk>."""
 
     specials = (UNK,)
+    kind = "char"
 
     def __init__(self, corpus: str):
         super().__init__("char", corpus)
@@ -998,6 +1009,23 @@ def read_corpus(path: Path) -> str:
     return text
 
 
+VOCAB_FILE = "vocab.json"  # a trained checkpoint's vocabulary (core/train.py)
+VOCAB_FORMAT = "tfx-vocab/1"
+
+
+def vocab_tokenizer(path: Path) -> "VocabTokenizer":
+    """The word or char tokenizer a vocab.json describes: {"format", "kind", "tokens"}."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        kind, tokens = doc["kind"], doc["tokens"]
+        assert doc.get("format") == VOCAB_FORMAT and isinstance(tokens, list)
+        cls = {"word": WordTokenizer, "char": CharTokenizer}[kind]
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise TokenizerError(f"{path} is not a tfx vocabulary (vocab.json with format "
+                             f"{VOCAB_FORMAT}, kind and tokens); train the model again") from None
+    return cls.of_tokens(str(t) for t in tokens)
+
+
 def _looks_like_path(name: str) -> bool:
     return name.endswith(".json") or "/" in name or os.sep in name or Path(name).exists()
 
@@ -1029,6 +1057,8 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
         return joined_gguf_tokenizer(key)
     if _looks_like_path(name):
         path = Path(name).expanduser()
+        if path.name == VOCAB_FILE and path.is_file():
+            return vocab_tokenizer(path)
         if path.suffix.lower() == ".gguf":
             if not path.is_file():
                 raise TokenizerError(f"GGUF file {path} does not exist")

@@ -53,7 +53,7 @@ ALIASES = {
     "gemma3-270m": (None, "gemma3-270m", GEMMA_INSTALL + " gguf"),
 }
 FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
-           "ckpt.pt, or an alias (" + ", ".join(ALIASES) + ")")
+           "ckpt.pt, a folder tfx train wrote, or an alias (" + ", ".join(ALIASES) + ")")
 CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
 
@@ -104,6 +104,8 @@ def resolve(weights: str, *, progress=None) -> Checkpoint:
     if not path.exists():
         raise WeightsError(f"weights {text} not found; pass {FORMATS}")
     if path.is_dir():
+        if (path / "tfx-model.json").is_file():  # what `tfx train` writes (core/train.py)
+            return Checkpoint(path, "tfx", alias or path.resolve().name, alias)
         if not (path / "config.json").is_file():
             raise WeightsError(f"folder {path} has no config.json; pass {FORMATS}")
         return Checkpoint(path, "hf", alias or path.resolve().name, alias)
@@ -133,6 +135,8 @@ def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
     try:
         if ckpt.kind == "hf":
             cfg = _hf_config(ckpt)
+        elif ckpt.kind == "tfx":
+            cfg = _tfx_config(ckpt)
         elif ckpt.kind == "gguf":
             cfg = _cached_config(ckpt) or _gguf_config(ckpt, _gguf_reader(ckpt.path))
         else:
@@ -143,6 +147,22 @@ def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
         raise WeightsError(f"{ckpt.path}: the checkpoint's architecture is not valid: "
                            f"{msg}") from None
     return replace(cfg, name=ckpt.name)
+
+
+def _tfx_config(ckpt: Checkpoint) -> ModelConfig:
+    """A folder `tfx train` wrote: tfx-model.json holds the ModelConfig itself; its
+    vocabulary file sits beside it."""
+    from .config import config_from_dict
+
+    doc = _read_json(ckpt.path / "tfx-model.json")
+    if doc.get("format") != "tfx-model/1" or not isinstance(doc.get("config"), dict):
+        raise WeightsError(f"{ckpt.path / 'tfx-model.json'} is not a tfx model (format "
+                           "tfx-model/1 with a config); train it again with tfx train")
+    config = dict(doc["config"])
+    vocab = config.get("tokenizer")
+    if isinstance(vocab, str) and "/" not in vocab and (ckpt.path / vocab).is_file():
+        config["tokenizer"] = str(ckpt.path / vocab)
+    return config_from_dict(config, source=str(ckpt.path / "tfx-model.json"))
 
 
 def checkpoint_tokenizer(weights: str) -> str:
@@ -712,13 +732,14 @@ def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
 
     model = build_model(cfg, device="meta")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if cfg.tie_embeddings:
-        # the head is the embedding; a checkpoint that also saved it must agree in shape
-        head = state.pop("lm_head.weight", None)
-        if head is not None and tuple(head.shape) != expected["lm_head.weight"]:
-            raise _shape_error(ckpt, "lm_head.weight", src.get("lm_head.weight", "lm_head"),
-                               head.shape, expected["lm_head.weight"])
-        expected.pop("lm_head.weight")  # filled from the embedding below
+    tied = model.tied()
+    for alias in tied:
+        # the head (or a decoder's token table) is the embedding; a checkpoint that also
+        # saved it must agree in shape
+        copy = state.pop(alias, None)
+        if copy is not None and tuple(copy.shape) != expected[alias]:
+            raise _shape_error(ckpt, alias, src.get(alias, alias), copy.shape, expected[alias])
+        expected.pop(alias)  # filled from the embedding below
     if cfg.pooler:  # counted in the config, not run by tfx: check the shape, set aside
         for leaf, want in (("weight", (cfg.d_model, cfg.d_model)), ("bias", (cfg.d_model,))):
             t = state.pop(f"pooler.dense.{leaf}", None)
@@ -739,15 +760,17 @@ def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
         raise WeightsError(f"{ckpt.path}: unexpected tensor(s) {', '.join(unexpected[:3])}"
                            f"{more}; the checkpoint does not match its config")
     state = {k: v.to(torch.float32) for k, v in state.items()}
-    if cfg.tie_embeddings:
-        state["lm_head.weight"] = state["embed.tok_emb.weight"]
+    for alias, source in tied.items():
+        state[alias] = state[source]
     model.load_state_dict(state, strict=True, assign=True)
-    if cfg.tie_embeddings:  # assign replaced the embedding: tie the head to the new one
-        model.lm_head.weight = model.embed.tok_emb.weight
+    model.retie()  # assign replaced the embedding: tie the head to the new one
     if cfg.positional == "sinusoidal":  # a non-persistent buffer, not in any checkpoint
         from .model import sinusoidal_table
 
-        model.embed.pe = sinusoidal_table(cfg.context_length, cfg.d_model)
+        for stack in ("encoder", "decoder") if cfg.is_encoder_decoder else ("",):
+            embed = (getattr(model, stack) if stack else model).embed
+            embed.pe = sinusoidal_table(cfg.context_length, cfg.d_model,
+                                        cfg.sinusoidal_layout)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise WeightsError(f"{ckpt.path}: no weights for {', '.join(left[:3])}")
@@ -760,6 +783,9 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
     they came from the dequantised-weights cache."""
     import torch
 
+    if ckpt.kind == "tfx":  # tfx's own names already
+        state = _read_safetensors([ckpt.path / "model.safetensors"])
+        return state, {k: k for k in state}, False
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
         state = _read_tensor_files(_weight_files(ckpt))

@@ -36,16 +36,6 @@ def display_tokens(tokens: Sequence[str] | None) -> list[str] | None:
     return None if tokens is None else [visible(str(t)) for t in tokens]
 
 
-def token_axes(result, *, key_tokens: Sequence[str] | None = None) -> dict[str, list[str] | None]:
-    """Labels per dim letter for a result: T the input's tokens, S the keys' (the --kv
-    text's in cross-attention, else the input's)."""
-    tokens = display_tokens(result.input.tokens) if result.input is not None else None
-    kv = result.input.kv if result.input is not None else None
-    keys = display_tokens(key_tokens) if key_tokens is not None else \
-        display_tokens(kv.tokens) if kv is not None else tokens
-    return {"T": tokens, "S": keys}
-
-
 def axis_labels(dim: str, size: int,
                 axes: Mapping[str, Sequence[str] | None] | None) -> list[str] | None:
     """The labels of one axis of `size` positions (None: label by position)."""
@@ -100,11 +90,36 @@ def largest_parts(values: Sequence[float], keep: int) -> list[int]:
 
 
 def layer_of(name: str) -> int | None:
-    """The block a trace name belongs to: blocks.3.attn.pattern -> 3."""
+    """The block a trace name belongs to: blocks.3.attn.pattern -> 3 (and so for an
+    encoder–decoder's encoder.blocks.3... and decoder.blocks.3...)."""
     parts = name.split(".")
+    if parts and parts[0] in ("encoder", "decoder"):
+        parts = parts[1:]
     if len(parts) > 1 and parts[0] == "blocks" and parts[1].isdigit():
         return int(parts[1])
     return None
+
+
+def token_axes(result, *, name: str | None = None,
+               key_tokens: Sequence[str] | None = None) -> dict[str, list[str] | None]:
+    """Labels per dim letter for a result: T the queries' tokens, S the keys' (the --kv
+    text's in cross-attention, else the input's). An encoder–decoder's decoder tensors
+    (by `name`, or the result's stack) have the target's tokens on T, and on S too but
+    in cross-attention, whose keys are the source's tokens."""
+    inp = result.input
+    if inp is None:
+        return {"T": None, "S": None}
+    source = display_tokens(inp.tokens)
+    target = display_tokens(inp.target.tokens) if inp.target is not None else None
+    decoder = target is not None and (name.startswith("decoder.") if name is not None
+                                      else getattr(result, "stack", None) == "decoder")
+    if decoder:
+        cross = ".cross." in name if name is not None else \
+            bool(getattr(result, "cross_attention", False))
+        return {"T": target, "S": source if cross else target}
+    keys = display_tokens(key_tokens) if key_tokens is not None else \
+        display_tokens(inp.kv.tokens) if inp.kv is not None else source
+    return {"T": source, "S": keys}
 
 
 __all__ = ["terminal_text", "head_tail", "display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",

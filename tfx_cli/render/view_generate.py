@@ -30,13 +30,17 @@ MAX_STEP_TENSORS = 3  # tensors recorded per step drawn before "--full shows all
 class TextStream:
     """Echo the text while it is produced: the prompt once, then each new piece."""
 
-    def __init__(self, file: TextIO, prompt: str):
-        self.file, self.prompt, self.started = file, prompt, False
+    def __init__(self, file: TextIO, prompt: str, *, spaced: bool = False):
+        """spaced: put a space between the prompt and a first piece that starts without
+        one (an encoder–decoder's target prefix, whose new words decode on their own)."""
+        self.file, self.prompt, self.started, self.spaced = file, prompt, False, spaced
 
     def write(self, chunk: str) -> None:
         # model output must not drive the terminal: control characters are written out
         if not self.started:
             self.file.write(terminal_text(self.prompt))
+            if self.spaced and self.prompt and chunk and not chunk[0].isspace():
+                self.file.write(" ")
             self.started = True
         self.file.write(terminal_text(chunk))
         self.file.flush()
@@ -98,8 +102,14 @@ def generate_view(result: GenerateResult, console: Console, opts: ViewOptions) -
     steps = result.steps
     header(console, result)
     console.print()
-    console.print(Text(terminal_text(result.input.text), style="dim") +
-                  Text(terminal_text(result.completion), style="bold"))
+    if result.stack == "decoder":  # an encoder–decoder: the target, what came before dim
+        before = result.text[:len(result.text) - len(result.completion)] \
+            if result.text.endswith(result.completion) else ""
+        console.print(Text(terminal_text(before), style="dim") +
+                      Text(terminal_text(result.text[len(before):]), style="bold"))
+    else:
+        console.print(Text(terminal_text(result.input.text), style="dim") +
+                      Text(terminal_text(result.completion), style="bold"))
     console.print()
     sampled = result.settings.decoding == "sample"
     probs = [s.prob for s in steps] + [c.prob for s in steps for c in s.candidates]

@@ -47,7 +47,7 @@ def _what(row) -> Text:
 
 
 def _param_table(title: str, rows: list, total: int, *, total_label: str,
-                 n_layers: int) -> Table:
+                 n_layers: int, n_decoder_layers: int = 0) -> Table:
     """One row per parameter tensor; share is of this table's total."""
     table = _table(title)
     table.add_column("parameter", footer=total_label, no_wrap=True)
@@ -57,7 +57,8 @@ def _param_table(title: str, rows: list, total: int, *, total_label: str,
     table.add_column("what", overflow="fold")
     for row in rows:
         dim = "dim" if row.count == 0 else ""
-        name = f"blocks.{{i}} × {n_layers}" if row.name == "blocks" else row.name
+        n = n_decoder_layers if row.name == "decoder.blocks" else n_layers
+        name = f"{row.name}.{{i}} × {n}" if row.name.endswith("blocks") else row.name
         table.add_row(Text(name, style=dim), _shape(row.shape),
                       Text(f"{row.count:,}", style=dim), _percent(row.count, total),
                       _what(row))
@@ -68,7 +69,9 @@ def _model_line(cfg) -> Text:
     heads = f"{cfg.n_heads} heads"
     if cfg.n_kv_heads != cfg.n_heads:
         heads += f" ({cfg.n_kv_heads} kv)"
-    parts = [f"d_model {cfg.d_model:,}", heads, counted(cfg.n_layers, "layer"),
+    layers = counted(cfg.n_layers, "layer") if not cfg.is_encoder_decoder else \
+        f"{cfg.n_layers} encoder + {counted(cfg.n_decoder_layers, 'decoder layer')}"
+    parts = [f"d_model {cfg.d_model:,}", heads, layers,
              f"d_ff {cfg.d_ff:,}", f"context {cfg.context_length:,}",
              f"vocab {cfg.vocab_size:,}", f"{cfg.norm} {cfg.norm_position}",
              f"{cfg.positional} positions", cfg.activation, *cfg.features()]
@@ -86,13 +89,19 @@ def count_params_view(result: CountParamsResult, console: Console, opts=None) ->
     total, block = result.total, result.per_block
     console.print()
     n = block.n_layers
+    dec = result.decoder_per_block
     console.print(_param_table("parameters", result.breakdown, total, total_label="total",
-                               n_layers=n))
+                               n_layers=n, n_decoder_layers=dec.n_layers if dec else 0))
     console.print()
-    where = "blocks.0.*" if n == 1 else f"blocks.{{i}}.*, i = 0 … {n - 1}"
-    console.print(_param_table(f"one block: {where}", block.rows, block.total,
-                               total_label="one block", n_layers=n))
-    console.print()
+    for stack, counts in (("encoder." if dec else "", block), ("decoder.", dec)):
+        if counts is None:
+            continue
+        m = counts.n_layers
+        where = f"{stack}blocks.0.*" if m == 1 else f"{stack}blocks.{{i}}.*, i = 0 … {m - 1}"
+        kind = f"one {stack[:-1]} block" if stack else "one block"
+        console.print(_param_table(f"{kind}: {where}", counts.rows, counts.total,
+                                   total_label=kind, n_layers=m))
+        console.print()
     line = Text("total ", style="bold").append(f"{total:,}", style="bold")
     line.append(f" ({si(total)}; {result.non_embedding:,} without embeddings)")
     console.print(line)
@@ -132,7 +141,9 @@ def _flops(console: Console, result: CountParamsResult) -> None:
         table.add_row(row.name, row.label, f"{row.count:,}", row.note)
     table.add_section()
     for row in flops.rows:
-        name = f"blocks.{{i}} × {n_layers}" if row.name == "blocks" else row.name
+        name = f"{row.name}.{{i}}" if row.name.endswith("blocks") else row.name
+        if row.name == "blocks":
+            name += f" × {n_layers}"
         table.add_row(name, row.label, f"{row.count:,}", row.note)
     console.print()
     console.print(table)

@@ -38,7 +38,8 @@ def _print(console: Console, *parts) -> None:
 
 def _view(result: Result, name: str, opts: ViewOptions, **kw) -> TensorView:
     return TensorView(name, result.tensors.array(name), result.tensors.dims(name),
-                      axes=token_axes(result), precision=opts.precision, full=opts.full, **kw)
+                      axes=token_axes(result, name=name), precision=opts.precision,
+                      full=opts.full, **kw)
 
 
 # ---------------------------------------------------------------- embed
@@ -52,12 +53,12 @@ def embed_view(result: EmbedResult, console: Console, opts: ViewOptions) -> None
         summary["note"] = result.note
     console.print(kv_table(summary, precision=opts.precision))
     tokens = token_axes(result)["T"]
-    titles = {"embed.tok": "embed.tok  token embedding rows",
-              "embed.pos": "embed.pos  positional rows",
-              "embed.token_type": "embed.token_type  segment rows",
-              "embed.out": f"embed.out = {result.out}"}
+    titles = {"embed.tok": "token embedding rows", "embed.pos": "positional rows",
+              "embed.token_type": "segment rows", "embed.out": f"= {result.out}"}
     for name in result.tensors.names():
-        console.print(_view(result, name, opts, title=titles.get(name)))
+        leaf = name[name.index("embed."):] if "embed." in name else name
+        title = f"{name}  {titles[leaf]}" if leaf in titles else None
+        console.print(_view(result, name, opts, title=title))
         stats = result.rows.get(name)
         if stats:
             table = np.column_stack([stats.norm, stats.mean, stats.std])

@@ -77,6 +77,13 @@ def header(console: Console, result: Result) -> None:
         text = Text("text: ", style="dim") + Text(repr(data.text))
         text.append(f" ({counted(len(data.tokens), 'token')})", style="dim")
         console.print(text, no_wrap=True, overflow="ellipsis")
+    if data is not None and data.target is not None:  # an encoder–decoder's decoder input
+        text = Text("target: ", style="dim") + Text(repr(" ".join(data.target.tokens)))
+        text.append(f" ({counted(len(data.target.tokens), 'token')}, start token first)",
+                    style="dim")
+        if getattr(result, "stack", None):
+            text.append(f" · showing the {result.stack}", style="dim")
+        console.print(text, no_wrap=True, overflow="ellipsis")
     changes = getattr(result, "interventions", None)
     if changes:
         from .common import intervention_text
@@ -180,10 +187,10 @@ def print_tensors(console: Console, result: Result, opts: ViewOptions,
     from .common import token_axes
     from .matrix import TensorView
 
-    axes = token_axes(result)
     trace = result.tensors
     for name in trace.names() if names is None else names:
-        console.print(TensorView(name, trace.array(name), trace.dims(name), axes=axes,
+        console.print(TensorView(name, trace.array(name), trace.dims(name),
+                                 axes=token_axes(result, name=name),
                                  precision=opts.precision, full=opts.full, **kw))
 
 

@@ -154,6 +154,8 @@ class InputInfo:
     tokens: list[str] = field(default_factory=list)
     ids: list[int] | None = optional()
     kv: InputInfo | None = optional()
+    # an encoder–decoder's decoder input (--target), its start token first
+    target: InputInfo | None = optional()
 
 
 @dataclass(kw_only=True)
@@ -165,6 +167,8 @@ class Result:
     model: ModelInfo | None = None
     input: InputInfo | None = None
     tensors: Trace = field(default_factory=Trace)
+    # an encoder–decoder's stack the result shows ("encoder" or "decoder"); in `result`
+    stack: str | None = optional()
     # what the run changed (--ablate, --steer): core/results/interventions.Intervention
     interventions: list | None = optional()
 
@@ -186,7 +190,13 @@ class Result:
 
     @property
     def tokens(self) -> list[str]:
-        return list(self.input.tokens) if self.input is not None else []
+        """The tokens the result's positions are: the input's, or an encoder–decoder's
+        target tokens when the result shows the decoder."""
+        if self.input is None:
+            return []
+        if self.stack == "decoder" and self.input.target is not None:
+            return list(self.input.target.tokens)
+        return list(self.input.tokens)
 
 
 # -- tokenize -------------------------------------------------------------------------
@@ -214,6 +224,7 @@ _LAZY = {
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
+    "training": ("TrainCheck", "TrainResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -80,4 +80,6 @@ class CountParamsResult(Result):
     flops_per_token: int
     flops_convention: str
     flops: FlopSummary
+    # an encoder–decoder's decoder block (per_block is then an encoder block)
+    decoder_per_block: BlockCount | None = optional()
     verify: ParamCheck | None = optional()
