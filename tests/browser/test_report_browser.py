@@ -182,3 +182,29 @@ def test_report_in_headless_chromium(driver, report, tmp_path):
     capture = driver.execute_cdp_cmd("Page.captureScreenshot", {"captureBeyondViewport": True})
     shot.write_bytes(base64.b64decode(capture["data"]))
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
+
+
+def test_cross_attention_grid_of_an_encoder_decoder(driver, tmp_path):
+    """toy with --target: the page adds the decoder's cross-attention grid, whose head
+    view has the target's tokens on its rows and the source's on its columns, with the
+    values `tfx trace --target` records."""
+    source, target = "When you play game of thrones", "you win or you die"
+    path = tmp_path / "toy.html"
+    _run(["report", source, "-c", "toy", "--target", target, "-o", str(path)])
+    driver.get(path.resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1"
+    assert len(driver.find_elements("css selector", "#cross-grid canvas.thumb")) == 2
+    doc = json.loads(_run(["trace", source, "-c", "toy", "--target", target, "--select",
+                           "decoder.blocks.0.cross.pattern", "--json"]))
+    truth = doc["tensors"]["decoder.blocks.0.cross.pattern"]["data"]
+    thumb = driver.find_element("css selector",
+                                'canvas.thumb[data-grid="cross"][data-layer="0"][data-head="1"]')
+    thumb.click()
+    assert driver.find_element("id", "head-title").text == "cross-attention · layer 0 · head 1"
+    canvas = driver.find_element("id", "head-canvas")
+    assert (canvas.get_attribute("data-rows"), canvas.get_attribute("data-cols")) == ("6", "6")
+    for i, j in [(0, 0), (3, 5), (5, 2)]:
+        shown = _hover(driver, canvas, i, j)
+        assert shown["value"] == f"{truth[1][i][j]:.{DECIMALS}f}", (i, j)
+        assert shown["query"] == f"{i} {json.dumps((['<start>'] + target.split())[i])}"
+        assert shown["key"] == f"{j} {json.dumps(source.split()[j])}"

@@ -313,19 +313,21 @@ PRESETS: dict[str, ModelConfig] = {
                        activation="relu", positional="sinusoidal", causal=False,
                        tokenizer="word", decoder_start_id=1, eos_ids=(2,), name="toy"),
     # seed 000: "Attention Is All You Need", the base model (Table 3): 6 + 6 layers, one
-    # vocabulary shared by both embeddings and the output layer (section 3.4)
+    # vocabulary shared by both embeddings and the output layer, the embeddings multiplied
+    # by sqrt(d_model) (section 3.4)
     "vaswani": ModelConfig(vocab_size=64, context_length=512, d_model=512, n_heads=8,
                            n_layers=6, n_decoder_layers=6, d_ff=2048, qkv_bias=True,
                            norm_position="post", activation="relu", positional="sinusoidal",
-                           causal=False, tie_embeddings=True, tokenizer="word",
-                           decoder_start_id=1, eos_ids=(2,), name="vaswani"),
+                           causal=False, tie_embeddings=True, embed_scale=True,
+                           tokenizer="word", decoder_start_id=1, eos_ids=(2,),
+                           name="vaswani"),
     # ... and its big model: d_model 1024, 16 heads, d_ff 4096
     "vaswani-big": ModelConfig(vocab_size=64, context_length=512, d_model=1024, n_heads=16,
                                n_layers=6, n_decoder_layers=6, d_ff=4096, qkv_bias=True,
                                norm_position="post", activation="relu",
                                positional="sinusoidal", causal=False, tie_embeddings=True,
-                               tokenizer="word", decoder_start_id=1, eos_ids=(2,),
-                               name="vaswani-big"),
+                               embed_scale=True, tokenizer="word", decoder_start_id=1,
+                               eos_ids=(2,), name="vaswani-big"),
     # seed 002: nanoGPT's GPT-2 small (fused c_attn, biases everywhere, exact GELU)
     "nanogpt": ModelConfig(**{**_GPT2, "activation": "gelu"}, d_model=768, n_heads=12,
                            n_layers=12, name="nanogpt"),

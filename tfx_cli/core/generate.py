@@ -433,7 +433,10 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
     generator = torch.Generator().manual_seed(seed)
-    tracker = TextTracker(loaded.tokenizer.decode, len(start) if start else len(ids), stops)
+    # the text so far (an encoder–decoder's target words, without the start token)
+    before = list(start[1:]) if start else ids
+    tracker = TextTracker(lambda new: loaded.tokenizer.continuation(before, new),
+                          len(start) if start else len(ids), stops)
     eos = () if ignore_eos else loaded.cfg.eos_ids
     ended: list[str] = []
 

@@ -121,6 +121,11 @@ class Tokenizer:
     def pieces(self, ids: Iterable[int]) -> list[str]:
         raise NotImplementedError
 
+    def continuation(self, before: list[int], new: list[int]) -> str:
+        """The text `new` adds after `before`: its decoding, which carries its own spaces
+        in BPE; tokenizers that join words with spaces put one in front (WordTokenizer)."""
+        return self.decode(new)
+
     def added_specials(self, ids: Iterable[int]) -> list[str]:
         """The special tokens among `ids`, in order (e.g. ['[CLS]', '[SEP]'])."""
         ids = list(ids)
@@ -210,6 +215,12 @@ class WordTokenizer(VocabTokenizer):
 
     def split(self, text: str) -> list[str]:
         return _WORD.findall(text)
+
+    def continuation(self, before: list[int], new: list[int]) -> str:
+        if not before or not new:
+            return self.decode(new)
+        last = self.pieces(before[-1:])
+        return self.join(last + self.pieces(new))[len(self.join(last)):]
 
     def join(self, items: list[str]) -> str:
         # Spaces between words, none before closing punctuation or after an opening one.

@@ -84,6 +84,14 @@ def _read(path: Path, option: str) -> str:
         raise InputTextError(f"cannot read {option} file {path}: {exc.strerror or exc}") from None
 
 
+def vocab_kind(cfg: ModelConfig, tokenizer: str | None) -> str:
+    """word or char: the one asked for, else the config's when it is one of them, else
+    word (a GPT config's BPE has no vocabulary to build)."""
+    if tokenizer:
+        return tokenizer
+    return cfg.tokenizer if cfg.tokenizer in ("word", "char") else "word"
+
+
 def vocabulary(kind: str, data: TrainData):
     """A word or char tokenizer whose vocabulary is the training data's tokens."""
     corpus = "\n".join(f"{s}\n{t}" for s, t in data.pairs) if data.pairs else data.text
@@ -145,7 +153,7 @@ def check_training(cfg: ModelConfig, data: TrainData, *, steps: int, lr: float,
                          "--pairs")
     if not cfg.lm_head:
         raise ConfigError(f"{cfg.name} has no output head to train; choose a config with one")
-    vocabulary(tokenizer or cfg.tokenizer, TrainData(text="x"))  # word or char only
+    vocabulary(vocab_kind(cfg, tokenizer), TrainData(text="x"))  # word or char only
 
 
 def train(cfg: ModelConfig, data: TrainData, *, steps: int = 300, lr: float = 0.01,
@@ -153,7 +161,7 @@ def train(cfg: ModelConfig, data: TrainData, *, steps: int = 300, lr: float = 0.
           on_step: Callable[[int, float], None] | None = None) -> Trained:
     """Adam on the mean cross-entropy over every example, `steps` full-batch updates."""
     check_training(cfg, data, steps=steps, lr=lr)
-    kind = tokenizer or cfg.tokenizer
+    kind = vocab_kind(cfg, tokenizer)
     tok = vocabulary(kind, data)
     changes: dict = {"vocab_size": tok.vocab_size, "tokenizer": kind}
 

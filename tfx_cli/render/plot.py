@@ -309,11 +309,21 @@ def plot_attention(result: Result, plt):
     lo, hi = finite_limits(array)
     diverging = lo < 0 < hi
     bound = max(-lo, hi)
-    return heatmap_grid(plt, panels, dims=dims[1:], labels=plot_axes(result),
-                        cmap="RdBu_r" if diverging else "viridis",
-                        vlimits=(-bound, bound) if diverging else (min(lo, 0.0), hi),
-                        title=f"attention {leaf} · {describe(result)}",
-                        colorbar_label="attention weight" if leaf == "pattern" else leaf)
+    # an encoder–decoder's cross-attention: target words (rows) reading source words
+    what = "cross-attention" if ".cross." in name else \
+        "decoder self-attention" if name.startswith("decoder.") else "attention"
+    fig = heatmap_grid(plt, panels, dims=dims[1:], labels=plot_axes(result),
+                       cmap="RdBu_r" if diverging else "viridis",
+                       vlimits=(-bound, bound) if diverging else (min(lo, 0.0), hi),
+                       title=f"{what} {leaf} · {describe(result)}",
+                       colorbar_label="attention weight" if leaf == "pattern" else leaf)
+    if ".cross." in name:
+        for ax in fig.axes[:len(panels)]:
+            if ax.get_ylabel():
+                ax.set_ylabel("target position (query)", fontsize=8)
+            if ax.get_xlabel():
+                ax.set_xlabel("source position (key)", fontsize=8)
+    return fig
 
 
 # ---------------------------------------------------------------- posenc and embed

@@ -50,20 +50,33 @@ def b64(array: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
 
 
-def page_data(result: ReportResult) -> dict:
-    """The JSON the page's script reads: tokens and every shown head, quantised."""
+def _grid(result: ReportResult, leaf: str) -> tuple[dict, list, int, tuple]:
+    """Every shown layer's `leaf` pattern (.attn.pattern, .cross.pattern), quantised."""
     patterns, n_heads, shape, layers = {}, 0, (0, 0), []
     for name in result.tensors.names():
         layer = layer_of(name)
-        if layer is None or not name.endswith(".attn.pattern"):
+        if layer is None or not name.endswith(leaf):
             continue
         array = result.tensors.array(name)  # (H, T, S)
         n_heads, shape = array.shape[0], array.shape[1:]
         patterns[str(layer)] = b64(quantise(array))
         layers.append(layer)
-    return {"tokens": display_tokens(result.tokens), "ids": list(result.input.ids or []),
+    return patterns, layers, n_heads, shape
+
+
+def page_data(result: ReportResult) -> dict:
+    """The JSON the page's script reads: tokens and every shown head, quantised; for an
+    encoder–decoder's decoder also its cross-attention (target rows, source columns)."""
+    patterns, layers, n_heads, shape = _grid(result, ".attn.pattern")
+    data = {"tokens": display_tokens(result.tokens), "ids": list(result.input.ids or []),
             "layers": layers, "heads": n_heads, "T": shape[0], "S": shape[1], "scale": SCALE,
             "decimals": DECIMALS, "patterns": patterns}
+    if result.stack == "decoder":
+        data["ids"] = list(result.input.target.ids or [])
+        cross, cross_layers, _, cross_shape = _grid(result, ".cross.pattern")
+        data["cross"] = {"layers": cross_layers, "T": cross_shape[0], "S": cross_shape[1],
+                         "patterns": cross, "keys": display_tokens(result.input.tokens)}
+    return data
 
 
 # ---------------------------------------------------------------- html pieces
@@ -81,6 +94,8 @@ def header_html(result: ReportResult, data: dict) -> str:
              f"{cfg.norm} ({cfg.norm_position}) · {cfg.positional} positions · "
              f"{'causal' if cfg.causal else 'bidirectional'}")
     text = result.input.text or ""
+    if result.stack == "decoder":
+        text = f"{text} → {' '.join(result.input.target.tokens)}"
     changed = ""
     if result.interventions:  # --ablate: the page shows the changed model
         from .common import intervention_text
@@ -111,17 +126,37 @@ def tokens_html(data: dict) -> str:
 </section>"""
 
 
+def _thumb_rows(layers, heads: int, T: int, S: int, grid: str) -> str:
+    rows = []
+    for layer in layers:
+        cells = "".join(
+            f'<td><canvas class="thumb" width="{S}" height="{T}" data-grid="{grid}" '
+            f'data-layer="{layer}" data-head="{h}" title="layer {layer} · head {h}"></canvas></td>'
+            for h in range(heads))
+        rows.append(f'<tr><th class="layer">layer {layer}</th>{cells}</tr>')
+    return "".join(rows)
+
+
+def cross_view_html(data: dict) -> str:
+    cross = data.get("cross")
+    if not cross or not cross["layers"]:
+        return ""
+    heads = "".join(f"<th>head {h}</th>" for h in range(data["heads"]))
+    rows = _thumb_rows(cross["layers"], data["heads"], cross["T"], cross["S"], "cross")
+    return f"""
+<section id="cross-view"><h2>Cross-attention</h2>
+  <p class="note">The decoder's cross-attention: each target token (rows) reading the
+  encoder's output of the source (columns). Click a head to open it below.</p>
+  <div class="scroll"><table id="cross-grid"><thead><tr><th></th>{heads}</tr></thead>
+  <tbody>{rows}</tbody></table></div>
+</section>"""
+
+
 def model_view_html(data: dict) -> str:
     if not data["layers"]:
         return ""
     heads = "".join(f"<th>head {h}</th>" for h in range(data["heads"]))
-    rows = []
-    for layer in data["layers"]:
-        cells = "".join(
-            f'<td><canvas class="thumb" width="{data["S"]}" height="{data["T"]}" '
-            f'data-layer="{layer}" data-head="{h}" title="layer {layer} · head {h}"></canvas></td>'
-            for h in range(data["heads"]))
-        rows.append(f'<tr><th class="layer">layer {layer}</th>{cells}</tr>')
+    rows = [_thumb_rows(data["layers"], data["heads"], data["T"], data["S"], "self")]
     return f"""
 <section id="model-view"><h2>Model view</h2>
   <p class="note">{len(data['layers'])} layers × {data['heads']} heads; each map is one head's
@@ -265,6 +300,7 @@ def build_html(result: ReportResult) -> str:
 <main>
 {tokens_html(data)}
 {model_view_html(data)}
+{cross_view_html(data)}
 {head_view_html(data)}
 {layernorm_html(result, tokens)}
 {next_tokens_html(result.next_tokens, tokens)}
@@ -291,9 +327,10 @@ h1 { margin: 0 0 6px; font-size: 22px; } h2 { font-size: 17px; margin: 26px 0 6p
   font-family: ui-monospace, "DejaVu Sans Mono", monospace; white-space: pre; }
 .tok sub { color: var(--muted); margin-right: 3px; font-size: 9px; }
 .scroll { overflow-x: auto; max-width: 100%; }
-#model-grid { border-collapse: collapse; } #model-grid th { font-weight: normal; color: var(--muted);
+#model-grid, #cross-grid { border-collapse: collapse; }
+#model-grid th, #cross-grid th { font-weight: normal; color: var(--muted);
   font-size: 11px; padding: 0 3px; white-space: nowrap; }
-#model-grid td { padding: 2px; }
+#model-grid td, #cross-grid td { padding: 2px; }
 canvas.thumb { width: 56px; height: 56px; image-rendering: pixelated; cursor: pointer;
   border: 2px solid transparent; display: block; }
 canvas.thumb:hover { border-color: #999; } canvas.thumb.selected { border-color: var(--accent); }
@@ -315,7 +352,7 @@ SCRIPT = r"""
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("tfx-data").textContent);
-  const T = data.T, S = data.S, H = data.heads, SCALE = data.scale, DEC = data.decimals;
+  const H = data.heads, SCALE = data.scale, DEC = data.decimals;
 
   // base64 -> little-endian uint16, one array per layer: index (h * T + i) * S + j
   function decode(b64) {
@@ -324,8 +361,16 @@ SCRIPT = r"""
     for (let k = 0; k < out.length; k++) out[k] = bytes[2 * k] | (bytes[2 * k + 1] << 8);
     return out;
   }
-  const patterns = {};
-  for (const layer of data.layers) patterns[layer] = decode(data.patterns[layer]);
+  // the grids of the page: self-attention, and an encoder-decoder's cross-attention
+  // (rows the target's tokens, columns the source's)
+  function grid(g) {
+    const out = {T: g.T, S: g.S, layers: g.layers, rows: data.tokens,
+                 cols: g.keys || data.tokens, patterns: {}};
+    for (const layer of g.layers) out.patterns[layer] = decode(g.patterns[layer]);
+    return out;
+  }
+  const grids = {self: grid(data)};
+  if (data.cross) grids.cross = grid(data.cross);
 
   // viridis, the same stops the terminal uses
   const STOPS = [[0, 68, 1, 84], [0.25, 59, 82, 139], [0.5, 33, 145, 140],
@@ -346,9 +391,13 @@ SCRIPT = r"""
     else if (mode === "row") f = rowMax > 0 ? q / rowMax : 0;
     return LUT[Math.min(255, Math.round(f * 255))];
   }
-  function rowMax(layer, h, i) {
+  function weight(g, layer, h, i, j) {
+    const G = grids[g];
+    return G.patterns[layer][(h * G.T + i) * G.S + j];
+  }
+  function rowMax(g, layer, h, i) {
     let m = 0;
-    for (let j = 0; j < S; j++) m = Math.max(m, weight(layer, h, i, j));
+    for (let j = 0; j < grids[g].S; j++) m = Math.max(m, weight(g, layer, h, i, j));
     return m;
   }
 
@@ -357,13 +406,13 @@ SCRIPT = r"""
     const whole = Math.floor(q / SCALE), frac = String(q % SCALE).padStart(DEC, "0");
     return whole + "." + frac;
   }
-  function weight(layer, h, i, j) { return patterns[layer][(h * T + i) * S + j]; }
 
   function drawThumb(canvas) {
+    const g = canvas.dataset.grid || "self", G = grids[g];
     const layer = +canvas.dataset.layer, h = +canvas.dataset.head;
-    const ctx = canvas.getContext("2d"), img = ctx.createImageData(S, T);
-    for (let i = 0; i < T; i++) for (let j = 0, m = rowMax(layer, h, i); j < S; j++) {
-      const rgb = colour(weight(layer, h, i, j), m), p = 4 * (i * S + j);
+    const ctx = canvas.getContext("2d"), img = ctx.createImageData(G.S, G.T);
+    for (let i = 0; i < G.T; i++) for (let j = 0, m = rowMax(g, layer, h, i); j < G.S; j++) {
+      const rgb = colour(weight(g, layer, h, i, j), m), p = 4 * (i * G.S + j);
       img.data[p] = rgb[0]; img.data[p + 1] = rgb[1]; img.data[p + 2] = rgb[2]; img.data[p + 3] = 255;
     }
     ctx.putImageData(img, 0, 0);
@@ -373,31 +422,36 @@ SCRIPT = r"""
   if (!canvas) return;
   const ctx = canvas.getContext("2d");
   const FONT = "11px ui-monospace, 'DejaVu Sans Mono', monospace";
-  const cell = Math.max(6, Math.min(36, Math.floor(640 / Math.max(T, S))));
-  ctx.font = FONT;
-  const labelW = Math.ceil(Math.max(...data.tokens.map(t => ctx.measureText(t).width), 10)) + 10;
-  const left = labelW, top = labelW, step = Math.ceil(13 / cell);  // label every step-th token
-  canvas.width = left + S * cell + 2; canvas.height = top + T * cell + 2;
-  Object.assign(canvas.dataset, {cell: cell, left: left, top: top, rows: T, cols: S});
-  let current = null;
+  let current = null, cell = 0, left = 0, top = 0, step = 1;
 
-  function drawHead(layer, h, hi, hj) {
+  function layout(G) {  // cell size and label margins for one grid's matrix
+    cell = Math.max(6, Math.min(36, Math.floor(640 / Math.max(G.T, G.S))));
+    ctx.font = FONT;
+    const width = t => ctx.measureText(t).width;
+    const labelW = Math.ceil(Math.max(...G.rows.map(width), ...G.cols.map(width), 10)) + 10;
+    left = labelW; top = labelW; step = Math.ceil(13 / cell);  // label every step-th token
+    canvas.width = left + G.S * cell + 2; canvas.height = top + G.T * cell + 2;
+    Object.assign(canvas.dataset, {cell: cell, left: left, top: top, rows: G.T, cols: G.S});
+  }
+
+  function drawHead(g, layer, h, hi, hj) {
+    const G = grids[g];
     ctx.clearRect(0, 0, canvas.width, canvas.height);
-    for (let i = 0; i < T; i++) for (let j = 0, m = rowMax(layer, h, i); j < S; j++) {
-      const rgb = colour(weight(layer, h, i, j), m);
+    for (let i = 0; i < G.T; i++) for (let j = 0, m = rowMax(g, layer, h, i); j < G.S; j++) {
+      const rgb = colour(weight(g, layer, h, i, j), m);
       ctx.fillStyle = "rgb(" + rgb.join(",") + ")";
       ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
     }
     ctx.font = FONT; ctx.fillStyle = "#1d232b";
     ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    for (let i = 0; i < T; i += step) {
+    for (let i = 0; i < G.T; i += step) {
       ctx.fillStyle = i === hi ? "#d0582d" : "#1d232b";
-      ctx.fillText(data.tokens[i], left - 4, top + (i + 0.5) * cell);
+      ctx.fillText(G.rows[i], left - 4, top + (i + 0.5) * cell);
     }
     ctx.save(); ctx.rotate(-Math.PI / 2); ctx.textAlign = "left";
-    for (let j = 0; j < S; j += step) {
+    for (let j = 0; j < G.S; j += step) {
       ctx.fillStyle = j === hj ? "#d0582d" : "#1d232b";
-      ctx.fillText(data.tokens[j], -(top - 4), left + (j + 0.5) * cell);
+      ctx.fillText(G.cols[j], -(top - 4), left + (j + 0.5) * cell);
     }
     ctx.restore();
     if (hi !== undefined && hi >= 0) {
@@ -406,40 +460,45 @@ SCRIPT = r"""
     }
   }
 
-  function select(layer, h) {
-    current = {layer: layer, head: h};
+  function select(g, layer, h) {
+    current = {grid: g, layer: layer, head: h};
     document.querySelectorAll("canvas.thumb.selected").forEach(c => c.classList.remove("selected"));
-    const thumb = document.querySelector(`canvas.thumb[data-layer="${layer}"][data-head="${h}"]`);
+    const thumb = document.querySelector(
+      `canvas.thumb[data-grid="${g}"][data-layer="${layer}"][data-head="${h}"]`);
     if (thumb) thumb.classList.add("selected");
-    document.getElementById("head-title").textContent = "layer " + layer + " · head " + h;
-    canvas.dataset.layer = layer; canvas.dataset.head = h;
-    drawHead(layer, h);
+    document.getElementById("head-title").textContent =
+      (g === "cross" ? "cross-attention · " : "") + "layer " + layer + " · head " + h;
+    canvas.dataset.grid = g; canvas.dataset.layer = layer; canvas.dataset.head = h;
+    layout(grids[g]);
+    drawHead(g, layer, h);
   }
 
   function hover(ev) {
     if (!current) return;
+    const G = grids[current.grid];
     const box = canvas.getBoundingClientRect();
     const x = ev.clientX - box.left, y = ev.clientY - box.top;
     const i = Math.floor((y - top) / cell), j = Math.floor((x - left) / cell);
-    if (i < 0 || j < 0 || i >= T || j >= S) return;
-    const q = weight(current.layer, current.head, i, j);
-    document.getElementById("hover-query").textContent = i + " " + JSON.stringify(data.tokens[i]);
-    document.getElementById("hover-key").textContent = j + " " + JSON.stringify(data.tokens[j]);
+    if (i < 0 || j < 0 || i >= G.T || j >= G.S) return;
+    const q = weight(current.grid, current.layer, current.head, i, j);
+    document.getElementById("hover-query").textContent = i + " " + JSON.stringify(G.rows[i]);
+    document.getElementById("hover-key").textContent = j + " " + JSON.stringify(G.cols[j]);
     document.getElementById("hover-value").textContent = fixed(q);
     Object.assign(document.getElementById("hover").dataset, {i: i, j: j});
-    drawHead(current.layer, current.head, i, j);
+    drawHead(current.grid, current.layer, current.head, i, j);
   }
 
   document.querySelectorAll("canvas.thumb").forEach(c => {
     drawThumb(c);
-    c.addEventListener("click", () => select(+c.dataset.layer, +c.dataset.head));
+    c.addEventListener("click", () => select(c.dataset.grid || "self", +c.dataset.layer,
+                                             +c.dataset.head));
   });
   canvas.addEventListener("mousemove", hover);
   if (scaleSelect) scaleSelect.addEventListener("change", () => {
     document.querySelectorAll("canvas.thumb").forEach(drawThumb);
-    if (current) drawHead(current.layer, current.head);
+    if (current) drawHead(current.grid, current.layer, current.head);
   });
-  select(data.layers[0], 0);
+  select("self", data.layers[0], 0);
   document.body.dataset.ready = "1";
 })();
 """
