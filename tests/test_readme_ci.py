@@ -1,4 +1,5 @@
 """The README's quick start is what CI runs: the two stay the same text."""
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +43,38 @@ def test_the_from_python_example_runs_and_says_what_it_prints():
     ids = m.generate("Hello, I am", max_new_tokens=6).ids
     assert ids == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
     assert "# " + str(ids) in block
+
+
+def test_every_command_of_samples_seed001_runs(tmp_path):
+    """samples/seed001.md: each `tfx ...` line of its code blocks runs, in order, in an
+    empty folder with samples/ beside it (the training step makes the folder later lines
+    load)."""
+    import shlex
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tfx_cli.cli import app
+
+    doc = (ROOT / "samples" / "seed001.md").read_text(encoding="utf-8")
+    blocks = doc.split("```\n")[1::2]
+    commands = [line for block in blocks for line in block.splitlines()
+                if line.startswith("tfx ")]
+    assert len(commands) >= 20
+    shutil.copytree(ROOT / "samples", tmp_path / "samples")
+    runner = CliRunner()
+    import os
+
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for line in commands:
+            args = shlex.split(line)[1:]
+            if any(a.endswith((".png",)) for a in args):
+                pytest.importorskip("matplotlib")
+            result = runner.invoke(app, args, env={"TFX_QUIET": "1"})
+            assert result.exit_code == 0, (line, result.stderr)
+            if line.startswith("tfx generate") and "toy-trained" in line:
+                assert "you win or you die" in result.stdout
+    finally:
+        os.chdir(old)

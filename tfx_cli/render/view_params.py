@@ -189,14 +189,19 @@ def configs_view(result: ConfigsResult, console: Console, opts=None) -> None:
         heads = str(p.n_heads)
         if p.n_kv_heads != p.n_heads:
             heads, grouped = f"{heads} ({p.n_kv_heads})", True
-        sizes.add_row(name, f"{p.d_model:,}", heads, str(p.n_layers), f"{p.d_ff:,}",
+        layers = f"{p.n_layers}+{p.n_decoder_layers}" if p.is_encoder_decoder else \
+            str(p.n_layers)
+        sizes.add_row(name, f"{p.d_model:,}", heads, layers, f"{p.d_ff:,}",
                       f"{p.context_length:,}", f"{p.vocab_size:,}", f"{preset.params:,}")
         head = ("tied" if p.tie_embeddings else "own") if p.lm_head else "none"
         switches.add_row(name, p.norm, p.norm_position, p.positional, p.activation,
+                         "dec only" if p.is_encoder_decoder else
                          "yes" if p.causal else "no", head)
     console.print(sizes)
     if grouped:
         console.print(Text("heads (kv): query heads (key/value heads they share)", style="dim"))
+    if any(pr.cfg.is_encoder_decoder for pr in result.presets):
+        console.print(Text("layers 6+6: encoder + decoder blocks", style="dim"))
     console.print()
     console.print(switches)
     console.print()
