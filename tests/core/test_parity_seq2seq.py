@@ -139,6 +139,30 @@ def test_positions_are_transformers_rows(family):
         assert torch.equal(shown, hf.model.encoder.embed_positions.weight[2:10])
 
 
+def test_an_older_save_with_every_copy_loads(family, tmp_path):
+    """Older saves are pytorch_model.bin files holding every name of the state dict: the
+    token table under all four names (shared, both stacks, the head), Marian's sinusoidal
+    tables; files older still lack final_logits_bias, which transformers then leaves at
+    zero. tfx reads one table, leaves the sinusoids to its own and zeroes the bias."""
+    import shutil
+
+    name, path, hf = family
+    old = tmp_path / "old"
+    shutil.copytree(path, old)
+    (old / "model.safetensors").unlink()
+    state = {k: v.clone() for k, v in hf.state_dict().items() if k != "final_logits_bias"}
+    assert {"model.shared.weight", "model.encoder.embed_tokens.weight",
+            "model.decoder.embed_tokens.weight", "lm_head.weight"} <= set(state)
+    torch.save(state, old / "pytorch_model.bin")
+    _, model = _load(old)
+    src, tgt = torch.tensor([SOURCE]), torch.tensor([[hf.config.decoder_start_token_id]
+                                                     + TARGET])
+    with torch.inference_mode():
+        want = hf(input_ids=src, decoder_input_ids=tgt).logits[0] - hf.final_logits_bias
+        assert _diff(model(src, target=tgt)[0], want) <= 1e-5, name
+    assert not model.final_logits_bias.any()
+
+
 def test_cached_decoding_is_transformers_greedy_generate(family):
     from tfx_cli.core.generate import decode
 
