@@ -292,3 +292,39 @@ def test_cli_answers_are_transformers(family):
                            ["data"])
     assert (pattern[..., 4:] == 0).all()
     assert _diff(pattern, padded.cross_attentions[1][0]) <= 1e-5, name
+
+
+def test_target_goes_on_without_the_end_token(tmp_path):
+    """A real BART tokenizer wraps every text in <s> … </s>. The source keeps both, as
+    transformers' tokenizer gives them; the target is the decoder's input so far, which
+    goes on: <s> and its words, no </s> (what transformers' generate feeds after the
+    start token)."""
+    need("tokenizers", "pip install tokenizers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    from tfx_cli.core.tokenizers import _BYTE_OF
+
+    path = tmp_path / "tiny-bart-specials"
+    bos, eos = 256, 257
+    hf = make_folder(path, "bart")
+    vocab = {**_BYTE_OF, "<s>": bos, "</s>": eos}
+    vocab.update({f"<unused{i}>": i for i in range(len(vocab), SIZE["vocab_size"])})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", bos), ("</s>", eos)])
+    tok.save(str(path / "tokenizer.json"))
+    result = _cli(["next", "Hello", "-w", str(path), "--target", "Hi", "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    source, target = doc["input"]["ids"], doc["input"]["target"]["ids"]
+    assert source == [bos, *b"Hello", eos]
+    assert target == [hf.config.decoder_start_token_id, bos, *b"Hi"]
+    with torch.inference_mode():
+        want = hf(input_ids=torch.tensor([source]),
+                  decoder_input_ids=torch.tensor([target])).logits[0, -1]
+    top = doc["result"]["candidates"][0]
+    assert top["id"] == int(want.argmax())
+    assert abs(top["logit"] - float(want[top["id"]])) <= 1e-5
