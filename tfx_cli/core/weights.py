@@ -2,7 +2,8 @@
 
 Formats
 - a HuggingFace folder (config.json + model.safetensors) of GPT-2 (GPT2LMHeadModel),
-  BERT (BertModel) or Llama (LlamaForCausalLM);
+  BERT (BertModel), Llama (LlamaForCausalLM) and the decoder families of families.py, or
+  the encoder–decoders Marian (MarianMTModel), BART and mBART;
 - a GGUF file of the llama family, dequantised to float32 with the `gguf` package;
 - a nanoGPT ckpt.pt (`model_args` + `model`), read with torch.load(weights_only=True):
   tensors and plain containers only, never code;
