@@ -368,9 +368,9 @@ def make_bad(kind: str, tmp: Path, gpt2_dir, llama) -> tuple[str, str]:
             cfg_path.write_text(json.dumps(hf))
             return str(folder), "h.0.mlp.c_fc.weight (tfx blocks.0.ffn.fc1.weight) has shape"
         if kind == "unknown-architecture":
-            hf["architectures"] = ["T5ForConditionalGeneration"]
+            hf["architectures"] = ["XLNetLMHeadModel"]
             cfg_path.write_text(json.dumps(hf))
-            return str(folder), "unknown architecture T5ForConditionalGeneration"
+            return str(folder), "unknown architecture XLNetLMHeadModel"
         from safetensors.torch import load_file, save_file
 
         state = load_file(str(st))
