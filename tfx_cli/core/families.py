@@ -362,24 +362,32 @@ _LEGACY = {
 SEQ2SEQ_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu",
                        "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 # the defaults of transformers' config classes, for keys a config.json leaves out
-_SEQ2SEQ_DEFAULTS = {"marian": {"vocab_size": 58101, "pad_token_id": 58100,
-                                "decoder_start_token_id": 58100},
+_SEQ2SEQ_SIZES = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+                  "encoder_attention_heads": 16, "decoder_attention_heads": 16,
+                  "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096,
+                  "max_position_embeddings": 1024, "activation_function": "gelu"}
+_SEQ2SEQ_DEFAULTS = {"marian": {"vocab_size": 58101, "decoder_start_token_id": 58100},
                      "bart": {"vocab_size": 50265, "decoder_start_token_id": 2,
                               "bos_token_id": 0},
                      "mbart": {"vocab_size": 50265, "bos_token_id": 0}}
+_FAMILY_NAMES = {"marian": "Marian", "bart": "BART", "mbart": "mBART"}
 
 
 def seq2seq_config(family: str, hf: dict, where: str) -> dict:
     """ModelConfig keyword arguments of a Marian, BART or mBART config.json. What tfx's
     one encoder–decoder cannot run (a vocabulary or token table per stack, stacks of
     different widths, another block layout) is refused by the field that asks for it."""
-    hf = {**_SEQ2SEQ_DEFAULTS[family], **hf}
+    # the names transformers' attribute_map reads as the encoder's
+    aliases = {"encoder_layers": "num_hidden_layers", "d_model": "hidden_size",
+               "encoder_attention_heads": "num_attention_heads"}
+    hf = {**_SEQ2SEQ_SIZES, **_SEQ2SEQ_DEFAULTS[family],
+          **{key: hf[alias] for key, alias in aliases.items() if alias in hf}, **hf}
+    name = _FAMILY_NAMES[family]
     for key, want in _LEGACY[family].items():
         if key in hf and bool(hf[key]) != want:
-            raise WeightsError(f"{where}: {key} {str(hf[key]).lower()} is not "
-                               f"{_FAMILY_NAMES[family]}'s arithmetic (transformers 5 "
-                               f"ignores the switch); tfx reads {_FAMILY_NAMES[family]} as "
-                               f"{key} {str(want).lower()}")
+            raise WeightsError(f"{where}: {key} {str(hf[key]).lower()} is not {name}'s "
+                               f"arithmetic (transformers 5 ignores the switch); tfx reads "
+                               f"{name} as {key} {str(want).lower()}")
     if not hf.get("share_encoder_decoder_embeddings", True):
         raise WeightsError(f"{where}: share_encoder_decoder_embeddings is false: the encoder "
                            "and decoder have token tables of their own, and tfx's "
@@ -395,12 +403,11 @@ def seq2seq_config(family: str, hf: dict, where: str) -> dict:
                            "and tfx's encoder–decoder shares one")
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
                      ("encoder_ffn_dim", "decoder_ffn_dim")):
-        a, b = hf.get(enc, 16 if "heads" in enc else 4096), \
-            hf.get(dec, 16 if "heads" in dec else 4096)
-        if a != b:
-            raise WeightsError(f"{where}: {enc} {a} and {dec} {b} differ; tfx's encoder and "
-                               "decoder blocks have one head count and one FFN width")
-    act = hf.get("activation_function", "gelu")
+        if hf[enc] != hf[dec]:
+            raise WeightsError(f"{where}: {enc} {hf[enc]} and {dec} {hf[dec]} differ; tfx's "
+                               "encoder and decoder blocks have one head count and one FFN "
+                               "width")
+    act = hf["activation_function"]
     if act not in SEQ2SEQ_ACTIVATIONS:
         raise WeightsError(f"{where}: activation_function {act!r} is not supported; tfx runs "
                            f"{', '.join(SEQ2SEQ_ACTIVATIONS)}")
@@ -412,10 +419,9 @@ def seq2seq_config(family: str, hf: dict, where: str) -> dict:
                            "nothing says which token the decoder starts from")
     marian = family == "marian"
     return dict(
-        vocab_size=vocab, context_length=hf.get("max_position_embeddings", 1024),
-        d_model=hf.get("d_model", 1024), n_heads=hf.get("encoder_attention_heads", 16),
-        n_layers=hf.get("encoder_layers", hf.get("num_hidden_layers", 12)),
-        n_decoder_layers=hf.get("decoder_layers", 12), d_ff=hf.get("encoder_ffn_dim", 4096),
+        vocab_size=vocab, context_length=hf["max_position_embeddings"], d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"], n_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"], d_ff=hf["encoder_ffn_dim"],
         qkv_bias=True, proj_bias=True, norm="layernorm",
         norm_position="pre" if family == "mbart" else "post", ln_eps=1e-5,
         activation=SEQ2SEQ_ACTIVATIONS[act],
@@ -425,7 +431,6 @@ def seq2seq_config(family: str, hf: dict, where: str) -> dict:
         logits_bias=True, tie_embeddings=True, causal=False, decoder_start_id=start)
 
 
-_FAMILY_NAMES = {"marian": "Marian", "bart": "BART", "mbart": "mBART"}
 # the first of these a checkpoint holds is the one token table; the others, when saved
 # too (older .bin files hold them all), must be the same tensor
 TOKEN_TABLES = ("model.shared.weight", "model.encoder.embed_tokens.weight",
@@ -459,7 +464,7 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
     if tables:
         first = tables[0]
         for other in tables[1:]:
-            if state[other].shape == state[first].shape and \
+            if state[other].shape != state[first].shape or \
                     not torch.equal(state[other], state[first]):
                 raise WeightsError(f"{other} differs from {first}: the checkpoint's token "
                                    "tables are not shared, and tfx's encoder–decoder reads "
