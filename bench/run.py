@@ -391,6 +391,11 @@ def run_seq2seq(peer: str, smoke: bool, repeats: int, seed: int) -> dict:
     else:
         model = hf_marian(cfg, loaded.module)
         src = torch.tensor([loaded.tokenizer.encode(text)])
+        # the same function: both models' logits on a target of the source's ids
+        tgt = torch.cat([torch.tensor([[cfg.start_id]]), src], dim=1)
+        with torch.inference_mode():
+            diff = float((loaded.module(src, target=tgt)
+                          - model(input_ids=src, decoder_input_ids=tgt).logits).abs().max())
         del loaded
 
         def gen():
@@ -408,8 +413,11 @@ def run_seq2seq(peer: str, smoke: bool, repeats: int, seed: int) -> dict:
             new = gen()
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-    return {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "tokens": new,
-            "tok_per_s": [n / t for t in times[1:]]}
+    out = {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "tokens": new,
+           "tok_per_s": [n / t for t in times[1:]]}
+    if peer == "hf":
+        out["max_abs_logit_diff"] = diff
+    return out
 
 
 def run_parity(cfg, weights, peers: list[str], seed: int) -> dict:
@@ -931,8 +939,9 @@ def summarise(case: Case) -> dict:
         out["gflops"] = median([x for r in case.runs for x in r["gflops"]])
     if case.runs and "n_recorded" in case.runs[0]:
         out["n_recorded"] = case.runs[0]["n_recorded"]
-    if case.group == "parity" and case.runs:
-        out["max_abs_logit_diff"] = case.runs[0]["max_abs_logit_diff"]
+    if case.group in ("parity", "seq2seq") and case.runs and \
+            "max_abs_logit_diff" in case.runs[0]:
+        out["max_abs_logit_diff"] = max(r["max_abs_logit_diff"] for r in case.runs)
     if case.group == "iparity" and case.runs:
         out["interventions"] = {k: v for k, v in case.runs[0].items()
                                 if k not in ("threads", "maxrss_mb", "process_s")}
@@ -1052,6 +1061,8 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
             if mine and mine["median_s"]:
                 if r["group"] in GENERATING:
                     note += f"  tfx/peer tok/s {mine['tok_per_s'] / r['tok_per_s']:.2f}x"
+                    if r.get("max_abs_logit_diff") is not None:
+                        note += f", same weights: max |logit diff| {r['max_abs_logit_diff']:.1e}"
                 else:
                     note += (f"  tfx/peer time {mine['median_s'] / r['median_s']:.2f}x, "
                              f"RSS {mine['maxrss_mb'] / r['maxrss_mb']:.2f}x")
