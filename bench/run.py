@@ -4,6 +4,7 @@
     python bench/run.py --smoke          # tiny sizes, seconds
     python bench/run.py --cases forward,record --sizes 1024 --rounds 2
     python bench/run.py --cases gguf --peers tfx,hf   # real GGUF load times (minutes)
+    python bench/run.py --cases seq2seq --peers tfx,hf   # encoder–decoder generation
 
 Every measurement runs in a fresh process (a "case"), so each case pays its own imports
 and its peak RSS (ru_maxrss, read by the parent with os.wait4) is its own. Rounds go
@@ -17,6 +18,9 @@ TransformerLens (per-head W_Q/W_K/W_V/W_O); tfx cases build from the seed as the
 which gives the same tensors. The parity case checks the logits agree; the patch group
 times tfx's activation-patching sweep against TransformerLens's patching helper and
 checks patching and direct logit attribution against TransformerLens on those weights.
+The seq2seq group times greedy generation on the paper's base encoder–decoder (tfx's
+vaswani preset, random weights from --seed) against transformers' MarianMTModel holding
+the same weights.
 
 Peers that are not installed are reported as missing, not as errors. The peers need
 `pip install -r bench/requirements.txt` (transformer_lens 3.9; 4.x dropped HookedTransformer).
@@ -298,6 +302,124 @@ def run_matmul(n: int, repeats: int) -> dict:
             "gflops": [2 * n ** 3 / t / 1e9 for t in times[1:]]}
 
 
+# -- the encoder–decoder: tfx's vaswani against transformers' Marian ----------------------
+S2S_TOKENS = 32  # source words and new tokens of the seq2seq group (--smoke: 4)
+
+
+def s2s_config(smoke: bool):
+    """The paper's base model (6 + 6 layers, d_model 512, 8 heads, d_ff 2048, the word
+    vocabulary), or seed 001's toy for --smoke."""
+    from tfx_cli.core.config import PRESETS
+
+    return PRESETS["toy" if smoke else "vaswani"]
+
+
+def s2s_source(n: int) -> str:
+    """The first n words of the word vocabulary's corpus: n source tokens, none unknown."""
+    words = (ROOT / "tfx_cli" / "data" / "corpus.txt").read_text(encoding="utf-8").split()
+    return " ".join(words[:n])
+
+
+def hf_marian(cfg, model, attn: str = "sdpa"):
+    """transformers' MarianMTModel computing tfx's encoder–decoder `model`: the same
+    tensors under Marian's names (core/families.py's table, read backwards), ReLU, no
+    embedding scale, a zero final_logits_bias, and Marian's fixed position table replaced
+    by tfx's interleaved one (the paper's layout; Marian's own puts the sines first). An
+    untied head (toy) is Marian's tie_word_embeddings false, with both stacks' tables set
+    to tfx's one."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    from tfx_cli.core.families import _S2S_LINEARS, _S2S_NORMS
+    from tfx_cli.core.model import sinusoidal_table
+
+    hf_cfg = MarianConfig(
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_layers,
+        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff, max_position_embeddings=cfg.context_length,
+        activation_function=cfg.activation, scale_embedding=cfg.embed_scale, dropout=0.0,
+        pad_token_id=3, decoder_start_token_id=cfg.start_id, eos_token_id=2,
+        forced_eos_token_id=None, tie_word_embeddings=cfg.tie_embeddings,
+        attn_implementation=attn)
+    with torch.device("meta"):
+        hf = MarianMTModel(hf_cfg)
+    sd = model.state_dict()
+    table = sd["encoder.embed.tok_emb.weight"]
+    state = {"final_logits_bias": torch.zeros(1, cfg.vocab_size),
+             "lm_head.weight": table if cfg.tie_embeddings else sd["lm_head.weight"],
+             **{f"model.{k}": table for k in ("shared.weight", "encoder.embed_tokens.weight",
+                                              "decoder.embed_tokens.weight")}}
+    linears = {ours: theirs for theirs, ours in _S2S_LINEARS.items()}
+    for stack, n in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
+        state[f"model.{stack}.embed_positions.weight"] = sinusoidal_table(
+            cfg.context_length, cfg.d_model)
+        norms = {ours: theirs for theirs, ours in _S2S_NORMS[stack].items()}
+        for i in range(n):
+            ours, theirs = f"{stack}.blocks.{i}", f"model.{stack}.layers.{i}"
+            for name, tensor in sd.items():
+                if not name.startswith(ours + "."):
+                    continue
+                module, leaf = name[len(ours) + 1:].rsplit(".", 1)
+                if module in linears:
+                    state[f"{theirs}.{linears[module]}.{leaf}"] = tensor
+                elif module in norms:
+                    leaf = {"scale": "weight", "shift": "bias"}[leaf]
+                    state[f"{theirs}.{norms[module]}.{leaf}"] = tensor
+    hf.load_state_dict(state, assign=True, strict=True)
+    hf.tie_weights()
+    return hf.eval()
+
+
+def run_seq2seq(peer: str, smoke: bool, repeats: int, seed: int) -> dict:
+    """Greedy generation of S2S_TOKENS target tokens from an S2S_TOKENS-word source, with
+    the self-attention cached and the encoder run once. tfx: `api.load(...).generate`, the
+    stage `tfx generate TEXT -c vaswani -n 32 --ignore-eos` runs; transformers:
+    MarianMTModel.generate on the same weights and ids. tokens/s counts new tokens over
+    the whole call."""
+    import torch
+
+    from tfx_cli import api
+
+    n = 4 if smoke else S2S_TOKENS
+    cfg = s2s_config(smoke)
+    loaded = api.load(config=cfg.name, seed=seed)
+    text = s2s_source(n)
+    if peer in ("tfx", "base"):
+        def gen():
+            return loaded.generate(text, max_new_tokens=n, ignore_eos=True).new_ids
+    else:
+        model = hf_marian(cfg, loaded.module)
+        src = torch.tensor([loaded.tokenizer.encode(text)])
+        # the same function: both models' logits on a target of the source's ids
+        tgt = torch.cat([torch.tensor([[cfg.start_id]]), src], dim=1)
+        with torch.inference_mode():
+            diff = float((loaded.module(src, target=tgt)
+                          - model(input_ids=src, decoder_input_ids=tgt).logits).abs().max())
+        del loaded
+
+        def gen():
+            # eos_token_id=None: no stop and, unlike min_new_tokens, no end id hidden from
+            # the argmax, so the greedy path is --ignore-eos's; nothing forced at the end
+            out = model.generate(src, attention_mask=torch.ones_like(src), max_new_tokens=n,
+                                 do_sample=False, num_beams=1, use_cache=True,
+                                 eos_token_id=None, forced_eos_token_id=None)
+            return out[0, 1:].tolist()
+
+    times, cpu, new = [], [], []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first is warm-up
+            c0, t0 = time.process_time(), time.perf_counter()
+            new = gen()
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    out = {"times": times[1:], "cpu": cpu[1:], "first_s": times[0], "tokens": new,
+           "tok_per_s": [n / t for t in times[1:]]}
+    if peer == "hf":
+        out["max_abs_logit_diff"] = diff
+    return out
+
+
 def run_parity(cfg, weights, peers: list[str], seed: int) -> dict:
     """Max |logit difference| of each peer against tfx: proof the weights were mapped."""
     import torch
@@ -476,6 +598,8 @@ def worker(args) -> None:
         out = run_patch(cfg, args.weights, spec["peer"], args.repeats, args.seed)
     elif kind == "iparity":
         out = run_intervention_parity(cfg, args.weights, args.seed)
+    elif kind == "seq2seq":
+        out = run_seq2seq(spec["peer"], args.smoke, args.repeats, args.seed)
     elif kind == "save":
         save_weights(cfg, spec["seed"], args.weights)
         out = {"text_ids": text_ids(TEXT)}
@@ -489,7 +613,8 @@ def worker(args) -> None:
 @dataclass
 class Case:
     name: str  # table row
-    group: str  # matmul | forward | record | generate | patch | startup | parity
+    group: str  # matmul | forward | record | generate | patch | startup | parity | gguf |
+    #             seq2seq | seq2seq command
     peer: str  # tfx | hf | tl | python
     spec: dict | None = None  # worker spec; None for a shell command
     argv: list[str] | None = None  # a whole command, timed from outside
@@ -579,6 +704,58 @@ def gguf_cases(args, peers: list[str]) -> list[Case]:
     return cases
 
 
+# transformers' end-to-end counterpart of `tfx generate TEXT -c vaswani -n 32
+# --ignore-eos`: a MarianMTModel of the same shape (its own random init), the same ids,
+# 32 greedy tokens
+HF_S2S = """\
+import torch
+from transformers import MarianConfig, MarianMTModel
+torch.manual_seed(123)
+config = MarianConfig(vocab_size={V}, d_model={C}, encoder_layers={L}, decoder_layers={Ld},
+    encoder_attention_heads={H}, decoder_attention_heads={H}, encoder_ffn_dim={F},
+    decoder_ffn_dim={F}, max_position_embeddings={P}, activation_function="relu",
+    dropout=0.0, pad_token_id=3, decoder_start_token_id={start}, eos_token_id=2,
+    forced_eos_token_id=None)
+model = MarianMTModel(config).eval()
+src = torch.tensor([[{ids}]])
+with torch.inference_mode():
+    out = model.generate(src, attention_mask=torch.ones_like(src), max_new_tokens={n},
+                         do_sample=False, num_beams=1, eos_token_id=None,
+                         forced_eos_token_id=None)
+print(out.shape)
+"""
+
+
+def seq2seq_cases(args, peers: list[str]) -> list[Case]:
+    """In-process generation (the timed call alone; the target) and the whole command
+    against a whole transformers script, each in a fresh process."""
+    n = 4 if args.smoke else S2S_TOKENS
+    cases = [Case(f"seq2seq generate {n} tok {peer}", "seq2seq", peer,
+                  {"kind": "seq2seq", "peer": peer}, T=n)
+             for peer in ("tfx", "base", "hf") if peer in peers]
+    cfg = s2s_config(args.smoke)
+    text = s2s_source(n)
+    command = ["generate", text, "-c", cfg.name, "-n", str(n), "--ignore-eos", "--json"]
+    cases.append(Case(f"seq2seq command tfx generate -c {cfg.name} -n {n}", "seq2seq command",
+                      "tfx", argv=tfx_argv() + command, T=n, env={"TFX_QUIET": "1"}))
+    if "base" in peers:
+        cases.append(Case(f"seq2seq command tfx@baseline generate -c {cfg.name} -n {n}",
+                          "seq2seq command", "base", argv=[sys.executable, "-m", "tfx_cli",
+                                                           *command],
+                          T=n, env={"TFX_QUIET": "1"}))
+    if "hf" in peers:
+        from tfx_cli.core.tokenizers import get_tokenizer
+
+        ids = get_tokenizer("word").encode(text)
+        script = HF_S2S.format(V=cfg.vocab_size, C=cfg.d_model, L=cfg.n_layers,
+                               Ld=cfg.n_decoder_layers, H=cfg.n_heads, F=cfg.d_ff,
+                               P=cfg.context_length, start=cfg.start_id,
+                               ids=", ".join(map(str, ids)), n=n)
+        cases.append(Case("seq2seq command HF Marian script", "seq2seq command", "hf",
+                          argv=[sys.executable, "-c", script], T=n))
+    return cases
+
+
 def text_ids(text: str) -> list[int]:
     from tfx_cli.core.tokenizers import get_tokenizer
 
@@ -653,6 +830,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
             cases.append(Case("HF attentions script", "startup", "hf", argv=[py, "-c", script]))
     if "gguf" in cases_wanted and not args.smoke:
         cases += gguf_cases(args, peers)
+    if "seq2seq" in cases_wanted:
+        cases += seq2seq_cases(args, peers)
     return cases
 
 
@@ -747,9 +926,11 @@ def summarise(case: Case) -> dict:
            "cpu_median_s": median(cpu), "cpu": cpu,
            "maxrss_mb": median([r["maxrss_mb"] for r in case.runs]) if case.runs else None,
            "errors": case.errors}
-    if case.group == "generate" and case.runs:
+    if case.group in ("generate", "seq2seq") and case.runs:
         out["tok_per_s"] = median([x for r in case.runs for x in r["tok_per_s"]])
         out["tokens"] = case.runs[0]["tokens"]
+    if case.group == "seq2seq command" and times:  # new tokens over the whole process
+        out["tok_per_s"] = median([case.T / t for t in times])  # T: the new tokens
     if case.group == "patch" and case.runs:
         out["tok_per_s"] = median([x for r in case.runs for x in r["tok_per_s"]])
         out["cells_per_s"] = median([x for r in case.runs for x in r["cells_per_s"]])
@@ -758,8 +939,9 @@ def summarise(case: Case) -> dict:
         out["gflops"] = median([x for r in case.runs for x in r["gflops"]])
     if case.runs and "n_recorded" in case.runs[0]:
         out["n_recorded"] = case.runs[0]["n_recorded"]
-    if case.group == "parity" and case.runs:
-        out["max_abs_logit_diff"] = case.runs[0]["max_abs_logit_diff"]
+    if case.group in ("parity", "seq2seq") and case.runs and \
+            "max_abs_logit_diff" in case.runs[0]:
+        out["max_abs_logit_diff"] = max(r["max_abs_logit_diff"] for r in case.runs)
     if case.group == "iparity" and case.runs:
         out["interventions"] = {k: v for k, v in case.runs[0].items()
                                 if k not in ("threads", "maxrss_mb", "process_s")}
@@ -793,6 +975,12 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
             return None
         return ratio(gen["tfx"]["name"], gen[peer]["name"], key, invert=True)
 
+    def seq2seq_ratio(group, key):  # tokens/s: the same tokens, so peer time / tfx time
+        mine = {r["peer"]: r["name"] for r in rows.values() if r["group"] == group}
+        if "tfx" not in mine or "hf" not in mine:
+            return None
+        return ratio(mine["tfx"], mine["hf"], key, invert=True)
+
     # start-up: --help and the --json forms against `import typer, rich`; the table views
     # against `import typer, rich.console, rich.table`, the price of any Rich table
     base = "python -c 'import typer, rich'"
@@ -815,6 +1003,8 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
          lambda k: ratio(f"{rec} tfx", f"{rec} TL run_with_cache", "maxrss_mb"), "<=", 0.8),
         ("generate tok/s tfx / HF", lambda k: gen_ratio("hf", k), ">=", 1.3),
         ("generate tok/s tfx / TL", lambda k: gen_ratio("tl", k), ">=", 5.0),
+        ("seq2seq generate tok/s tfx / HF Marian",
+         lambda k: seq2seq_ratio("seq2seq", k), ">=", 1.0),
         ("patch resid_pre sweep tfx / TL",
          lambda k: ratio("patch resid_pre tfx", "patch resid_pre TL get_act_patch_resid_pre",
                          k), "<=", 0.3),
@@ -837,6 +1027,9 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
     return out
 
 
+GENERATING = ("generate", "seq2seq", "seq2seq command")  # rows that report tokens/s
+
+
 def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> None:
     gflops = next((r.get("gflops") for r in rows.values() if r["group"] == "matmul"), None)
     w = max(len(n) for n in rows) + 2
@@ -853,7 +1046,7 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
         note = ""
         if r["group"] == "matmul":
             note = f"{r['gflops']:.1f} GFLOP/s"
-        elif r["group"] == "generate":
+        elif r["group"] in GENERATING:
             note = f"{r['tok_per_s']:.1f} tok/s"
         elif r["group"] == "patch":
             note = (f"{r['cells']} cells, {r['cells_per_s']:.1f} cells/s, "
@@ -863,11 +1056,13 @@ def print_table(rows: dict, tgts: list[dict], cfg, sizes, file=sys.stdout) -> No
             note = f"bound {bound:.3f}s ({forward_flops(cfg, r['T']) / 1e9:.0f} GFLOP)"
         if r.get("n_recorded"):
             note += f" kept {r['n_recorded']}"
-        if r["peer"] != "tfx" and r["group"] in ("forward", "record", "generate", "patch"):
+        if r["peer"] != "tfx" and r["group"] in ("forward", "record", "patch", *GENERATING):
             mine = _tfx_row(rows, r)
             if mine and mine["median_s"]:
-                if r["group"] == "generate":
+                if r["group"] in GENERATING:
                     note += f"  tfx/peer tok/s {mine['tok_per_s'] / r['tok_per_s']:.2f}x"
+                    if r.get("max_abs_logit_diff") is not None:
+                        note += f", same weights: max |logit diff| {r['max_abs_logit_diff']:.1e}"
                 else:
                     note += (f"  tfx/peer time {mine['median_s'] / r['median_s']:.2f}x, "
                              f"RSS {mine['maxrss_mb'] / r['maxrss_mb']:.2f}x")
@@ -930,9 +1125,10 @@ def main(argv=None) -> int:
     ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
     ap.add_argument("--peers", default="tfx,hf,tl", help="which of tfx,hf,tl to run")
     ap.add_argument("--cases",
-                    default="matmul,forward,record,generate,patch,startup,parity,gguf",
+                    default="matmul,forward,record,generate,patch,startup,parity,gguf,seq2seq",
                     help="which groups to run (gguf: the real GGUF models' load times; "
-                         "patch: the activation-patching sweep and parity)")
+                         "patch: the activation-patching sweep and parity; seq2seq: "
+                         "vaswani's greedy generation against transformers' Marian)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -1005,14 +1201,18 @@ def main(argv=None) -> int:
     sizes = [16] if args.smoke else args.sizes
     tgts = targets(rows, cfg, sizes)
     print_table(rows, tgts, cfg, sizes)
-    gen_rows = {r["peer"]: r["tokens"] for r in rows.values()
-                if r["group"] == "generate" and r.get("tokens")}
-    same_tokens = {p: t == gen_rows["tfx"] for p, t in gen_rows.items() if p != "tfx"
-                   } if "tfx" in gen_rows else {}
-    for peer, same in same_tokens.items():
-        if not same:
-            print(f"note: greedy tokens of {peer} differ from tfx's "
-                  f"({gen_rows[peer][:6]}... vs {gen_rows['tfx'][:6]}...)", file=sys.stderr)
+    same = {}
+    for group in ("generate", "seq2seq"):
+        gen_rows = {r["peer"]: r["tokens"] for r in rows.values()
+                    if r["group"] == group and r.get("tokens")}
+        same[group] = {p: t == gen_rows["tfx"] for p, t in gen_rows.items() if p != "tfx"
+                       } if "tfx" in gen_rows else {}
+        for peer, equal in same[group].items():
+            if not equal:
+                print(f"note: {group}: greedy tokens of {peer} differ from tfx's "
+                      f"({gen_rows[peer][:6]}... vs {gen_rows['tfx'][:6]}...)",
+                      file=sys.stderr)
+    same_tokens = same["generate"]
     doc = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
                        "cpus": os.cpu_count(), "torch": _version("torch"),
                        "transformers": _version("transformers"),
@@ -1020,7 +1220,8 @@ def main(argv=None) -> int:
            "config": cfg.to_dict(), "rounds": args.rounds, "repeats": args.repeats,
            "threads": args.threads,
            "sizes": sizes, "wall_s": round(time.perf_counter() - started, 1),
-           "generate_same_tokens": same_tokens, "cases": rows, "targets": tgts}
+           "generate_same_tokens": same_tokens, "seq2seq_same_tokens": same["seq2seq"],
+           "cases": rows, "targets": tgts}
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=1) + "\n")

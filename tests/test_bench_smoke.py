@@ -18,7 +18,7 @@ def test_bench_smoke_writes_results(tmp_path):
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--peers", "tfx",
-         "--cases", "forward,record,generate,patch", "--out", str(out)],
+         "--cases", "forward,record,generate,patch,seq2seq", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -32,6 +32,9 @@ def test_bench_smoke_writes_results(tmp_path):
     assert patched["tfx"]["cells"] == 2 * 16 and patched["tfx"]["tok_per_s"] > 0
     generated = [row for row in cases.values() if row["group"] == "generate"]
     assert generated and len(generated[0]["tokens"]) == 4
+    s2s = {row["group"]: row for row in cases.values() if row["group"].startswith("seq2seq")}
+    assert len(s2s["seq2seq"]["tokens"]) == 4  # toy's 4 greedy tokens, timed in process
+    assert s2s["seq2seq command"]["tok_per_s"] > 0  # the whole `tfx generate -c toy`
     recorded = cases["record T=16 tfx"]["n_recorded"]
     assert recorded >= 50  # every tap of a 2-layer model, not just the logits
     assert "target" in proc.stdout and any(t["target"].startswith("forward") for t in doc["targets"])

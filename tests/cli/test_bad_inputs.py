@@ -144,6 +144,35 @@ def _llama_folder(name: str, *, rope_scaling=None, shards=0) -> Callable[[Path],
     return make
 
 
+def _seq2seq_folder(name: str, family: str, tables_differ: bool = False,
+                    **config) -> Callable[[Path], None]:
+    """A tiny HF Marian or BART folder (config.json, a word tokenizer, zero tensors); with
+    tables_differ its encoder's token table is saved apart from, and unlike, the shared
+    one."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        arch = {"marian": "MarianMTModel", "bart": "BartForConditionalGeneration",
+                "mbart": "MBartForConditionalGeneration", "t5": "T5ForConditionalGeneration"}
+        cfg = {"architectures": [arch[family]], "model_type": family, "d_model": 8,
+               "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+               "decoder_attention_heads": 2, "encoder_ffn_dim": 16, "decoder_ffn_dim": 16,
+               "vocab_size": 16, "max_position_embeddings": 16, "decoder_start_token_id": 1,
+               **config}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+        tensors = {"model.shared.weight": torch.zeros(16, 8)}
+        if tables_differ:
+            tensors["model.encoder.embed_tokens.weight"] = torch.ones(16, 8)
+        save_file(tensors, str(folder / "model.safetensors"))
+    return make
+
+
 def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
     """A GGUF file whose header names `arch` (and one tensor)."""
     def make(d: Path) -> None:
@@ -339,6 +368,39 @@ CASES = [
     Case("weights-gguf-architecture", "a GGUF of an architecture tfx does not read",
          ["next", "hi", "-w", "rwkv.gguf"], "WeightsError",
          "GGUF architecture 'rwkv6' is not supported", files=(_gguf_of("rwkv.gguf", "rwkv6"),)),
+    Case("weights-t5", "a T5 folder (a per-head relative-position bias on the scores)",
+         ["next", "hi", "-w", "t5"], "WeightsError",
+         "T5ForConditionalGeneration is not supported: it adds a learned bias per head",
+         files=(_seq2seq_folder("t5", "t5"),)),
+    Case("weights-unshared-embeddings", "a Marian folder whose stacks have their own tables",
+         ["generate", "hi", "-w", "marian"], "WeightsError",
+         "share_encoder_decoder_embeddings is false",
+         files=(_seq2seq_folder("marian", "marian", share_encoder_decoder_embeddings=False),)),
+    Case("weights-untied-seq2seq", "a BART folder with tie_word_embeddings false",
+         ["next", "hi", "-w", "bart"], "WeightsError", "tie_word_embeddings is false",
+         files=(_seq2seq_folder("bart", "bart", tie_word_embeddings=False),)),
+    Case("weights-decoder-vocab", "a Marian folder with a decoder vocabulary of its own",
+         ["attend", "hi", "-w", "marian"], "WeightsError",
+         "decoder_vocab_size 32 differs from vocab_size 16",
+         files=(_seq2seq_folder("marian", "marian", decoder_vocab_size=32),)),
+    Case("weights-seq2seq-sizes", "an encoder and a decoder with different head counts",
+         ["trace", "hi", "-w", "bart"], "WeightsError",
+         "encoder_attention_heads 2 and decoder_attention_heads 4 differ",
+         files=(_seq2seq_folder("bart", "bart", decoder_attention_heads=4),)),
+    Case("weights-legacy-switch", "a BART config asking for pre-LN (normalize_before)",
+         ["next", "hi", "-w", "bart"], "WeightsError", "normalize_before true is not BART",
+         files=(_seq2seq_folder("bart", "bart", normalize_before=True),)),
+    Case("weights-seq2seq-activation", "a BART config with an activation tfx lacks",
+         ["ffn", "hi", "-w", "bart"], "WeightsError", "activation_function 'tanh'",
+         files=(_seq2seq_folder("bart", "bart", activation_function="tanh"),)),
+    Case("weights-no-decoder-start", "an mBART config that names no decoder start token",
+         ["generate", "hi", "-w", "mbart"], "WeightsError", "decoder_start_token_id",
+         files=(_seq2seq_folder("mbart", "mbart", decoder_start_token_id=None,
+                                bos_token_id=None),)),
+    Case("weights-token-tables-differ", "a Marian checkpoint whose stacks' token tables differ",
+         ["next", "hi", "-w", "marian"], "WeightsError",
+         "model.encoder.embed_tokens.weight differs from model.shared.weight",
+         files=(_seq2seq_folder("marian", "marian", tables_differ=True),)),
     Case("weights-and-config", "--weights with --config",
          ["trace", "hi", "-w", "minilm", *TOY], "ConfigError", "drop --config"),
     Case("weights-and-size", "--weights with a size override",

@@ -207,6 +207,50 @@ def test_step_is_forward_for_one_cached_token(family, layout):
             assert torch.equal(a[:, :, :len(ids)], b[:, :, :len(ids)])
 
 
+_SEQ2SEQ = dict(vocab_size=50, context_length=32, d_model=32, n_heads=4, n_layers=2,
+                n_decoder_layers=2, qkv_bias=True, causal=False, tie_embeddings=True)
+SEQ2SEQ = {
+    "paper": ModelConfig(**_SEQ2SEQ, norm_position="post", activation="relu",
+                         positional="sinusoidal"),
+    "marian": ModelConfig(**_SEQ2SEQ, norm_position="post", activation="silu",
+                          positional="sinusoidal", sinusoidal_layout="halves",
+                          embed_scale=True, logits_bias=True, decoder_start_id=7),
+    "bart": ModelConfig(**_SEQ2SEQ, norm_position="post", activation="gelu", pos_offset=2,
+                        embed_norm=True, logits_bias=True, decoder_start_id=2),
+    "mbart": ModelConfig(**_SEQ2SEQ, norm_position="pre", activation="gelu", pos_offset=2,
+                         embed_norm=True, embed_scale=True, logits_bias=True),
+}
+
+
+@pytest.mark.parametrize("family", SEQ2SEQ)
+def test_decoder_step_is_forward_for_one_cached_target_token(family):
+    """An encoder–decoder's lean decoding step gives forward's logits, cache and
+    cross-attention memo bit for bit, from the first target token (which makes the
+    memo) on."""
+    cfg = SEQ2SEQ[family]
+    model = build_model(cfg, seed=8)
+    if cfg.logits_bias:  # a fresh bias is zeros: give it values that show
+        model.final_logits_bias.copy_(torch.randn(cfg.vocab_size))
+    assert decoding.supports(model)
+    target = [cfg.start_id, 11, 4, 29, 8, 8]
+    with torch.inference_mode():
+        memory = model.encode(IDS)
+        full = model(IDS, target=torch.tensor([target]))[0]  # (T, V)
+        caches = KVCache(cfg), KVCache(cfg)
+        for t, token in enumerate(target):
+            stepped = decoding.decoder_step(model, token, caches[0], memory)
+            forwarded = model(IDS, target=torch.tensor([[token]]), memory=memory,
+                              cache=caches[1], keep=None, head="last")[0, -1]
+            assert caches[0].length == caches[1].length == t + 1
+            assert torch.equal(stepped, forwarded), t
+            assert torch.allclose(stepped, full[t], atol=1e-5)
+    for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+        assert torch.equal(a[:, :, :len(target)], b[:, :, :len(target)])
+    for layer in range(cfg.n_decoder_layers):
+        for a, b in zip(caches[0].memory_kv[layer], caches[1].memory_kv[layer]):
+            assert torch.equal(a, b)
+
+
 def test_record_keeps_decoding_off_the_lean_path():
     model = build_model(FAMILIES["gpt"], seed=9)
     assert model.recording == 0

@@ -368,9 +368,9 @@ def make_bad(kind: str, tmp: Path, gpt2_dir, llama) -> tuple[str, str]:
             cfg_path.write_text(json.dumps(hf))
             return str(folder), "h.0.mlp.c_fc.weight (tfx blocks.0.ffn.fc1.weight) has shape"
         if kind == "unknown-architecture":
-            hf["architectures"] = ["T5ForConditionalGeneration"]
+            hf["architectures"] = ["XLNetLMHeadModel"]
             cfg_path.write_text(json.dumps(hf))
-            return str(folder), "unknown architecture T5ForConditionalGeneration"
+            return str(folder), "unknown architecture XLNetLMHeadModel"
         from safetensors.torch import load_file, save_file
 
         state = load_file(str(st))
@@ -484,3 +484,37 @@ def test_reading_a_checkpoint_config_imports_no_torch(gpt2_dir, tmp_path):
                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_seq2seq_config_reads_transformers_aliases_and_defaults():
+    """A Marian config.json may name the encoder's sizes as transformers' attribute_map
+    does (num_hidden_layers, hidden_size, num_attention_heads); keys left out take the
+    config class's defaults (Marian's decoder starts from its pad id, 58100)."""
+    from tfx_cli.core.families import seq2seq_config
+
+    cfg = seq2seq_config("marian", {"num_hidden_layers": 3, "hidden_size": 64,
+                                    "num_attention_heads": 4, "decoder_attention_heads": 4,
+                                    "decoder_layers": 2}, "config.json")
+    assert (cfg["n_layers"], cfg["d_model"], cfg["n_heads"], cfg["n_decoder_layers"],
+            cfg["d_ff"], cfg["vocab_size"], cfg["decoder_start_id"]) == \
+        (3, 64, 4, 2, 4096, 58101, 58100)
+    bart = seq2seq_config("bart", {"d_model": 64, "encoder_attention_heads": 4,
+                                   "decoder_attention_heads": 4}, "config.json")
+    assert (bart["decoder_start_id"], bart["pos_offset"], bart["embed_norm"]) == (2, 2, True)
+
+
+def test_seq2seq_head_saved_apart_must_be_the_shared_table():
+    """An lm_head saved beside the shared table (a tied head) must be that table: one of
+    another shape or other values is refused, never dropped."""
+    from types import SimpleNamespace
+
+    from tfx_cli.core.families import map_seq2seq
+    from tfx_cli.errors import WeightsError
+
+    table, cfg = torch.randn(16, 8), SimpleNamespace(vocab_size=16)
+    ok, _ = map_seq2seq("bart", {"model.shared.weight": table,
+                                 "lm_head.weight": table.clone()}, cfg)
+    assert torch.equal(ok["encoder.embed.tok_emb.weight"], table) and "lm_head.weight" not in ok
+    for head in (torch.randn(16, 8), torch.randn(20, 8)):
+        with pytest.raises(WeightsError, match="lm_head.weight differs from model.shared"):
+            map_seq2seq("bart", {"model.shared.weight": table, "lm_head.weight": head}, cfg)

@@ -7,6 +7,9 @@ parameters of a `Transformer` and calls its norms, activations and rotary helper
 tests hold `step(...)` equal to `Transformer.forward` on one cached token bit for bit
 (tests/core/test_model.py).
 
+`decoder_step` is the same for an encoder–decoder's target: masked self-attention on the
+cache, cross-attention on the encoder output's memoised keys and values, feed-forward.
+
 Two things make a decoding step cheaper on CPU:
 - `step` does forward's arithmetic on (1, C) rows with plain functional calls. A step
   spends ~200 small operations besides its matrix-vector products, and at 10-60 us each
@@ -22,14 +25,22 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import math
+
 from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope, rope_tables
 
 
 def supports(model: Transformer) -> bool:
-    """Can `step` run this model? A causal model with an output head, not recording, and
-    none of the newer families' switches (those decode through forward with the cache)."""
+    """Can `step` (or, for an encoder–decoder, `decoder_step`) run this model? A causal
+    model or an encoder–decoder, with an output head, not recording, and none of the
+    newer families' switches (those decode through forward with the cache); an
+    encoder–decoder may scale its embeddings (Marian, mBART)."""
     cfg = model.cfg
-    return cfg.causal and cfg.lm_head and not model.recording and not cfg.features()
+    if model.recording or not cfg.lm_head:
+        return False
+    if cfg.is_encoder_decoder:
+        return set(cfg.features()) <= {"encoder–decoder", "embed × √d"}
+    return cfg.causal and not cfg.features()
 
 
 def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -189,4 +200,79 @@ def step(model: Transformer, token: int, cache: KVCache) -> torch.Tensor:
     return _linear(model.lm_head, x)[0]
 
 
-__all__ = ["supports", "step", "decoding_layout", "fuse_qkv", "fused_ok", "fused_weight"]
+# -- one target token of an encoder–decoder ------------------------------------------------
+def _self_attention_step(attn: Attention, x: torch.Tensor, cache: KVCache,
+                         start: int) -> torch.Tensor:
+    """A decoder block's masked self-attention for one new position: Attention.forward's
+    operations on a (1, C) row, its scale passed as forward passes it."""
+    D = attn.head_dim
+    q, k, v = _linear(attn.W_query, x), _linear(attn.W_key, x), _linear(attn.W_value, x)
+    keys, values = cache.append(attn.layer, k.view(1, attn.n_kv_heads, 1, D),
+                                v.view(1, attn.n_kv_heads, 1, D), start)
+    context = F.scaled_dot_product_attention(
+        q.view(1, attn.n_heads, 1, D), attn.share_kv(keys), attn.share_kv(values),
+        scale=1.0 / attn.scale)
+    return _linear(attn.out_proj, context.reshape(1, -1))
+
+
+def _cross_step(attn: Attention, x: torch.Tensor, memory: torch.Tensor,
+                cache: KVCache) -> torch.Tensor:
+    """Cross-attention for one new position on the encoder output: the memory's keys
+    and values from the cache's memo (made here, as Attention._cross makes them, at the
+    first step)."""
+    memo = cache.memory_kv
+    if attn.layer not in memo:
+        memo[attn.layer] = (attn.share_kv(attn._heads(attn.W_key(memory), attn.n_kv_heads)),
+                            attn.share_kv(attn._heads(attn.W_value(memory), attn.n_kv_heads)))
+    keys, values = memo[attn.layer]
+    queries = _linear(attn.W_query, x).view(1, attn.n_heads, 1, attn.head_dim)
+    context = F.scaled_dot_product_attention(queries, keys, values, scale=1.0 / attn.scale)
+    return _linear(attn.out_proj, context.reshape(1, -1))
+
+
+def _decoder_block_step(block: Block, x: torch.Tensor, memory: torch.Tensor,
+                        cache: KVCache, start: int) -> torch.Tensor:
+    if block.post_ln:
+        x = block.ln1.fused(x + _self_attention_step(block.attn, x, cache, start))
+        x = block.ln2.fused(x + _cross_step(block.cross, x, memory, cache))
+        return block.ln3.fused(x + _ffn_step(block.ffn, x))
+    x = x + _self_attention_step(block.attn, block.ln1.fused(x), cache, start)
+    x = x + _cross_step(block.cross, block.ln2.fused(x), memory, cache)
+    return x + _ffn_step(block.ffn, block.ln3.fused(x))
+
+
+def decoder_step(model: Transformer, token: int, cache: KVCache,
+                 memory: torch.Tensor) -> torch.Tensor:
+    """Logits (V,) of an encoder–decoder's next target token after the cached ones,
+    reading the encoder output `memory` (1, S, C) with no source padding: what
+    model(source, target=tensor([[token]]), memory=memory, cache=cache, keep=None,
+    head="last")[0, -1] computes, with the same operations on (1, C) rows. Needs
+    `supports(model)`."""
+    cfg, start = model.cfg, cache.length
+    if start + 1 > cfg.context_length:
+        raise ValueError(f"{start + 1} target positions exceed the context length "
+                         f"{cfg.context_length}")
+    embed = model.decoder.embed
+    x = embed.tok_emb.weight[token]  # (C,)
+    if cfg.embed_scale:
+        x = x * math.sqrt(cfg.d_model)
+    if cfg.positional == "learned":
+        x = x + embed.pos_emb.weight[start + cfg.pos_offset]
+    elif cfg.positional == "sinusoidal":
+        x = x + embed.pe[start]
+    x = x[None]  # (1, C)
+    if embed.ln is not None:
+        x = embed.ln.fused(x)
+    for block in model.decoder.blocks:
+        x = _decoder_block_step(block, x, memory, cache, start)
+    cache.length = start + 1
+    if model.decoder.ln_f is not None:
+        x = model.decoder.ln_f.fused(x)
+    logits = _linear(model.lm_head, x)
+    if cfg.logits_bias:
+        logits = logits + model.final_logits_bias
+    return logits[0]
+
+
+__all__ = ["supports", "step", "decoder_step", "decoding_layout", "fuse_qkv", "fused_ok",
+           "fused_weight"]

@@ -220,9 +220,13 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
 def _decoder_last(model: Transformer, source: torch.Tensor, memory: torch.Tensor,
                   ids: list[int], cache: KVCache | None) -> tuple:
     """An encoder–decoder's step: the decoder on the target ids so far (only those the
-    cache lacks), reading the encoder output `memory` computed once before the loop."""
+    cache lacks), reading the encoder output `memory` computed once before the loop. One
+    new token with nothing recorded goes through decoding.decoder_step: forward's
+    arithmetic without its taps and module calls, the same numbers."""
     if cache is not None:
         new = ids[cache.length:]
+        if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
+            return decoding.decoder_step(model, new[0], cache, memory), 1, cache.length
         logits = model(source, target=torch.tensor([new]), memory=memory, cache=cache,
                        keep=None if len(new) == 1 else "auto", head="last")
         return logits[0, -1], len(new), cache.length

@@ -211,7 +211,9 @@ def read_seq(loaded: Loaded, *, target: str | None = None, stack: str | None = N
     module, prefix = model.stack(which)
     ids = None
     if target is not None:
-        ids = [cfg.start_id] + (loaded.tokenizer.encode(target) if target.strip() else [])
+        # the decoder goes on from the target: no end token after it (BART's </s>)
+        ids = [cfg.start_id] + (loaded.tokenizer.encode_prefix(target) if target.strip()
+                                else [])
         if len(ids) > cfg.context_length:
             raise InputTextError(f"the target is {len(ids)} tokens with the start token, but "
                                  f"the context length is {cfg.context_length}; shorten it")

@@ -118,6 +118,11 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         raise NotImplementedError
 
+    def encode_prefix(self, text: str) -> list[int]:
+        """The ids of a text that goes on (an encoder–decoder's target so far): encode's,
+        without the specials the tokenizer puts after a whole text (BART's </s>)."""
+        return self.encode(text)
+
     def pieces(self, ids: Iterable[int]) -> list[str]:
         raise NotImplementedError
 
@@ -580,6 +585,12 @@ class HFTokenizer(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(utf8_text(text), add_special_tokens=True).ids)
+
+    def encode_prefix(self, text: str) -> list[int]:
+        ids = self.encode(text)
+        if self._suffix and ids[-len(self._suffix):] == self._suffix:
+            ids = ids[:-len(self._suffix)]
+        return ids
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = self.check_ids(ids)

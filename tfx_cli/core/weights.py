@@ -2,7 +2,8 @@
 
 Formats
 - a HuggingFace folder (config.json + model.safetensors) of GPT-2 (GPT2LMHeadModel),
-  BERT (BertModel) or Llama (LlamaForCausalLM);
+  BERT (BertModel), Llama (LlamaForCausalLM) and the decoder families of families.py, or
+  the encoder–decoders Marian (MarianMTModel), BART and mBART;
 - a GGUF file of the llama family, dequantised to float32 with the `gguf` package;
 - a nanoGPT ckpt.pt (`model_args` + `model`), read with torch.load(weights_only=True):
   tensors and plain containers only, never code;
@@ -186,8 +187,8 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 
 
 # -- HuggingFace folders ------------------------------------------------------------
-from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, decoder_config, map_decoder,
-                       text_config)
+from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, REFUSED, SEQ2SEQ, decoder_config,
+                       map_decoder, map_seq2seq, seq2seq_config, text_config)
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -213,6 +214,10 @@ def _hf_family(ckpt: Checkpoint, hf: dict) -> str:
             return ARCHITECTURES[arch]
     if not archs and hf.get("model_type") in MODEL_TYPES:  # older or hand-written configs
         return MODEL_TYPES[hf["model_type"]]
+    for name in [*archs, hf.get("model_type")]:
+        if isinstance(name, str) and name in REFUSED:
+            raise WeightsError(f"{ckpt.path / 'config.json'}: {name} is not supported: it "
+                               f"{REFUSED[name]}")
     named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
     raise WeightsError(f"{ckpt.path / 'config.json'}: unknown architecture {named}; tfx reads "
                        f"{', '.join(ARCHITECTURES)}")
@@ -248,6 +253,12 @@ def _hf_eos(ckpt: Checkpoint, hf: dict) -> tuple[int, ...]:
 def _hf_config(ckpt: Checkpoint) -> ModelConfig:
     cfg = _hf_architecture(ckpt)
     hf = text_config(_read_json(ckpt.path / "config.json"))
+    if cfg.is_encoder_decoder:  # generate starts where generation_config.json says
+        gen = ckpt.path / "generation_config.json"
+        start = _read_json(gen).get("decoder_start_token_id") if gen.is_file() else None
+        if isinstance(start, int) and not isinstance(start, bool) and \
+                0 <= start < cfg.vocab_size:
+            cfg = replace(cfg, decoder_start_id=start)
     return replace(cfg, eos_ids=_hf_eos(ckpt, hf)) if cfg.lm_head else cfg
 
 
@@ -285,8 +296,10 @@ def _hf_architecture(ckpt: Checkpoint) -> ModelConfig:
             activation=_activation(ckpt, hf.get("hidden_act", "gelu")), positional="learned",
             causal=False, token_types=hf.get("type_vocab_size", 2), embed_norm=True,
             lm_head=False, pooler=True, tokenizer=tokenizer)
-    # the decoder families: Llama and its descendants, GPT-NeoX (core/families.py)
     where = str(ckpt.path / "config.json")
+    if family in SEQ2SEQ:  # Marian, BART, mBART (core/families.py)
+        return ModelConfig(**seq2seq_config(family, hf, where), tokenizer=tokenizer)
+    # the decoder families: Llama and its descendants, GPT-NeoX (core/families.py)
     return ModelConfig(**decoder_config(family, hf, where), causal=True, tokenizer=tokenizer)
 
 
@@ -443,6 +456,8 @@ def _map_bert(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
 def _hf_map(family: str) -> Callable:
     if family in DECODERS:
         return lambda state, cfg: map_decoder(family, state, cfg)
+    if family in SEQ2SEQ:
+        return lambda state, cfg: map_seq2seq(family, state, cfg)
     return {"gpt2": _map_gpt2, "bert": _map_bert}[family]
 
 
@@ -789,7 +804,10 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
     if ckpt.kind == "hf":
         hf = _read_json(ckpt.path / "config.json")
         state = _read_tensor_files(_weight_files(ckpt))
-        state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
+        try:
+            state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
+        except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
+            raise WeightsError(f"{ckpt.path}: {exc.message}") from None
         return state, src, False
     if ckpt.kind == "torch":
         obj = _torch_checkpoint(ckpt.path)
