@@ -14,8 +14,10 @@
 Keyword arguments are the command-line option names, with '_' for '-' (`max_new_tokens`
 for --max-new-tokens). Every function that runs a model also takes the model options:
 config, weights, seed, heads, layers, d_model, context, tokenizer, corpus,
-no_cache_weights, force, and `progress` (a context-manager factory shown while real
-weights load; the CLI passes its stderr progress bar). Bad values raise the same
+no_cache_weights, force, dtype, max_memory, device, `progress` (a context-manager
+factory shown while real weights load; the CLI passes its stderr progress bar) and
+`notice` (called with one-line notes, such as a checkpoint being streamed from disk; the
+CLI prints them on stderr). Bad values raise the same
 `tfx_cli.errors.TfxError` subclasses whose one-line messages the CLI prints.
 
 Importing this module does not import torch: the first model does.
@@ -41,15 +43,23 @@ __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "pos
            "report_html", "write_report"]
 
 
-def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
-    """The model options of a call -> (ModelSpec, progress); unknown names are a
-    TypeError naming the valid ones."""
+class _Hooks(dict):
+    """progress and notice: how a call shows its long work and its notes."""
+
+    @property
+    def progress(self):
+        return self.get("progress")
+
+
+def _spec(options: dict[str, Any]) -> tuple[ModelSpec, _Hooks]:
+    """The model options of a call -> (ModelSpec, hooks for stages.load); unknown names
+    are a TypeError naming the valid ones."""
     options = dict(options)
-    progress = options.pop("progress", None)
+    hooks = _Hooks(progress=options.pop("progress", None), notice=options.pop("notice", None))
     unknown = sorted(set(options) - set(SPEC_FIELDS))
     if unknown:
         raise TypeError(f"unknown model option(s) {', '.join(unknown)}; valid: "
-                        f"{', '.join(SPEC_FIELDS)}, progress")
+                        f"{', '.join(SPEC_FIELDS)}, progress, notice")
     for name in ("config", "weights", "tokenizer"):
         if options.get(name) is not None and not str(options[name]).strip():
             flag = "--" + name.replace("_", "-")
@@ -57,7 +67,13 @@ def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
                              "default")
     if options.get("corpus") is not None:
         options["corpus"] = Path(options["corpus"])
-    return ModelSpec(**options), progress
+    from .core.memory import check_device, check_dtype, parse_size
+
+    check_dtype(options.get("dtype", "float32"))
+    check_device(options.get("device", "cpu"))
+    if options.get("max_memory") is not None:
+        parse_size(options["max_memory"])
+    return ModelSpec(**options), hooks
 
 
 def load(**model: Any) -> "Model":
@@ -65,15 +81,15 @@ def load(**model: Any) -> "Model":
     weights with `api.load(weights="smollm2")`. Takes the model options only."""
     from .core import stages
 
-    spec, progress = _spec(model)
-    return Model(stages.load(spec, progress=progress))
+    spec, hooks = _spec(model)
+    return Model(stages.load(spec, **hooks))
 
 
 def _model(options: dict, *, blocks: int | None = None) -> "Model":
     from .core import stages
 
-    spec, progress = _spec(options)
-    return Model(stages.load(spec, blocks=blocks, progress=progress))
+    spec, hooks = _spec(options)
+    return Model(stages.load(spec, blocks=blocks, **hooks))
 
 
 def _text(text: str | None, what: str = "text") -> str:
@@ -305,12 +321,12 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
     from .core import stages
 
     _one_of_text_or_length(text, length)
-    spec, progress = _spec(model)
+    spec, hooks = _spec(model)
     cfg = spec_config(spec)
     if text is None and cfg.positional in ("sinusoidal", "rope", "none"):
         # the table follows from the config alone: no weights to build or load
         return stages.posenc(cfg, length=length, info=stages.model_info(cfg, spec))
-    return Model(stages.load(spec, blocks=0, progress=progress)).posenc(
+    return Model(stages.load(spec, blocks=0, **hooks)).posenc(
         text, length=length, truncate=truncate)
 
 
@@ -366,8 +382,8 @@ def _needs_head(model: dict, command: str) -> None:
     """Refuse a model without an output head before building or loading it."""
     from .core.generate import need_head
 
-    spec, progress = _spec(model)
-    need_head(spec_config(spec, progress=progress), command)
+    spec, hooks = _spec(model)
+    need_head(spec_config(spec, progress=hooks.progress), command)
 
 
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,

@@ -22,14 +22,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope, rope_tables
+from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope
 
 
 def supports(model: Transformer) -> bool:
     """Can `step` run this model? A causal model with an output head, not recording, and
     none of the newer families' switches (those decode through forward with the cache)."""
     cfg = model.cfg
-    return cfg.causal and cfg.lm_head and not model.recording and not cfg.features()
+    return (cfg.causal and cfg.lm_head and not model.recording and not cfg.features()
+            and not model.residency.streamed)
 
 
 def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -180,7 +181,7 @@ def step(model: Transformer, token: int, cache: KVCache) -> torch.Tensor:
         x = embed.ln.fused(x)
     angles = None
     if cfg.positional == "rope":
-        angles = rope_tables(torch.tensor([start]), cfg)
+        angles = model.rope_for(torch.tensor([start]))
     for block in model.blocks:
         x = _block_step(block, x, cache, start, angles)
     cache.length = start + 1

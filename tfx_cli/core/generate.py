@@ -208,13 +208,19 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
             logits = decoding.step(model, new[0], cache)
-            return logits, 1, cache.length
+            return _on_host(logits), 1, cache.length
         keep = None if len(new) == 1 else "auto"
         logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
-        return logits[0, -1], len(new), cache.length
+        return _on_host(logits[0, -1]), len(new), cache.length
     window = ids[window_start:]  # seed 004: idx[:, -context_size:]
     logits = model(torch.tensor([window]), head="last")
-    return logits[0, -1], len(window), len(window)
+    return _on_host(logits[0, -1]), len(window), len(window)
+
+
+def _on_host(logits: torch.Tensor) -> torch.Tensor:
+    """A logits row as sampling reads it: on the CPU (where the sampling generator
+    lives) and in float32 at least (the same tensor for a float32 model on the CPU)."""
+    return logits.to("cpu", torch.float32) if logits.dtype != torch.float64 else logits.cpu()
 
 
 # From this many new tokens on, decoding first stores the weights in the layout that
@@ -241,8 +247,9 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
     use_cache = use_cache and model.cfg.causal
     cache = None
     if use_cache:
-        cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens))
-    if use_cache and max_new_tokens >= LONG_GENERATION:
+        cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens),
+                        dtype=model.dtype, device=model.device)
+    if use_cache and max_new_tokens >= LONG_GENERATION and not model.residency.streamed:
         # normal tensors even when the caller is in inference mode: they become the
         # model's weights for good
         with torch.inference_mode(False), torch.no_grad():
@@ -446,7 +453,8 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     ids = prompt_ids(loaded, text, truncate=truncate)
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
     with torch.inference_mode():
-        logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1].double()  # (V,)
+        logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1]
+        logits = logits.to("cpu", torch.float64)  # (V,)
     entropy, top, probs = describe(logits, n_candidates)
     tempered = tempered_probs(logits, sampling.temperature)
     final, kept = filter_logits(logits, sampling)
@@ -490,17 +498,20 @@ def lens(loaded, text: str, *, truncate: bool = False) -> LensResult:
     names = ["embed.out"] + [f"blocks.{i}.resid_out" for i in range(cfg.n_layers)]
     trace = stages.run(loaded, ids, names + ["logits"], validate=False)
     top_ids, top_probs, next_probs = [], [], []
-    with torch.inference_mode():
+    # one read of the final norm and the head for every layer (a streamed model would
+    # otherwise fetch them from disk once per layer)
+    with torch.inference_mode(), model.holding("head"):
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
             normed = model.ln_f(resid) if model.ln_f is not None else resid
-            probs = torch.softmax(model.unembed(normed)[0].double(), dim=-1)  # (T, V)
+            logits = model.unembed(normed)[0].to("cpu", torch.float64)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())
             # how likely this layer finds the token that actually comes next
             next_probs.append(probs[torch.arange(len(ids) - 1), ids[1:]].tolist())
-        real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
+        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
     norm = (LENS_NORM_HELP[cfg.norm] if model.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
     return LensResult(
