@@ -91,7 +91,7 @@ def fused_weight(attn: Attention) -> torch.Tensor | None:
     return _FUSED[attn][0] if fused_ok(attn) else None
 
 
-def decoding_layout(model: Transformer) -> Transformer:
+def decoding_layout(model: Transformer, modules=None) -> Transformer:
     """Store each Linear weight with its longer axis contiguous in memory; shapes, names
     and values stay nn.Linear's (out, in).
 
@@ -103,9 +103,11 @@ def decoding_layout(model: Transformer) -> Transformer:
     (what ~30 decoding steps save), so `generate.decode` asks for this layout only for
     longer generations. Idempotent; a head tied to the embedding keeps the embedding's
     layout. Call outside inference mode, or the weights become inference tensors that a
-    later load_state_dict could not write."""
+    later load_state_dict could not write. `modules`: only these (a streamed model's part
+    as it is read), in module order; default every module of the model."""
     fused: set[nn.Module] = set()
-    for module in model.modules():  # each Attention comes before its own Linears
+    for module in modules if modules is not None else model.modules():
+        # each Attention comes before its own Linears
         if isinstance(module, Attention) and fuse_qkv(module):
             # its (in, out_q + out_k + out_v) buffer has the long axis in order already
             fused.update((module.W_query, module.W_key, module.W_value))

@@ -249,36 +249,46 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
     if use_cache:
         cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens),
                         dtype=model.dtype, device=model.device)
-    if use_cache and max_new_tokens >= LONG_GENERATION and not model.residency.streamed:
-        # normal tensors even when the caller is in inference mode: they become the
-        # model's weights for good
-        with torch.inference_mode(False), torch.no_grad():
-            decoding.decoding_layout(model)
+    if use_cache and max_new_tokens >= LONG_GENERATION:
+        if model.residency.streamed:  # each part takes the layout as it is read
+            model.residency.decoding_layout = True
+        else:
+            # normal tensors even when the caller is in inference mode: they become the
+            # model's weights for good
+            with torch.inference_mode(False), torch.no_grad():
+                decoding.decoding_layout(model)
     out = Decoded(ids=ids, cache_used=use_cache)
-    with torch.inference_mode():
-        for i in range(max_new_tokens):
-            step_trace = Trace()
-            with model.record(select, step_trace) if select else nullcontext():
-                logits, fed, context = _forward_last(model, ids, cache)
-            next_id, sample_prob = choose(logits, sampling, generator)
-            entropy, candidates, probs = describe(logits, n_candidates)
-            step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
-                        prob=float(probs[next_id]), sample_prob=sample_prob, entropy=entropy,
-                        candidates=candidates, fed=fed, context=context)
-            for name in step_trace.names():
-                # clone: recorded keys and values may be views into the cache's buffers
-                out.trace.add(f"step.{i}.{name}", step_trace.raw(name).clone(),
-                              step_trace.dims(name))
-            if keep_logits:
-                out.logits.append(logits.clone())
-            ids.append(next_id)
-            out.steps.append(step)
-            if on_step is not None:
-                on_step(step, ids)
-            reason = should_stop(ids) if should_stop is not None else None
-            if reason:
-                out.stopped = reason
-                break
+    try:
+        with torch.inference_mode():
+            for i in range(max_new_tokens):
+                step_trace = Trace()
+                if model.residency.streamed:  # what the progress of its reads says
+                    model.residency.label = f"token {i + 1} of {max_new_tokens}"
+                with model.record(select, step_trace) if select else nullcontext():
+                    logits, fed, context = _forward_last(model, ids, cache)
+                next_id, sample_prob = choose(logits, sampling, generator)
+                entropy, candidates, probs = describe(logits, n_candidates)
+                step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
+                            prob=float(probs[next_id]), sample_prob=sample_prob, entropy=entropy,
+                            candidates=candidates, fed=fed, context=context)
+                for name in step_trace.names():
+                    # clone: recorded keys and values may be views into the cache's buffers
+                    out.trace.add(f"step.{i}.{name}", step_trace.raw(name).clone(),
+                                  step_trace.dims(name))
+                if keep_logits:
+                    out.logits.append(logits.clone())
+                ids.append(next_id)
+                out.steps.append(step)
+                if on_step is not None:
+                    on_step(step, ids)
+                reason = should_stop(ids) if should_stop is not None else None
+                if reason:
+                    out.stopped = reason
+                    break
+    finally:
+        if model.residency.streamed:
+            model.residency.label = None
+            model.residency.decoding_layout = False
     return out
 
 
@@ -380,6 +390,10 @@ def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
                                 for i, p, v in step.candidates])
 
 
+GENERATE_FIX = ("raise --max-memory, ask for fewer tokens (--max-new-tokens), record fewer "
+                "tensors (--select), or give a shorter prompt")
+
+
 def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
@@ -399,6 +413,14 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if select:
         check_globs(select, loaded.model.tap_names())
     ids = prompt_ids(loaded, text, truncate=truncate)
+    stages.check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
+                     kv_len=min(loaded.cfg.context_length, len(ids) + max_new_tokens)
+                     if use_cache and loaded.cfg.causal else 0,
+                     steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
+    if loaded.model.residency.streamed and loaded.notice is not None:
+        loaded.notice(f"decoding a streamed model reads all {loaded.cfg.n_layers} blocks "
+                      "from disk again for every new token (only the KV cache stays in "
+                      "memory); the progress shows each token's reads")
     seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
@@ -452,6 +474,7 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text, truncate=truncate)
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
+    stages.check_run(loaded, len(cropped), logits_rows=1)
     with torch.inference_mode():
         logits = loaded.model(torch.tensor([cropped]), head="last")[0, -1]
         logits = logits.to("cpu", torch.float64)  # (V,)

@@ -556,6 +556,9 @@ class InMemory:
     def holding(self, *parts: str):
         return nullcontext()
 
+    def reading(self):
+        return nullcontext()  # a streamed model shows its reads as progress here
+
 
 class Block(nn.Module):
     """One transformer block: attention then feed-forward, each with its residual add.
@@ -704,6 +707,10 @@ class Transformer(nn.Module):
 
         stop_after=L runs blocks 0..L only (a command that shows layer L needs no more).
         """
+        with self.residency.reading():
+            return self._forward(ids, token_type_ids, cache, keep, stop_after, head)
+
+    def _forward(self, ids, token_type_ids, cache, keep, stop_after, head):
         B, T = ids.shape
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.context_length:

@@ -7,6 +7,7 @@ what to load (a stage that stops at layer L needs blocks 0..L only) and calls th
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
@@ -214,9 +215,49 @@ def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
     select = list(select)
     if validate:
         check_globs(select, loaded.model.tap_names())
+    head = kw.get("head", "all")
+    check_run(loaded, len(ids), select, logits_rows=0 if stop_after is not None or
+              head == "none" else 1 if head == "last" else len(ids))
     with loaded.model.record(select) as trace, torch.inference_mode():
         loaded.model(torch.tensor([ids]), keep=keep, stop_after=stop_after, **kw)
     return trace
+
+
+RUN_FIX = "raise --max-memory, record fewer tensors (--select), or give a shorter text"
+
+
+def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int = 0,
+              steps: int = 1, logits_rows: int | None = None, fix: str = RUN_FIX) -> None:
+    """Refuse, before anything is allocated, a run its budget cannot hold: the weights
+    held at once (the whole model, or a streamed model's largest part), the KV cache,
+    the tensors recorded (`steps` times, as float32, what the output holds) and one
+    block's working space (activations, the T x S scores, the logits rows)."""
+    budget = loaded.budget
+    if budget is None or not budget.known or budget.force:
+        return
+    from .params import estimate_bytes
+    from .trace import compile_globs
+
+    cfg, model = loaded.cfg, loaded.model
+    size = DTYPES[loaded.spec.dtype]
+    streamed = model.residency.streamed
+    weights = model.residency.largest[1] if streamed else estimate_bytes(cfg) // 4 * size
+    S = max(T, kv_len)
+    dims = {"T": T, "S": S, "C": cfg.d_model, "H": cfg.n_heads, "D": cfg.head_dim,
+            "F": cfg.d_ff, "V": cfg.vocab_size, "A": cfg.attn_dim}
+    chosen = compile_globs(list(select))
+    recorded = steps * sum(4 * math.prod(dims.get(d, 1) for d in tap.dims)
+                           for name, tap in model.taps.items() if chosen.match(name))
+    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * kv_len * size
+    rows = T if logits_rows is None else logits_rows
+    work = (size * T * (6 * cfg.d_model + 3 * cfg.attn_dim + 3 * cfg.d_ff)
+            + 4 * 2 * cfg.n_heads * T * S + (size + 8) * rows * cfg.vocab_size)
+    need = weights + kv + recorded + work
+    if not budget.fits(need):
+        held = "the largest part of the weights" if streamed else "the weights"
+        raise budget.refuse(f"this run ({counted(T, 'token')})", need,
+                            {held: weights, "the KV cache": kv, "recorded tensors": recorded,
+                             "working space": work}, fix)
 
 
 # -- trace ----------------------------------------------------------------------------

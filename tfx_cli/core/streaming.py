@@ -50,6 +50,10 @@ class Streamed:
         self.reads = 0  # parts read so far
         self.progress = progress
         self.label: str | None = None  # what the reads are for ("token 3 of 20")
+        # a long generation stores the weights as decoding reads them fastest
+        # (decoding.decoding_layout), in memory once, here each part as it is read, so
+        # the two decode with the same layout and so the same numbers
+        self.decoding_layout = False
         self._update = None
 
     # -- sizes ----------------------------------------------------------------------------
@@ -88,6 +92,12 @@ class Streamed:
         for name, tensor in tensors.items():
             module, attr, _ = self.slots[name]
             setattr(module, attr, nn.Parameter(tensor, requires_grad=False))
+        if self.decoding_layout:
+            from .decoding import decoding_layout
+
+            root = self.model.get_submodule(part) if part != "head" else \
+                getattr(self.model, "lm_head", nn.Identity())
+            decoding_layout(self.model, list(root.modules()))
         self.held.add(part)
         self.reads += 1
 
