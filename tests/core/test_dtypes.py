@@ -104,3 +104,21 @@ def test_generate_in_half_precision_uses_a_cache_of_that_dtype(dtype):
                          max_new_tokens=6, no_cache=True)
     assert cached.ids == fresh.ids
     stages._CACHE.clear()
+
+
+def test_bfloat16_head_reads_a_fresh_row():
+    """The last position's row reaches the head as a tensor of its own: a view whose
+    batch stride is the whole text's makes torch's bfloat16 matmul copy the head's
+    whole weight first (seconds and hundreds of MB on a large vocabulary)."""
+    stages._CACHE.clear()
+    model = api.load(config="gpt2", layers=1, dtype="bfloat16").module
+    seen = []
+    hook = model.lm_head.register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([[1, 2, 3, 4, 5]]), head="last")
+    finally:
+        hook.remove()
+    [row] = seen
+    assert row.shape == (1, 1, 768) and row.stride() == (768, 768, 1)
+    stages._CACHE.clear()

@@ -34,7 +34,7 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
                       "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
                       "BOOL": torch.bool}
 _NAMES = {v: k for k, v in SAFETENSORS_DTYPES.items()}
-CHUNK = 16 << 20  # bytes converted at a time when a tensor is read into another dtype
+CHUNK = 8 << 20  # bytes converted at a time when a tensor is read into another dtype
 
 
 class TensorSource:
@@ -65,6 +65,7 @@ class SafetensorsFiles(TensorSource):
     def __init__(self, files: list[Path]):
         self.path = files[0].parent if len(files) > 1 else files[0]
         self.table: dict[str, tuple[Path, int, tuple[int, ...], torch.dtype]] = {}
+        self._scratch: torch.Tensor | None = None  # reused by every conversion
         for file in files:
             self._read_header(file)
 
@@ -114,13 +115,20 @@ class SafetensorsFiles(TensorSource):
             if out.dtype == dtype:
                 _read_exactly(fh, start, flat.view(torch.uint8), file)
                 return
+            # one buffer of CHUNK bytes for every tensor: many temporaries of a
+            # tensor's size each would leave the heap in holes as large as they were
+            if self._scratch is None:
+                self._scratch = torch.empty(CHUNK, dtype=torch.uint8)
             size = torch.empty((), dtype=dtype).element_size()
-            step = max(1, CHUNK // size)
-            scratch = torch.empty(min(step, flat.numel()), dtype=dtype)
+            step = CHUNK // size
+            scratch = self._scratch.view(dtype)
             for first in range(0, flat.numel(), step):
                 part = scratch[:min(step, flat.numel() - first)]
                 _read_exactly(fh, start + first * size, part.view(torch.uint8), file)
                 flat[first:first + part.numel()].copy_(part)
+
+    def release(self) -> None:
+        self._scratch = None
 
 
 def _read_exactly(fh, offset: int, buffer: torch.Tensor, file: Path) -> None:
