@@ -353,6 +353,7 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
                                  "and no model is built")
         return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
                              show=show)
+    _check_layer(model, layer)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate)
@@ -363,12 +364,15 @@ def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool =
     """One norm: per-token mean and variance, the normalised rows, γ, β and the output."""
     from .core.stages import layernorm_blocks
 
+    if which in ("ln1", "ln2"):
+        _check_layer(model, layer)
     return _model(model, blocks=layernorm_blocks(which, layer)).layernorm(
         text, layer=layer, which=which, truncate=truncate)
 
 
 def ffn(text: str, *, layer: int = 0, truncate: bool = False, **model: Any) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation, activation and output."""
+    _check_layer(model, layer)
     return _model(model, blocks=max(layer, 0) + 1).ffn(text, layer=layer, truncate=truncate)
 
 
@@ -376,6 +380,15 @@ def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = Fa
           **model: Any) -> TraceResult:
     """The whole forward pass, recording the trace names `select` picks (globs)."""
     return _model(model).trace(text, select=select, truncate=truncate)
+
+
+def _check_layer(model: dict, layer: int) -> None:
+    """A --layer past the model is refused from its config (a checkpoint's header),
+    before any weights are read: a 27 GB checkpoint answers at once."""
+    from .core.stages import check_range
+
+    spec, hooks = _spec(model)
+    check_range("layer", layer, spec_config(spec, progress=hooks.progress).n_layers, "--layer")
 
 
 def _needs_head(model: dict, command: str) -> None:

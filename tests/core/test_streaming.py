@@ -265,3 +265,22 @@ def test_streamed_model_is_on_the_meta_device_between_runs(gpt2):
         assert block.attn.W_query.weight.dtype == torch.float32
     assert model.module.blocks[2].attn.W_query.weight.is_meta
     stages._CACHE.clear()
+
+
+@pytest.mark.parametrize("call", [
+    lambda w: api.attend(TEXT, layer=4, weights=w),
+    lambda w: api.ffn(TEXT, layer=-1, weights=w),
+    lambda w: api.layernorm(TEXT, layer=9, which="ln2", weights=w)])
+def test_a_layer_past_the_model_is_refused_before_reading_weights(gpt2, monkeypatch, call):
+    """The range comes from the checkpoint's header: a model larger than memory answers
+    --layer 40 at once."""
+    from tfx_cli.core import weights
+    from tfx_cli.errors import RangeError
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("weights were read")
+
+    monkeypatch.setattr(weights, "load_weights", no_reading)
+    stages._CACHE.clear()
+    with pytest.raises(RangeError, match="this model has 4 layers"):
+        call(str(gpt2[0]))
