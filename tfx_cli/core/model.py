@@ -96,17 +96,17 @@ class Norm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = getattr(self, "in")(x)
-        wide = x.float()  # x itself in float32 models; a float32 copy in half precision
         if not self.normed.on:
             # the normalised rows are not asked for: one fused kernel instead of six passes
             # over x. Statistics asked for are computed from x when the trace reads them,
             # with the same operations as below, so the output stays the fused one.
             if self.kind == "rmsnorm":
-                self.var.lazy(lambda: wide.pow(2).mean(dim=-1), x.shape[:-1])
+                self.var.lazy(lambda: x.float().pow(2).mean(dim=-1), x.shape[:-1])
             else:
-                self.mean.lazy(lambda: wide.mean(dim=-1), x.shape[:-1])
-                self.var.lazy(lambda: wide.var(dim=-1, unbiased=False), x.shape[:-1])
+                self.mean.lazy(lambda: x.float().mean(dim=-1), x.shape[:-1])
+                self.var.lazy(lambda: x.float().var(dim=-1, unbiased=False), x.shape[:-1])
             return self.out(self.fused(x))
+        wide = x.float()  # x itself in float32 models; a float32 copy in half precision
         if self.kind == "rmsnorm":
             mean_square = wide.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square

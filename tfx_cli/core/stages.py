@@ -632,7 +632,7 @@ def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False) ->
     return FFNResult(model=loaded.info, input=input_info(loaded, text, ids), tensors=tr,
                      layer=layer, activation=cfg.activation, d_model=cfg.d_model,
                      d_ff=cfg.d_ff, source=source, formula=FFN_FORMULAS[cfg.activation],
-                     fraction_positive=float((act > 0).double().mean()))
+                     fraction_positive=int((act > 0).sum()) / act.numel())
 
 
 # -- report ---------------------------------------------------------------------------

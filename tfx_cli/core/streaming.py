@@ -22,7 +22,6 @@ from contextlib import ExitStack, contextmanager
 import torch
 import torch.nn as nn
 
-from .memory import format_size, option_size
 from .weights import Plan, part_of
 
 # A checkpoint is loaded whole when its weights take at most this share of the budget;
@@ -146,10 +145,4 @@ def stream(plan: Plan, dtype: torch.dtype, device, budget, progress=None):
     return model
 
 
-def part_words(part: str) -> str:
-    return {"embed": "the embedding", "head": "the output head"}.get(
-        part, f"block {part.split('.')[-1]}")
-
-
-__all__ = ["Streamed", "stream", "IN_MEMORY_SHARE", "part_words", "format_size",
-           "option_size"]
+__all__ = ["Streamed", "stream", "IN_MEMORY_SHARE"]
