@@ -2,12 +2,13 @@
 tensor read when it is wanted, so a model need never be in memory all at once.
 
 - safetensors (HF folders, their shards, tfx's cache of dequantised GGUFs): the header
-  says every tensor's dtype, shape and byte range; a tensor is read with positioned reads
-  straight into the tensor that keeps it. (Memory-mapping would leave the mapped pages
-  resident beside the copy until the map is closed; a read into the destination holds
-  one copy. The page cache the reads go through is the kernel's, not the process's, and
-  is given back under pressure.) A tensor wanted in another dtype is converted a few MB
-  at a time, so bfloat16 weights never hold a whole float32 copy.
+  says every tensor's dtype, shape and byte range. A tensor used as stored (its dtype,
+  on the CPU) is a view of a private memory map of the file: no copy, its pages read
+  when first touched, and gone from the process with the last tensor that points into
+  them. A tensor to be converted is read instead, with positioned reads into memory of
+  its own, a few MB at a time when it goes straight into another dtype: a mapped page
+  would stay resident until the map closed, beside its converted copy, so bfloat16
+  weights would have held the float32 ones as well.
 - torch zip files (pytorch_model.bin shards, nanoGPT ckpt.pt): torch.load with
   mmap=True and weights_only=True; release() drops the mapping (it is opened again for
   the next read), so the pages read do not stay resident. Older non-zip files cannot be
@@ -18,6 +19,8 @@ tensor read when it is wanted, so a model need never be in memory all at once.
 from __future__ import annotations
 
 import json
+import math
+import mmap
 import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +57,8 @@ class TensorSource:
         """Fill `out` (the key's shape, contiguous, any float dtype) with the tensor."""
         out.copy_(self.read([key])[key])
 
+    view = None  # or view(key): the tensor without a copy, where the format allows
+
     def release(self) -> None:
         """Let go of what reading left mapped, so its pages leave the process."""
 
@@ -66,6 +71,7 @@ class SafetensorsFiles(TensorSource):
         self.path = files[0].parent if len(files) > 1 else files[0]
         self.table: dict[str, tuple[Path, int, tuple[int, ...], torch.dtype]] = {}
         self._scratch: torch.Tensor | None = None  # reused by every conversion
+        self._maps: dict[Path, mmap.mmap] = {}  # open until release()
         for file in files:
             self._read_header(file)
 
@@ -108,6 +114,18 @@ class SafetensorsFiles(TensorSource):
             self.read_into(key, out[key])
         return out
 
+    def view(self, key: str) -> torch.Tensor:
+        """The tensor as a view of the file's private (copy-on-write) mapping."""
+        file, start, shape, dtype = self.table[key]
+        count = math.prod(shape)
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        if file not in self._maps:
+            with open(file, "rb") as fh:
+                self._maps[file] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        return torch.frombuffer(self._maps[file], dtype=dtype, count=count,
+                                offset=start).view(shape)
+
     def read_into(self, key: str, out: torch.Tensor) -> None:
         file, start, shape, dtype = self.table[key]
         flat = out.view(-1)
@@ -128,7 +146,10 @@ class SafetensorsFiles(TensorSource):
                 flat[first:first + part.numel()].copy_(part)
 
     def release(self) -> None:
+        """Drop the scratch buffer and this object's hold on the mappings: each closes
+        when the last tensor viewing it is gone."""
         self._scratch = None
+        self._maps = {}
 
 
 def _read_exactly(fh, offset: int, buffer: torch.Tensor, file: Path) -> None:

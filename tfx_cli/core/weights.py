@@ -730,17 +730,21 @@ class Plan:
     and the architecture's checks, and what comes out names, for every tfx parameter,
     the checkpoint tensor it is cut from. `tensors(names)` then reads just those.
 
-    A parameter that is a checkpoint tensor as it is (no split, transpose or shift) is
-    read straight into a tensor of the run's dtype; the others are read in the file's
-    dtype, mapped, then converted, so a model in memory and a streamed one get the same
-    values in the same memory layout."""
+    A tensor used as stored (the file's dtype, on the CPU) is a view of the file's
+    memory map where the format has one (safetensors). A parameter that is a checkpoint
+    tensor as it is (no split, transpose or shift) but in another dtype is read straight
+    into a tensor of that dtype; the others are read in the file's dtype, mapped, then
+    converted. A model in memory and a streamed one go the same way, so they hold the
+    same values in the same memory layout."""
 
     def __init__(self, ckpt: Checkpoint, cfg: ModelConfig, source, mapper: Callable):
         import torch
 
         self.ckpt, self.cfg, self.source, self.mapper = ckpt, cfg, source, mapper
+        shapes = source.shapes()
+        self.file_dtype = {k: dtype for k, (_, dtype) in shapes.items()}
         meta = {k: torch.empty(shape, dtype=dtype, device="meta")
-                for k, (shape, dtype) in source.shapes().items()}
+                for k, (shape, dtype) in shapes.items()}
         out, src = mapper(meta, cfg)
         out = check_tensors(ckpt, cfg, out, src)
         self.shapes = {n: tuple(t.shape) for n, t in out.items()}
@@ -784,16 +788,26 @@ class Plan:
         made = any(self.keys[n] is None for n in want)
         direct = [n for n in want if n in self.direct and sink is None and not made]
         cut = [n for n in want if n not in direct]
+
+        def as_stored(key: str) -> bool:  # used in the file's dtype, on the CPU: a view
+            return self.source.view is not None and self.file_dtype[key] == dtype and \
+                torch.device(device).type == "cpu"
+
         out = {}
         keys = sorted({self.keys[n] for n in cut if self.keys[n]})
         if cut:
-            mapped, _ = self.mapper(self.source.read(keys) if keys else {}, self.cfg)
+            read = self.source.read([k for k in keys if not as_stored(k)])
+            read.update({k: self.source.view(k) for k in keys if as_stored(k)})
+            mapped, _ = self.mapper(read, self.cfg)
             for n in cut:
                 if sink is not None:
                     sink(n, mapped[n])
                 out[n] = mapped[n].to(device=device, dtype=dtype)
-            del mapped
+            del mapped, read
         for n in direct:
+            if as_stored(self.keys[n]):
+                out[n] = self.source.view(self.keys[n])
+                continue
             out[n] = torch.empty(self.shapes[n], dtype=dtype)
             self.source.read_into(self.keys[n], out[n])
             out[n] = out[n].to(device)
