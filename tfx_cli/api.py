@@ -19,8 +19,10 @@
 Keyword arguments are the command-line option names, with '_' for '-' (`max_new_tokens`
 for --max-new-tokens). Every function that runs a model also takes the model options:
 config, weights, seed, heads, layers, d_model, context, tokenizer, corpus,
-no_cache_weights, force, and `progress` (a context-manager factory shown while real
-weights load; the CLI passes its stderr progress bar). Bad values raise the same
+no_cache_weights, force, dtype, max_memory, device, `progress` (a context-manager
+factory shown while real weights load; the CLI passes its stderr progress bar) and
+`notice` (called with one-line notes, such as a checkpoint being streamed from disk; the
+CLI prints them on stderr). Bad values raise the same
 `tfx_cli.errors.TfxError` subclasses whose one-line messages the CLI prints.
 
 Importing this module does not import torch: the first model does.
@@ -47,15 +49,23 @@ __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "pos
            "report_html", "write_report", "patch", "attribute", "train", "model_config"]
 
 
-def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
-    """The model options of a call -> (ModelSpec, progress); unknown names are a
-    TypeError naming the valid ones."""
+class _Hooks(dict):
+    """progress and notice: how a call shows its long work and its notes."""
+
+    @property
+    def progress(self):
+        return self.get("progress")
+
+
+def _spec(options: dict[str, Any]) -> tuple[ModelSpec, _Hooks]:
+    """The model options of a call -> (ModelSpec, hooks for stages.load); unknown names
+    are a TypeError naming the valid ones."""
     options = dict(options)
-    progress = options.pop("progress", None)
+    hooks = _Hooks(progress=options.pop("progress", None), notice=options.pop("notice", None))
     unknown = sorted(set(options) - set(SPEC_FIELDS))
     if unknown:
         raise TypeError(f"unknown model option(s) {', '.join(unknown)}; valid: "
-                        f"{', '.join(SPEC_FIELDS)}, progress")
+                        f"{', '.join(SPEC_FIELDS)}, progress, notice")
     for name in ("config", "weights", "tokenizer"):
         if options.get(name) is not None and not str(options[name]).strip():
             flag = "--" + name.replace("_", "-")
@@ -63,7 +73,13 @@ def _spec(options: dict[str, Any]) -> tuple[ModelSpec, Any]:
                              "default")
     if options.get("corpus") is not None:
         options["corpus"] = Path(options["corpus"])
-    return ModelSpec(**options), progress
+    from .core.memory import check_device, check_dtype, parse_size
+
+    check_dtype(options.get("dtype", "float32"))
+    check_device(options.get("device", "cpu"))
+    if options.get("max_memory") is not None:
+        parse_size(options["max_memory"])
+    return ModelSpec(**options), hooks
 
 
 def load(**model: Any) -> "Model":
@@ -71,15 +87,15 @@ def load(**model: Any) -> "Model":
     weights with `api.load(weights="smollm2")`. Takes the model options only."""
     from .core import stages
 
-    spec, progress = _spec(model)
-    return Model(stages.load(spec, progress=progress))
+    spec, hooks = _spec(model)
+    return Model(stages.load(spec, **hooks))
 
 
 def _model(options: dict, *, blocks: int | None = None) -> "Model":
     from .core import stages
 
-    spec, progress = _spec(options)
-    return Model(stages.load(spec, blocks=blocks, progress=progress))
+    spec, hooks = _spec(options)
+    return Model(stages.load(spec, blocks=blocks, **hooks))
 
 
 def _text(text: str | None, what: str = "text") -> str:
@@ -412,7 +428,7 @@ def train(*, output: str | Path, pairs: str | Path | None = None,
     from the data (word or char tokenizer)."""
     from .core import train as training
 
-    spec, progress = _spec(model)
+    spec, hooks = _spec(model)
     if spec.weights:
         raise UsageError("tfx train starts from random weights; drop --weights and name the "
                          "architecture with --config")
@@ -426,7 +442,7 @@ def train(*, output: str | Path, pairs: str | Path | None = None,
     data = training.read_pairs(Path(pairs)) if pairs is not None else \
         training.read_text_file(Path(text))
     return training.run(cfg, data, Path(output), steps=steps, lr=lr, seed=spec.seed,
-                        tokenizer=spec.tokenizer, force=force, progress=progress)
+                        tokenizer=spec.tokenizer, force=force, progress=hooks.progress)
 
 
 # -- stage commands ------------------------------------------------------------------
@@ -443,12 +459,12 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
     from .core import stages
 
     _one_of_text_or_length(text, length)
-    spec, progress = _spec(model)
+    spec, hooks = _spec(model)
     cfg = spec_config(spec)
     if text is None and cfg.positional in ("sinusoidal", "rope", "none"):
         # the table follows from the config alone: no weights to build or load
         return stages.posenc(cfg, length=length, info=stages.model_info(cfg, spec))
-    return Model(stages.load(spec, blocks=0, progress=progress)).posenc(
+    return Model(stages.load(spec, blocks=0, **hooks)).posenc(
         text, length=length, truncate=truncate)
 
 
@@ -481,6 +497,7 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
                              show=show)
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_layer(model, layer, target=target, stack=stack)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate, ablate=ablate,
@@ -493,6 +510,8 @@ def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool =
     """One norm: per-token mean and variance, the normalised rows, γ, β and the output."""
     from .core.stages import layernorm_blocks
 
+    if which in ("ln1", "ln2", "ln3"):
+        _check_layer(model, layer, target=target, stack=stack)
     return _model(model, blocks=layernorm_blocks(which, layer)).layernorm(
         text, layer=layer, which=which, truncate=truncate, target=target, stack=stack)
 
@@ -500,6 +519,7 @@ def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool =
 def ffn(text: str, *, layer: int = 0, truncate: bool = False, target: str | None = None,
         stack: str | None = None, **model: Any) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation, activation and output."""
+    _check_layer(model, layer, target=target, stack=stack)
     return _model(model, blocks=max(layer, 0) + 1).ffn(text, layer=layer, truncate=truncate,
                                                        target=target, stack=stack)
 
@@ -520,16 +540,30 @@ def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = Fa
 def model_config(**model: Any):
     """The ModelConfig the model options name (a preset with overrides, or a checkpoint's
     architecture read from its header): no weights are built or loaded."""
-    spec, progress = _spec(model)
-    return spec_config(spec, progress=progress)
+    spec, hooks = _spec(model)
+    return spec_config(spec, progress=hooks.progress)
+
+
+def _check_layer(model: dict, layer: int, *, target: str | None = None,
+                 stack: str | None = None) -> None:
+    """A --layer past the model is refused from its config (a checkpoint's header),
+    before any weights are read: a 27 GB checkpoint answers at once. An encoder–decoder
+    counts the layers of the stack shown (the decoder's with --target)."""
+    from .core.stages import check_range
+
+    spec, hooks = _spec(model)
+    cfg = spec_config(spec, progress=hooks.progress)
+    decoder = cfg.is_encoder_decoder and (stack == "decoder" or
+                                          (stack is None and target is not None))
+    check_range("layer", layer, cfg.n_decoder_layers if decoder else cfg.n_layers, "--layer")
 
 
 def _needs_head(model: dict, command: str) -> None:
     """Refuse a model without an output head before building or loading it."""
     from .core.generate import need_head
 
-    spec, progress = _spec(model)
-    need_head(spec_config(spec, progress=progress), command)
+    spec, hooks = _spec(model)
+    need_head(spec_config(spec, progress=hooks.progress), command)
 
 
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,

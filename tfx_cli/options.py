@@ -134,13 +134,27 @@ NoCacheWeightsOpt = Annotated[bool, typer.Option(
     "--no-cache-weights", help="Do not read or write the dequantised-weights cache.",
     rich_help_panel="Model")]
 
+DtypeOpt = Annotated[str, typer.Option(
+    "--dtype", help="float32, bfloat16 or float16: the weights and activations in that "
+    "precision (norms and softmax accumulate in float32).", rich_help_panel="Model")]
+MaxMemoryOpt = Annotated[Optional[str], typer.Option(
+    "--max-memory", metavar="SIZE", help="What the run may hold (300MB, 2GB, 1.5GiB): "
+    "weights, KV cache, recorded tensors. A checkpoint that does not fit is streamed from "
+    "disk one block at a time. Default: the free memory, less a margin.",
+    show_default=False, rich_help_panel="Model")]
+DeviceOpt = Annotated[str, typer.Option(
+    "--device", help="cpu, cuda (or cuda:N) or mps: where the model runs.",
+    rich_help_panel="Model")]
+
 _MODEL_OPTIONS = {"config": ConfigOpt, "weights": WeightsOpt, "seed": SeedOpt,
                   "heads": HeadsOpt, "layers": LayersOpt, "d_model": DModelOpt,
                   "context": ContextOpt, "tokenizer": TokenizerOpt, "corpus": CorpusOpt,
-                  "encoding": EncodingOpt, "no_cache_weights": NoCacheWeightsOpt}
+                  "encoding": EncodingOpt, "no_cache_weights": NoCacheWeightsOpt,
+                  "dtype": DtypeOpt, "max_memory": MaxMemoryOpt, "device": DeviceOpt}
 _DEFAULTS = {"config": None, "weights": None, "seed": 123, "heads": None, "layers": None,
              "d_model": None, "context": None, "tokenizer": None, "corpus": None,
-             "encoding": "utf-8", "no_cache_weights": False}
+             "encoding": "utf-8", "no_cache_weights": False, "dtype": "float32",
+             "max_memory": None, "device": "cpu"}
 
 
 def model_command(fn):
@@ -167,12 +181,13 @@ def model_command(fn):
 
     @functools.wraps(fn)
     def wrapper(**kwargs):
-        from .render.emit import progress
+        from .render.emit import info, progress
 
         model = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
         encoding = model.pop("encoding")
         model["force"] = kwargs["force"] if own_force else kwargs.pop("force")
         model["progress"] = progress  # loading real weights can take seconds
+        model["notice"] = info  # e.g. that a checkpoint is streamed from disk
         return fn(model=model, encoding=encoding, **kwargs)
 
     del wrapper.__wrapped__  # Typer must see the new signature, not fn's

@@ -204,6 +204,34 @@ def _gpt2_wrong_shape(d: Path) -> None:
               str(folder / "model.safetensors"))
 
 
+def _llama_zeros(d: Path) -> None:
+    """A whole two-layer HF Llama folder of zeros whose blocks (263 kB each in float32)
+    outweigh its embedding and head (4 kB each), with a word tokenizer that knows 'hi'."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = d / "llama-zeros"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "vocab_size": 16, "max_position_embeddings": 16}))
+    _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+    tensors = {"model.embed_tokens.weight": torch.zeros(16, 64),
+               "model.norm.weight": torch.zeros(64), "lm_head.weight": torch.zeros(16, 64)}
+    for i in range(2):
+        layer = f"model.layers.{i}."
+        for name, shape in (("self_attn.q_proj", (64, 64)), ("self_attn.k_proj", (64, 64)),
+                            ("self_attn.v_proj", (64, 64)), ("self_attn.o_proj", (64, 64)),
+                            ("mlp.gate_proj", (256, 64)), ("mlp.up_proj", (256, 64)),
+                            ("mlp.down_proj", (64, 256)), ("input_layernorm", (64,)),
+                            ("post_attention_layernorm", (64,))):
+            tensors[f"{layer}{name}.weight"] = torch.zeros(shape)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
 # -- the cases ------------------------------------------------------------------------
 @dataclass
 class Case:
@@ -401,6 +429,24 @@ CASES = [
          ["next", "hi", "-w", "marian"], "WeightsError",
          "model.encoder.embed_tokens.weight differs from model.shared.weight",
          files=(_seq2seq_folder("marian", "marian", tables_differ=True),)),
+    # precision, device, memory
+    Case("dtype-unknown", "--dtype not in the list", ["attend", "hi", *TOY, "--dtype",
+         "float64"], "UsageError", "choose float32 (the default), bfloat16 or float16"),
+    Case("device-unknown", "--device tfx does not know", ["attend", "hi", *TOY, "--device",
+         "tpu"], "UsageError", "is not a device tfx knows"),
+    Case("device-no-cuda", "--device cuda where torch has no CUDA", ["attend", "hi", *TOY,
+         "--device", "cuda"], "UsageError", "run on the CPU (--device cpu"),
+    Case("max-memory-not-a-size", "--max-memory that is not a size",
+         ["next", "hi", *TOY, "--max-memory", "lots"], "UsageError", "is not a size"),
+    Case("max-memory-one-block", "--max-memory that cannot hold one block of a checkpoint",
+         ["next", "hi", "-w", "llama-zeros", "--max-memory", "100kB"], "ResourceError",
+         "each block needs 263 kB in float32", files=(_llama_zeros,)),
+    Case("max-memory-run", "--max-memory that holds a block but not the run (every tensor "
+         "recorded)", ["trace", "hi", "-w", "llama-zeros", "--max-memory", "265kB"],
+         "ResourceError", "recorded tensors", files=(_llama_zeros,)),
+    Case("max-memory-random", "--max-memory below random weights (made in memory, never "
+         "streamed)", ["attend", "hi", "--max-memory", "100MB"], "ResourceError",
+         "random weights are made in memory"),
     Case("weights-and-config", "--weights with --config",
          ["trace", "hi", "-w", "minilm", *TOY], "ConfigError", "drop --config"),
     Case("weights-and-size", "--weights with a size override",

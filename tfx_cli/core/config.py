@@ -492,6 +492,9 @@ class ModelSpec:
     corpus: Path | None = None
     no_cache_weights: bool = False
     force: bool = False  # build even when the weights may not fit in memory
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (core/memory.DTYPES)
+    max_memory: str | None = None  # "300MB": what a run may hold; None: the free memory
+    device: str = "cpu"  # cpu | cuda | cuda:N | mps
 
     @property
     def overrides(self) -> dict:

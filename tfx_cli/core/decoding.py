@@ -19,15 +19,14 @@ Two things make a decoding step cheaper on CPU:
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import math
-
-from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope, rope_tables
+from .model import Attention, Block, FeedForward, KVCache, Transformer, apply_rope
 
 
 def supports(model: Transformer) -> bool:
@@ -36,7 +35,7 @@ def supports(model: Transformer) -> bool:
     newer families' switches (those decode through forward with the cache); an
     encoder–decoder may scale its embeddings (Marian, mBART)."""
     cfg = model.cfg
-    if model.recording or not cfg.lm_head:
+    if model.recording or not cfg.lm_head or model.residency.streamed:
         return False
     if cfg.is_encoder_decoder:
         return set(cfg.features()) <= {"encoder–decoder", "embed × √d"}
@@ -101,7 +100,7 @@ def fused_weight(attn: Attention) -> torch.Tensor | None:
     return _FUSED[attn][0] if fused_ok(attn) else None
 
 
-def decoding_layout(model: Transformer) -> Transformer:
+def decoding_layout(model: Transformer, modules=None) -> Transformer:
     """Store each Linear weight with its longer axis contiguous in memory; shapes, names
     and values stay nn.Linear's (out, in).
 
@@ -113,9 +112,11 @@ def decoding_layout(model: Transformer) -> Transformer:
     (what ~30 decoding steps save), so `generate.decode` asks for this layout only for
     longer generations. Idempotent; a head tied to the embedding keeps the embedding's
     layout. Call outside inference mode, or the weights become inference tensors that a
-    later load_state_dict could not write."""
+    later load_state_dict could not write. `modules`: only these (a streamed model's part
+    as it is read), in module order; default every module of the model."""
     fused: set[nn.Module] = set()
-    for module in model.modules():  # each Attention comes before its own Linears
+    for module in modules if modules is not None else model.modules():
+        # each Attention comes before its own Linears
         if isinstance(module, Attention) and fuse_qkv(module):
             # its (in, out_q + out_k + out_v) buffer has the long axis in order already
             fused.update((module.W_query, module.W_key, module.W_value))
@@ -191,7 +192,7 @@ def step(model: Transformer, token: int, cache: KVCache) -> torch.Tensor:
         x = embed.ln.fused(x)
     angles = None
     if cfg.positional == "rope":
-        angles = rope_tables(torch.tensor([start]), cfg)
+        angles = model.rope_for(torch.tensor([start]))
     for block in model.blocks:
         x = _block_step(block, x, cache, start, angles)
     cache.length = start + 1

@@ -448,6 +448,23 @@ _S2S_NORMS = {"encoder": {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln
 _LN_LEAF = {"weight": "scale", "bias": "shift"}
 
 
+def check_tables(tables: dict) -> None:
+    """The token tables an encoder–decoder checkpoint saved (name -> tensor, in
+    TOKEN_TABLES order) are one table: tfx's encoder–decoder reads one in both stacks and
+    the head. Tensors without data (meta: shapes being planned) are compared by shape;
+    the loader compares their values once it has read them."""
+    import torch
+
+    names = list(tables)
+    first = names[0]
+    for other in names[1:]:
+        a, b = tables[first], tables[other]
+        if a.shape != b.shape or not (a.is_meta or b.is_meta or torch.equal(a, b)):
+            raise WeightsError(f"{other} differs from {first}: the checkpoint's token "
+                               "tables are not shared, and tfx's encoder–decoder reads "
+                               "one table in both stacks and the head")
+
+
 def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
     """A Marian, BART or mBART checkpoint's tensors -> (tfx name -> tensor, tfx name ->
     checkpoint name). Marian's sinusoidal tables are not parameters (transformers computes
@@ -462,14 +479,8 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
 
     tables = [k for k in TOKEN_TABLES if k in state]
     if tables:
-        first = tables[0]
-        for other in tables[1:]:
-            if state[other].shape != state[first].shape or \
-                    not torch.equal(state[other], state[first]):
-                raise WeightsError(f"{other} differs from {first}: the checkpoint's token "
-                                   "tables are not shared, and tfx's encoder–decoder reads "
-                                   "one table in both stacks and the head")
-        put("encoder.embed.tok_emb.weight", first, state[first])
+        check_tables({k: state[k] for k in tables})
+        put("encoder.embed.tok_emb.weight", tables[0], state[tables[0]])
     if "final_logits_bias" in state:
         bias = state["final_logits_bias"]
         put("final_logits_bias", "final_logits_bias",
@@ -510,4 +521,5 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
 
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "DECODERS", "SEQ2SEQ", "REFUSED", "decoder_config",
-           "map_decoder", "seq2seq_config", "map_seq2seq", "rope_settings", "text_config"]
+           "map_decoder", "seq2seq_config", "map_seq2seq", "check_tables", "TOKEN_TABLES",
+           "rope_settings", "text_config"]

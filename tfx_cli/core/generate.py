@@ -208,13 +208,19 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
             logits = decoding.step(model, new[0], cache)
-            return logits, 1, cache.length
+            return _on_host(logits), 1, cache.length
         keep = None if len(new) == 1 else "auto"
         logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
-        return logits[0, -1], len(new), cache.length
+        return _on_host(logits[0, -1]), len(new), cache.length
     window = ids[window_start:]  # seed 004: idx[:, -context_size:]
     logits = model(torch.tensor([window]), head="last")
-    return logits[0, -1], len(window), len(window)
+    return _on_host(logits[0, -1]), len(window), len(window)
+
+
+def _on_host(logits: torch.Tensor) -> torch.Tensor:
+    """A logits row as sampling reads it: on the CPU (where the sampling generator
+    lives) and in float32 at least (the same tensor for a float32 model on the CPU)."""
+    return logits.to("cpu", torch.float32) if logits.dtype != torch.float64 else logits.cpu()
 
 
 def _decoder_last(model: Transformer, source: torch.Tensor, memory: torch.Tensor,
@@ -226,12 +232,13 @@ def _decoder_last(model: Transformer, source: torch.Tensor, memory: torch.Tensor
     if cache is not None:
         new = ids[cache.length:]
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
-            return decoding.decoder_step(model, new[0], cache, memory), 1, cache.length
+            return _on_host(decoding.decoder_step(model, new[0], cache, memory)), 1, \
+                cache.length
         logits = model(source, target=torch.tensor([new]), memory=memory, cache=cache,
                        keep=None if len(new) == 1 else "auto", head="last")
-        return logits[0, -1], len(new), cache.length
+        return _on_host(logits[0, -1]), len(new), cache.length
     logits = model(source, target=torch.tensor([ids]), memory=memory, head="last")
-    return logits[0, -1], len(ids), len(ids)
+    return _on_host(logits[0, -1]), len(ids), len(ids)
 
 
 # From this many new tokens on, decoding first stores the weights in the layout that
@@ -264,48 +271,60 @@ def decode(model: Transformer, prompt: Sequence[int], *, max_new_tokens: int,
     use_cache = use_cache and (model.cfg.causal or seq2seq)
     cache = None
     if use_cache:
-        cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens))
+        cache = KVCache(model.cfg, 1, min(model.cfg.context_length, len(ids) + max_new_tokens),
+                        dtype=model.dtype, device=model.device)
     source = memory = None
     if seq2seq:  # a source longer than the context keeps its last positions (--truncate)
         source = torch.tensor([list(prompt)[-model.cfg.context_length:]])
         with torch.inference_mode():
             memory = model.encode(source)
     if use_cache and max_new_tokens >= LONG_GENERATION and not seq2seq:
-        # normal tensors even when the caller is in inference mode: they become the
-        # model's weights for good
-        with torch.inference_mode(False), torch.no_grad():
-            decoding.decoding_layout(model)
+        if model.residency.streamed:  # each part takes the layout as it is read
+            model.residency.decoding_layout = True
+        else:
+            # normal tensors even when the caller is in inference mode: they become the
+            # model's weights for good
+            with torch.inference_mode(False), torch.no_grad():
+                decoding.decoding_layout(model)
     out = Decoded(ids=ids, cache_used=use_cache)
-    with torch.inference_mode():
-        for i in range(max_new_tokens):
-            if seq2seq and len(ids) >= model.cfg.context_length:
-                out.stopped = "context"  # the decoder's positions are all used
-                break
-            step_trace = Trace()
-            with model.record(select, step_trace) if select else nullcontext():
-                if seq2seq:
-                    logits, fed, context = _decoder_last(model, source, memory, ids, cache)
-                else:
-                    logits, fed, context = _forward_last(model, ids, cache)
-            next_id, sample_prob = choose(logits, sampling, generator)
-            entropy, candidates, probs = describe(logits, n_candidates)
-            step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
-                        prob=float(probs[next_id]), sample_prob=sample_prob, entropy=entropy,
-                        candidates=candidates, fed=fed, context=context)
-            for name in step_trace.names():
-                # clone: recorded keys and values may be views into the cache's buffers
-                out.trace.add(f"step.{i}.{name}", step_trace.raw(name).clone(),
-                              step_trace.dims(name))
-            if keep_logits:
-                out.logits.append(logits.clone())
-            ids.append(next_id)
-            out.steps.append(step)
-            if on_step is not None:
-                on_step(step, ids)
-            reason = should_stop(ids) if should_stop is not None else None
-            if reason:
-                out.stopped = reason
-                break
+    try:
+        with torch.inference_mode():
+            for i in range(max_new_tokens):
+                if seq2seq and len(ids) >= model.cfg.context_length:
+                    out.stopped = "context"  # the decoder's positions are all used
+                    break
+                step_trace = Trace()
+                if model.residency.streamed:  # what the progress of its reads says
+                    model.residency.label = f"token {i + 1} of {max_new_tokens}"
+                with model.record(select, step_trace) if select else nullcontext():
+                    if seq2seq:
+                        logits, fed, context = _decoder_last(model, source, memory, ids,
+                                                             cache)
+                    else:
+                        logits, fed, context = _forward_last(model, ids, cache)
+                next_id, sample_prob = choose(logits, sampling, generator)
+                entropy, candidates, probs = describe(logits, n_candidates)
+                step = Step(position=len(ids), id=next_id, logit=float(logits[next_id]),
+                            prob=float(probs[next_id]), sample_prob=sample_prob, entropy=entropy,
+                            candidates=candidates, fed=fed, context=context)
+                for name in step_trace.names():
+                    # clone: recorded keys and values may be views into the cache's buffers
+                    out.trace.add(f"step.{i}.{name}", step_trace.raw(name).clone(),
+                                  step_trace.dims(name))
+                if keep_logits:
+                    out.logits.append(logits.clone())
+                ids.append(next_id)
+                out.steps.append(step)
+                if on_step is not None:
+                    on_step(step, ids)
+                reason = should_stop(ids) if should_stop is not None else None
+                if reason:
+                    out.stopped = reason
+                    break
+    finally:
+        if model.residency.streamed:
+            model.residency.label = None
+            model.residency.decoding_layout = False
     return out
 
 
@@ -407,6 +426,10 @@ def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
                                 for i, p, v in step.candidates])
 
 
+GENERATE_FIX = ("raise --max-memory, ask for fewer tokens (--max-new-tokens), record fewer "
+                "tensors (--select), or give a shorter prompt")
+
+
 def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
@@ -433,6 +456,14 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if loaded.cfg.is_encoder_decoder:
         seq = stages.read_seq(loaded, target=target or "")  # the start id at least
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
+    stages.check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
+                     kv_len=min(loaded.cfg.context_length, len(ids) + max_new_tokens)
+                     if use_cache and loaded.cfg.causal else 0,
+                     steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
+    if loaded.model.residency.streamed and loaded.notice is not None:
+        loaded.notice(f"decoding a streamed model reads all {loaded.cfg.n_layers} blocks "
+                      "from disk again for every new token (only the KV cache stays in "
+                      "memory); the progress shows each token's reads")
     seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
@@ -504,10 +535,11 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     if loaded.cfg.is_encoder_decoder:
         seq = stages.read_seq(loaded, target=target or "")
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
+    stages.check_run(loaded, len(cropped), logits_rows=1)
     extra = {} if seq.target is None else {"target": torch.tensor([seq.target])}
     with torch.inference_mode():
-        logits = loaded.model(torch.tensor([cropped]), head="last",
-                              **extra)[0, -1].double()  # (V,)
+        logits = loaded.model(torch.tensor([cropped]), head="last", **extra)[0, -1]
+        logits = logits.to("cpu", torch.float64)  # (V,)
     entropy, top, probs = describe(logits, n_candidates)
     tempered = tempered_probs(logits, sampling.temperature)
     final, kept = filter_logits(logits, sampling)
@@ -559,17 +591,20 @@ def lens(loaded, text: str, *, truncate: bool = False,
     trace = stages.run(loaded, ids, names + ["logits"], validate=False, seq=seq)
     read = seq.target if seq.target is not None else ids  # the positions' tokens
     top_ids, top_probs, next_probs = [], [], []
-    with torch.inference_mode():
+    # one read of the final norm and the head for every layer (a streamed model would
+    # otherwise fetch them from disk once per layer)
+    with torch.inference_mode(), model.holding("head"):
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
             normed = stack.ln_f(resid) if stack.ln_f is not None else resid
-            probs = torch.softmax(model.unembed(normed)[0].double(), dim=-1)  # (T, V)
+            logits = model.unembed(normed)[0].to("cpu", torch.float64)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())
             # how likely this layer finds the token that actually comes next
             next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
-        real = torch.softmax(trace.raw("logits").double(), dim=-1).max(dim=-1)
+        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
     norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
     return LensResult(

@@ -158,11 +158,10 @@ def unpermute(w, n_heads: int):
 
 
 def map_tensor(arch: str, name: str, arr, cfg) -> list[tuple[str, object]]:
-    """One GGUF tensor (float32 numpy, PyTorch shape) -> [(tfx name, array)]: usually one,
-    two or three for the fused projections; [] for tensors that live in the config.
-    A name tfx does not know keeps its own (and is reported as unexpected)."""
-    import numpy as np
-
+    """One GGUF tensor (a float32 torch tensor in its PyTorch shape; a meta tensor works
+    too, for shapes alone) -> [(tfx name, tensor)]: usually one, two or three for the
+    fused projections; [] for tensors that live in the config. A name tfx does not know
+    keeps its own (and is reported as unexpected)."""
     if name in CONFIG_TENSORS:
         return []
     parts = name.split(".")
@@ -181,9 +180,9 @@ def map_tensor(arch: str, name: str, arr, cfg) -> list[tuple[str, object]]:
     if mod == "attn_qkv":  # phi3 and gptneox: [Q; K; V] by rows
         q, kv = cfg.attn_dim, cfg.n_kv_heads * cfg.head_dim
         return [(f"{b}.attn.{ours}.{leaf}", part) for ours, part in
-                zip(("W_query", "W_key", "W_value"), np.split(arr, [q, q + kv]))]
+                zip(("W_query", "W_key", "W_value"), arr.split([q, kv, arr.shape[0] - q - kv]))]
     if mod == "ffn_up" and arch == "phi3":  # [gate; up]
-        gate, up = np.split(arr, 2)
+        gate, up = arr.chunk(2)
         return [(f"{b}.ffn.gate_proj.{leaf}", gate), (f"{b}.ffn.fc1.{leaf}", up)]
     if mod not in _BLOCK:
         return [(name, arr)]
@@ -191,7 +190,7 @@ def map_tensor(arch: str, name: str, arr, cfg) -> list[tuple[str, object]]:
     if arch == "llama" and mod in ("attn_q", "attn_k") and arr.ndim >= 1:
         heads = cfg.n_heads if mod == "attn_q" else cfg.n_kv_heads
         if arr.shape[0] % heads == 0 and (arr.shape[0] // heads) % 2 == 0:
-            arr = np.ascontiguousarray(unpermute(arr, heads))
+            arr = unpermute(arr, heads).contiguous()
     if mod.endswith("norm"):
         return [(f"{b}.{ours}.{_NORM_LEAF.get(leaf, leaf)}", arr)]
     return [(f"{b}.{ours}.{leaf}", arr)]

@@ -102,6 +102,19 @@ class GGUFFile:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(self._map, dtype=np.uint8, count=nbytes, offset=info.offset)
 
+    def release(self) -> None:
+        """Close the file's mapping, so the pages read leave the process (it opens again
+        at the next read). While an array still points into it, the pages are dropped
+        from the process instead (madvise), where the platform allows."""
+        if self._map is None:
+            return
+        try:
+            self._map.close()
+            self._map = None
+        except BufferError:
+            if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                self._map.madvise(mmap.MADV_DONTNEED)
+
     def array(self, info: TensorInfo):
         """The tensor as float32, in its PyTorch shape (dequantised when stored in blocks)."""
         import numpy as np

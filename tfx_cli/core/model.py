@@ -77,6 +77,8 @@ class Norm(nn.Module):
 
     Written out rather than F.layer_norm so the mean, variance and normalised rows can be
     shown, and so the arithmetic is the seed's: (x - mean) / sqrt(var + eps) * scale + shift.
+    In bfloat16 or float16 models the statistics, scale and shift are computed in float32
+    and the output is rounded back to the model's dtype (a no-op in float32).
     """
 
     def __init__(self, cfg: ModelConfig, size: int | None = None,
@@ -96,8 +98,10 @@ class Norm(nn.Module):
 
     @property
     def gain(self) -> torch.Tensor:
-        """What the normalised rows are multiplied by: the scale, or 1 + scale (Gemma)."""
-        return 1.0 + self.scale if self.plus_one else self.scale
+        """What the normalised rows are multiplied by: the scale, or 1 + scale (Gemma);
+        float32 (1 + w in bfloat16 would round w away)."""
+        scale = self.scale.float()
+        return 1.0 + scale if self.plus_one else scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = getattr(self, "in")(x)
@@ -106,28 +110,32 @@ class Norm(nn.Module):
             # over x. Statistics asked for are computed from x when the trace reads them,
             # with the same operations as below, so the output stays the fused one.
             if self.kind == "rmsnorm":
-                self.var.lazy(lambda: x.pow(2).mean(dim=-1), x.shape[:-1])
+                self.var.lazy(lambda: x.float().pow(2).mean(dim=-1), x.shape[:-1])
             else:
-                self.mean.lazy(lambda: x.mean(dim=-1), x.shape[:-1])
-                self.var.lazy(lambda: x.var(dim=-1, unbiased=False), x.shape[:-1])
+                self.mean.lazy(lambda: x.float().mean(dim=-1), x.shape[:-1])
+                self.var.lazy(lambda: x.float().var(dim=-1, unbiased=False), x.shape[:-1])
             return self.out(self.fused(x))
+        wide = x.float()  # x itself in float32 models; a float32 copy in half precision
         if self.kind == "rmsnorm":
-            mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
+            mean_square = wide.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
-            normed = self.normed(x * torch.rsqrt(mean_square + self.eps))
-            return self.out(normed * self.gain)
-        mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)
+            normed = self.normed(wide * torch.rsqrt(mean_square + self.eps))
+            return self.out((normed * self.gain).to(x.dtype))
+        mean = wide.mean(dim=-1, keepdim=True)  # (B, T, 1)
+        var = wide.var(dim=-1, keepdim=True, unbiased=False)
         self.mean(mean.squeeze(-1))
         self.var(var.squeeze(-1))
-        normed = self.normed((x - mean) / torch.sqrt(var + self.eps))
-        return self.out(normed * self.gain + self.shift)
+        normed = self.normed((wide - mean) / torch.sqrt(var + self.eps))
+        return self.out((normed * self.gain + self.shift.float()).to(x.dtype))
 
     def fused(self, x: torch.Tensor) -> torch.Tensor:
-        """The same norm in one kernel, recording nothing."""
+        """The same norm in one kernel, recording nothing (in float32, as forward)."""
         if self.kind == "rmsnorm":
-            return F.rms_norm(x, (x.shape[-1],), self.gain, self.eps)
-        return F.layer_norm(x, (x.shape[-1],), self.gain, self.shift, self.eps)
+            out = F.rms_norm(x.float(), (x.shape[-1],), self.gain, self.eps)
+        else:
+            out = F.layer_norm(x.float(), (x.shape[-1],), self.gain, self.shift.float(),
+                               self.eps)
+        return out.to(x.dtype)
 
 
 # -- positions ---------------------------------------------------------------------
@@ -288,13 +296,13 @@ class KVCache:
     """Preallocated keys and values per layer; a decoding step writes in place."""
 
     def __init__(self, cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         max_len = max_len or cfg.context_length
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
         # the decoder's self-attention in an encoder–decoder; every block otherwise
         layers = cfg.n_decoder_layers or cfg.n_layers
-        self.k = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
-        self.v = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
         # cross-attention's keys and values of the encoder output, per decoder layer:
         # computed at the first step and read at every later one
         self.memory_kv: dict = {}
@@ -354,7 +362,7 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     # an edited pattern must be whole before the context is formed from it
     edited = getattr(tap.pattern, "edit", None) is not None
     if edited or not (causal and keep is not None and T > CAUSAL_BLOCK):
-        attn_weights = tap.pattern(torch.softmax(masked(), dim=-1))
+        attn_weights = tap.pattern(softmax_rows(masked()))
         return attn_weights @ values  # (..., T, Dv)
     # Square causal mask, one block of query rows at a time: rows [r0, r1) see keys
     # [0, r1) only, so each block's product, mask and softmax skip the later keys, whose
@@ -364,7 +372,7 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     context = queries.new_empty(*queries.shape[:-1], values.shape[-1])  # (..., T, Dv)
     for r0 in range(0, T, CAUSAL_BLOCK):
         r1 = min(r0 + CAUSAL_BLOCK, T)
-        weights = torch.softmax(masked(slice(r0, r1), slice(0, r1)), dim=-1)
+        weights = softmax_rows(masked(slice(r0, r1), slice(0, r1)))
         pattern[..., r0:r1, :r1] = weights
         pattern[..., r0:r1, r1:] = 0.0
         context[..., r0:r1, :] = weights @ values[..., :r1, :]
@@ -373,6 +381,15 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
 
 
 CAUSAL_BLOCK = 128  # query rows per block of explicit causal attention
+
+
+def softmax_rows(scores: torch.Tensor) -> torch.Tensor:
+    """softmax over the keys, accumulated in float32 for half-precision scores and
+    rounded back to their dtype (as transformers' eager attention does); float32 and
+    float64 scores as they are."""
+    if scores.dtype in (torch.float32, torch.float64):
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
 
 
 class _NoTaps:
@@ -434,11 +451,11 @@ class Attention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         return x if group == 1 else x.repeat_interleave(group, dim=1)
 
-    def window_keep(self, T: int, S: int, start: int) -> torch.Tensor:
+    def window_keep(self, T: int, S: int, start: int, device=None) -> torch.Tensor:
         """(T, S): key j is within the window of query start + i (it and the window - 1
         keys before it)."""
-        q_pos = torch.arange(start, start + T)[:, None]
-        return q_pos - torch.arange(S)[None, :] < self.window
+        q_pos = torch.arange(start, start + T, device=device)[:, None]
+        return q_pos - torch.arange(S, device=device)[None, :] < self.window
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
                 kv_x: torch.Tensor | None = None, rot: tuple | None = None,
@@ -481,7 +498,8 @@ class Attention(nn.Module):
             keys = self.k_rot(keys)
         values = self.v(values)
         if self.window is not None and kv_x is None:
-            inside = self.window_keep(queries.shape[-2], keys.shape[-2], start)
+            inside = self.window_keep(queries.shape[-2], keys.shape[-2], start,
+                                      device=queries.device)
             keep = inside if keep is None else keep & inside
             is_causal = False  # the mask is no longer the plain causal one
         return self._attend(queries, keys, values, keep, is_causal)
@@ -575,6 +593,22 @@ GATED = ("swiglu", "geglu")
 
 
 # -- block and model ----------------------------------------------------------------
+class InMemory:
+    """Where a model's weights are: all in memory, so holding a part costs nothing.
+    (core/streaming.Streamed keeps them on disk and reads each part while it runs.)
+
+    Parts: "embed" (the embedding tables and their norm), "blocks.{i}", and "head" (the
+    final norm and the output head)."""
+
+    streamed = False
+
+    def holding(self, *parts: str):
+        return nullcontext()
+
+    def reading(self):
+        return nullcontext()  # a streamed model shows its reads as progress here
+
+
 class Block(nn.Module):
     """One transformer block: attention then feed-forward, each with its residual add.
 
@@ -732,6 +766,36 @@ class Transformer(nn.Module):
             table = self.embed.tok_emb
         if self.cfg.lm_head and self.cfg.tie_embeddings:
             self.lm_head.weight = table.weight
+    # -- precision, device and where the weights are -------------------------------------
+    dtype = torch.float32  # of the weights and activations (norms, softmax: float32)
+    device = torch.device("cpu")
+    residency = InMemory()  # or core/streaming.Streamed: the weights stay on disk
+
+    def place(self, dtype: torch.dtype | None = None, device: str | None = None) -> "Transformer":
+        """Cast and move the weights; every tensor forward makes follows them (ids,
+        positions, masks, rotary tables, the KV cache)."""
+        self.dtype = dtype or self.dtype
+        self.device = torch.device(device) if device else self.device
+        if not self.residency.streamed:
+            def move(t: torch.Tensor) -> torch.Tensor:  # blocks left on meta stay there
+                dtype = self.dtype if t.is_floating_point() else t.dtype
+                return t if t.is_meta else t.to(device=self.device, dtype=dtype)
+
+            self._apply(move)
+        return self
+
+    def holding(self, *parts: str):
+        """A context in which the named parts' weights are in memory ("embed",
+        "blocks.{i}", "head"): free for a model in memory; a streamed model reads them
+        from disk for the duration, unless they are held already."""
+        return self.residency.holding(*parts)
+
+    def rope_for(self, positions: torch.Tensor, *, local: bool = False) -> tuple:
+        """rope_tables in the model's dtype and on its device (computed on the CPU in
+        float64, as always, then rounded: half-precision models rotate by the same
+        angles as float32 ones, as transformers does)."""
+        cos, sin = rope_tables(positions, self.cfg, local=local)
+        return cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
 
     # -- recording --------------------------------------------------------------------
     recording = 0  # open record() blocks; decoding.step records nothing, so it needs 0
@@ -762,10 +826,10 @@ class Transformer(nn.Module):
         causal = self.cfg.causal if causal is None else causal
         if not causal and valid_len is None:
             return None
-        keep = torch.ones(T, S, dtype=torch.bool)
+        keep = torch.ones(T, S, dtype=torch.bool, device=self.device)
         if causal:
-            q_pos = torch.arange(start, start + T)[:, None]
-            keep &= torch.arange(S)[None, :] <= q_pos
+            q_pos = torch.arange(start, start + T, device=self.device)[:, None]
+            keep &= torch.arange(S, device=self.device)[None, :] <= q_pos
         if valid_len is not None:
             keep[:, valid_len:] = False
         return keep
@@ -793,13 +857,20 @@ class Transformer(nn.Module):
             return self._seq2seq(ids, target, cache=cache, keep=keep, stop_after=stop_after,
                                  head=head, stack=stack or "decoder", memory=memory,
                                  source_len=source_len)
+        with self.residency.reading():
+            return self._forward(ids, token_type_ids, cache, keep, stop_after, head)
+
+    def _forward(self, ids, token_type_ids, cache, keep, stop_after, head):
         B, T = ids.shape
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.context_length:
             raise ValueError(f"{start + T} positions exceed the context length "
                              f"{self.cfg.context_length}")
+        ids = ids.to(self.device)
         self.tokens.ids(ids)
-        x = self.embed(ids, torch.arange(start, start + T), token_type_ids)  # (B, T, C)
+        with self.holding("embed"):
+            positions = torch.arange(start, start + T, device=self.device)
+            x = self.embed(ids, positions, token_type_ids)  # (B, T, C)
         if stop_after is not None and stop_after < 0:
             return None  # the embedding was all that was asked for
         context = self.attention_context(T, start=start, cache=cache, keep=keep)
@@ -824,8 +895,9 @@ class Transformer(nn.Module):
             raise ValueError(f"{start + T} target positions exceed the context length "
                              f"{self.cfg.context_length}")
         dec = self.decoder
+        target = target.to(self.device)
         dec.tokens.ids(target)
-        x = dec.embed(target, torch.arange(start, start + T), None)
+        x = dec.embed(target, torch.arange(start, start + T, device=self.device), None)
         if stop_after is not None and stop_after < 0:
             return None
         context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True)
@@ -845,8 +917,9 @@ class Transformer(nn.Module):
             raise ValueError(f"{S} source positions exceed the context length "
                              f"{self.cfg.context_length}")
         enc = self.encoder
+        ids = ids.to(self.device)
         enc.tokens.ids(ids)
-        x = enc.embed(ids, torch.arange(S), None)
+        x = enc.embed(ids, torch.arange(S, device=self.device), None)
         if stop_after is not None and stop_after < 0:
             return None
         context = {"keep": keep, "cache": None, "start": 0}
@@ -866,9 +939,9 @@ class Transformer(nn.Module):
             attn_kw["is_causal"] = causal and start == 0  # square: query i, keys <= i
         if self.cfg.positional == "rope":
             positions = torch.arange(start, start + T)
-            attn_kw["rot"] = rope_tables(positions, self.cfg)
+            attn_kw["rot"] = self.rope_for(positions)
             if self.cfg.rope_local_theta is not None:
-                attn_kw["rot_local"] = rope_tables(positions, self.cfg, local=True)
+                attn_kw["rot_local"] = self.rope_for(positions, local=True)
         return attn_kw
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
@@ -899,33 +972,42 @@ class Transformer(nn.Module):
         attn_kw = dict(context)
         keep = attn_kw.pop("keep")
         for i in range(first, n):
-            x = module.blocks[i](x, keep, **attn_kw)
+            with self.holding(f"blocks.{i}") if stack is None else nullcontext():
+                x = module.blocks[i](x, keep, **attn_kw)
             if stop_after is not None and i >= stop_after:
                 return None
         cache = context["cache"]
         if cache is not None:
             cache.length = context["start"] + x.shape[1]
-        if module.ln_f is not None:
-            x = module.ln_f(x)
-        if stack is not None and stack is getattr(self, "encoder", None):
-            return x  # the memory the decoder reads
-        if not self.cfg.lm_head or head == "none":
-            return x
-        if head == "last":
-            x = x[:, -1:]
-        return self.logits(self.unembed(x))
+        with self.holding("head") if stack is None else nullcontext():
+            if module.ln_f is not None:
+                x = module.ln_f(x)
+            if stack is not None and stack is getattr(self, "encoder", None):
+                return x  # the memory the decoder reads
+            if not self.cfg.lm_head or head == "none":
+                return x
+            if head == "last":
+                x = x[:, -1:]
+                if x.dtype == torch.bfloat16:
+                    # a fresh row: handed a row whose batch stride is the whole text's
+                    # (T * C), torch's bfloat16 matmul copies the head's whole weight
+                    # first (Qwen2.5-0.5B: +272 MB and 1.2 s instead of 0.04 s)
+                    x = x.new_empty(x.shape).copy_(x)
+            return self.logits(self.unembed(x))
 
 
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,
-                blocks: int | None = None) -> Transformer:
+                blocks: int | None = None, dtype: torch.dtype | None = None) -> Transformer:
     """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage.
-    blocks=n builds only what a forward stopping after block n-1 touches (see Transformer)."""
+    blocks=n builds only what a forward stopping after block n-1 touches (see Transformer).
+    dtype: the float32 values of the seed, rounded to it (the same init in every dtype)."""
     if device == "meta":
         with torch.device("meta"):
             return Transformer(cfg).eval()
     if seed is not None:
         torch.manual_seed(seed)
-    return Transformer(cfg, blocks).eval()
+    model = Transformer(cfg, blocks).eval()
+    return model.place(dtype, device) if dtype or device else model
 
 
 def tap_names(cfg: ModelConfig) -> list[str]:
@@ -934,5 +1016,5 @@ def tap_names(cfg: ModelConfig) -> list[str]:
 
 
 
-__all__: Sequence[str] = ["Transformer", "Stack", "build_model", "tap_names", "KVCache", "Tap",
+__all__: Sequence[str] = ["Transformer", "Stack", "build_model", "tap_names", "KVCache", "Tap", "InMemory",
                           "sinusoidal_table", "rope_angles", "apply_rope", "explicit_attention"]

@@ -7,14 +7,17 @@ what to load (a stage that stops at layer L needs blocks 0..L only) and calls th
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
-from ..errors import ConfigError, InputTextError, RangeError, ResourceError, SelectError
+from ..errors import (ConfigError, InputTextError, RangeError, ResourceError, SelectError,
+                      UsageError)
 from ..words import counted
 from .config import ModelConfig, ModelSpec, spec_config
+from .memory import DTYPES, FREE_SHARE, Budget, available_memory, format_size
 from .model import Transformer, build_model
 from .results import (AttendResult, Candidate, EmbedResult, ExplainKey, ExplainRow,
                       FFNResult, InputInfo, LayerNormResult, ModelInfo, NormStats,
@@ -41,22 +44,28 @@ class Loaded:
     model: Transformer
     tokenizer: object
     spec: ModelSpec
+    budget: Budget | None = None  # what a run may hold (None: nothing is checked)
+    notice: Callable[[str], None] | None = None  # one-line notes for stderr
 
     @property
     def info(self) -> ModelInfo:
         """The envelope's "model" object."""
-        return model_info(self.cfg, self.spec)
+        return model_info(self.cfg, self.spec, self.model)
 
 
-def model_info(cfg: ModelConfig, spec: ModelSpec) -> ModelInfo:
+def model_info(cfg: ModelConfig, spec: ModelSpec, model: Transformer | None = None) -> ModelInfo:
     return ModelInfo(config=cfg.name, weights=spec.weights,
-                     seed=None if spec.weights else spec.seed, cfg=cfg)
+                     seed=None if spec.weights else spec.seed, cfg=cfg, dtype=spec.dtype,
+                     device=spec.device,
+                     streamed=model is not None and model.residency.streamed)
 
 
 _CACHE: dict = {}
+_BUDGET: dict = {}  # the budget the cached model was loaded under
 
 
-def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded:
+def load(spec: ModelSpec, *, blocks: int | None = None, progress=None,
+         notice: Callable[[str], None] | None = None) -> Loaded:
     """Tokenizer + model for a spec. Random weights come from spec.seed.
 
     `blocks`: a stage that stops early (attend, ffn, layernorm at layer L: L + 1 blocks;
@@ -65,7 +74,12 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded
     built equal the whole model's bit for bit, and the seed-exact init of gpt124m's other
     blocks and head (~1 s on 2 cores) is skipped. None builds everything.
     `progress`: a context-manager factory like render.emit.progress, shown while real
-    weights load; None shows nothing.
+    weights load (and while a streamed model reads its parts); None shows nothing.
+    `notice(text)`: one-line notes for the user (a checkpoint streamed from disk).
+
+    spec.dtype, spec.device and spec.max_memory: the precision and device of the run, and
+    the memory budget (core/memory.Budget) that decides whether a checkpoint is loaded
+    whole or streamed from disk (core/streaming.py), and that runs are checked against.
     """
     from .tokenizers import model_tokenizer
 
@@ -74,21 +88,70 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None) -> Loaded
     if not spec.weights and (spec.tokenizer or spec.corpus is not None):
         # a tokenizer the user chose for random weights sizes their embedding table
         cfg = replace(cfg, vocab_size=tokenizer.vocab_size)
-    key = (cfg, spec.weights, None if spec.weights else spec.seed, spec.no_cache_weights)
+    key = (cfg, spec.weights, None if spec.weights else spec.seed, spec.no_cache_weights,
+           spec.dtype, spec.device, spec.max_memory, spec.force)
     want = None if spec.weights or blocks is None else min(blocks, cfg.n_layers)
     cached = _CACHE.get(key)
     if cached is None or not _covers(cached[1], want):
         _CACHE.clear()  # one model per process is plenty
-        check_memory(cfg, force=spec.force)
+        device = torch_device(spec.device)
+        budget = Budget(spec.max_memory, free=device_free(device), force=spec.force)
+        dtype = getattr(torch, spec.dtype)
         if spec.weights:
             from .weights import load_weights
 
             model = load_weights(spec.weights, cfg, use_cache=not spec.no_cache_weights,
-                                 progress=progress)
+                                 progress=progress, dtype=spec.dtype, device=spec.device,
+                                 budget=budget)
+            if model.residency.streamed and notice is not None:
+                notice(streaming_note(cfg, model, budget))
         else:
-            model = build_model(cfg, spec.seed, blocks=want)
+            check_memory(cfg, force=spec.force, dtype=spec.dtype, budget=budget)
+            model = build_model(cfg, spec.seed, blocks=want, dtype=dtype, device=spec.device)
         _CACHE[key] = (model, want)
-    return Loaded(cfg, _CACHE[key][0], tokenizer, spec)
+        _BUDGET.clear()
+        _BUDGET[key] = budget
+    model, budget = _CACHE[key][0], _BUDGET.get(key)
+    if model.residency.streamed:
+        model.residency.progress = progress
+    return Loaded(cfg, model, tokenizer, spec, budget, notice)
+
+
+def torch_device(name: str) -> torch.device:
+    """--device as torch has it; a one-line error where this torch has no such device."""
+    kind, _, index = name.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this build of torch has no CUDA support" if torch.version.cuda is None
+                   else "torch finds no CUDA GPU on this machine")
+            raise UsageError(f"--device {name}: {why}; run on the CPU (--device cpu, the "
+                             "default), or install a CUDA build of torch on a machine with "
+                             "an NVIDIA GPU")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise UsageError(f"--device {name}: this machine has {counted(count, 'CUDA device')} "
+                             f"(cuda:0 to cuda:{count - 1})")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {name}: torch finds no Apple GPU (MPS) here; run on the "
+                         "CPU (--device cpu, the default)")
+    return torch.device(name)
+
+
+def device_free(device: torch.device) -> int | None:
+    """Free memory where the weights will live: the GPU's for CUDA, else the machine's."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory()
+
+
+def streaming_note(cfg: ModelConfig, model: Transformer, budget: Budget) -> str:
+    streamed = model.residency
+    part, size = streamed.largest
+    where = f"--max-memory {budget.text}" if budget.given else "the free memory"
+    return (f"{cfg.name}'s weights ({format_size(streamed.total_bytes)} in "
+            f"{str(model.dtype).removeprefix('torch.')}) do not fit in {where}: each of its "
+            f"{len(streamed.parts)} parts is read from disk when it runs, then let go "
+            f"(at most {format_size(size)} at a time)")
 
 
 def _covers(built: int | None, want: int | None) -> bool:
@@ -96,27 +159,24 @@ def _covers(built: int | None, want: int | None) -> bool:
     return built is None or (want is not None and want <= built)
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes (None where there is no such file)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def check_memory(cfg: ModelConfig, *, force: bool = False) -> None:
-    """Refuse, before allocating, a model whose fp32 weights would not fit in memory."""
+def check_memory(cfg: ModelConfig, *, force: bool = False, dtype: str = "float32",
+                 budget: Budget | None = None) -> None:
+    """Refuse, before allocating, random weights that would not fit in the budget (they
+    are made in memory: only a checkpoint can stay on disk)."""
     from .params import estimate_bytes
 
-    need, free = estimate_bytes(cfg), available_memory()
-    if free is not None and need > 0.9 * free and not force:
-        raise ResourceError(f"this model needs about {need / 2**30:.1f} GiB for its weights "
-                            f"but only {free / 2**30:.1f} GiB of memory is free; choose a "
-                            "smaller config, or pass --force to try anyway")
+    need = estimate_bytes(cfg) // 4 * DTYPES[dtype]
+    budget = budget or Budget()
+    if force or budget.fits(need):
+        return
+    if budget.given:
+        raise ResourceError(f"this model needs about {format_size(need)} for its weights but "
+                            f"--max-memory is {budget.text}; random weights are made in "
+                            "memory, so raise --max-memory or choose a smaller config")
+    free = budget.bytes / FREE_SHARE
+    raise ResourceError(f"this model needs about {need / 2**30:.1f} GiB for its weights "
+                        f"but only {free / 2**30:.1f} GiB of memory is free; choose a "
+                        "smaller config, or pass --force to try anyway")
 
 
 def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
@@ -160,6 +220,9 @@ def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
     if seq is not None and seq.stack is not None:
         kw.update(stack=seq.stack, target=None if seq.target is None
                   else torch.tensor([seq.target]))
+    head = kw.get("head", "all")
+    check_run(loaded, len(ids), select, logits_rows=0 if stop_after is not None or
+              head == "none" else 1 if head == "last" else len(ids))
     with loaded.model.record(select) as trace, torch.inference_mode():
         loaded.model(torch.tensor([ids]), keep=keep, stop_after=stop_after, **kw)
     return trace
@@ -232,6 +295,43 @@ def seq_info(loaded: Loaded, text: str, ids: list[int], seq: Seq) -> InputInfo:
     return info
 
 
+RUN_FIX = "raise --max-memory, record fewer tensors (--select), or give a shorter text"
+
+
+def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int = 0,
+              steps: int = 1, logits_rows: int | None = None, fix: str = RUN_FIX) -> None:
+    """Refuse, before anything is allocated, a run its budget cannot hold: the weights
+    held at once (the whole model, or a streamed model's largest part), the KV cache,
+    the tensors recorded (`steps` times, as float32, what the output holds) and one
+    block's working space (activations, the T x S scores, the logits rows)."""
+    budget = loaded.budget
+    if budget is None or not budget.known or budget.force:
+        return
+    from .params import estimate_bytes
+    from .trace import compile_globs
+
+    cfg, model = loaded.cfg, loaded.model
+    size = DTYPES[loaded.spec.dtype]
+    streamed = model.residency.streamed
+    weights = model.residency.largest[1] if streamed else estimate_bytes(cfg) // 4 * size
+    S = max(T, kv_len)
+    dims = {"T": T, "S": S, "C": cfg.d_model, "H": cfg.n_heads, "D": cfg.head_dim,
+            "F": cfg.d_ff, "V": cfg.vocab_size, "A": cfg.attn_dim}
+    chosen = compile_globs(list(select))
+    recorded = steps * sum(4 * math.prod(dims.get(d, 1) for d in tap.dims)
+                           for name, tap in model.taps.items() if chosen.match(name))
+    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * kv_len * size
+    rows = T if logits_rows is None else logits_rows
+    work = (size * T * (6 * cfg.d_model + 3 * cfg.attn_dim + 3 * cfg.d_ff)
+            + 4 * 2 * cfg.n_heads * T * S + (size + 8) * rows * cfg.vocab_size)
+    need = weights + kv + recorded + work
+    if not budget.fits(need):
+        held = "the largest part of the weights" if streamed else "the weights"
+        raise budget.refuse(f"this run ({counted(T, 'token')})", need,
+                            {held: weights, "the KV cache": kv, "recorded tensors": recorded,
+                             "working space": work}, fix)
+
+
 # -- trace ----------------------------------------------------------------------------
 def trace(loaded: Loaded, text: str, select: list[str], *, truncate: bool = False,
           target: str | None = None) -> TraceResult:
@@ -249,7 +349,7 @@ def trace(loaded: Loaded, text: str, select: list[str], *, truncate: bool = Fals
 
 # -- embed --------------------------------------------------------------------------
 def _row_stats(rows: torch.Tensor) -> RowStats:
-    rows = rows.double()
+    rows = rows.to("cpu", torch.float64)
     return RowStats(norm=rows.norm(dim=-1).tolist(), mean=rows.mean(dim=-1).tolist(),
                     std=rows.std(dim=-1, unbiased=False).tolist())
 
@@ -329,8 +429,9 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
                        "cos(pos / 10000^(2i/d)): the sines first, then the cosines")
     elif cfg.positional == "learned":
         module, prefix = loaded.model.stack()
-        table = module.embed.pos_emb.weight[cfg.pos_offset:cfg.pos_offset + n]
-        tr.add("posenc.table", table.detach(), (P, "C"))
+        with loaded.model.holding("embed"):
+            table = module.embed.pos_emb.weight[cfg.pos_offset:cfg.pos_offset + n]
+            tr.add("posenc.table", table.detach(), (P, "C"))
         formula = (f"learned: row pos of the position-embedding table ({prefix}embed.pos_emb)"
                    + (f", read from row pos + {cfg.pos_offset}" if cfg.pos_offset else ""))
     else:  # rope
@@ -394,17 +495,16 @@ def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: i
     (attend --kv: a one-off cross-attention through a self-attention layer): each text
     runs up to the attention's input, then the layer's own Attention is called with
     kv_x."""
-    from .model import rope_tables
-
     model, cfg = loaded.model, loaded.cfg
     block = seq.module.blocks[layer]
     x_q, x_kv = _layer_input(loaded, ids, layer, seq), _layer_input(loaded, kv_ids, layer, seq)
     kw = {}
     if cfg.positional == "rope":  # each text rotated by its own positions
         local = block.attn.window is not None and cfg.rope_local_theta is not None
-        kw = {"rot": rope_tables(torch.arange(len(ids)), cfg, local=local),
-              "k_rot": rope_tables(torch.arange(len(kv_ids)), cfg, local=local)}
-    with model.record(select) as tr, torch.inference_mode():
+        kw = {"rot": model.rope_for(torch.arange(len(ids)), local=local),
+              "k_rot": model.rope_for(torch.arange(len(kv_ids)), local=local)}
+    with model.record(select) as tr, torch.inference_mode(), \
+            model.holding(f"blocks.{layer}"):
         if cfg.norm_position == "pre":  # pre-LN: attention reads the normalised stream
             x_q, x_kv = block.ln1(x_q), block.ln1(x_kv)
         block.attn(x_q, keep, kv_x=x_kv, **kw)
@@ -505,7 +605,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     window = module.window if kv_ids is None else None
     seen = keep  # what the layer's queries see: the mask, narrowed to a sliding window
     if window is not None:
-        inside = module.window_keep(T, S, 0)
+        inside = module.window_keep(T, S, 0, device=model.device)
         seen = inside if keep is None else keep & inside
     if explain:
         h = head if head is not None else 0
@@ -516,7 +616,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
             source.tokens if cross else q_tokens
         explained = explain_row(
             tr.array(where + "q" + rot)[local], tr.array(where + "k" + rot)[local],
-            tr.array(where + "v")[local], None if seen is None else seen.numpy(),
+            tr.array(where + "v")[local], None if seen is None else seen.cpu().numpy(),
             query_pos, attn_scale(cfg), tr.array(where + "pattern")[local],
             head=h, tokens=q_tokens, kv_tokens=k_tokens,
             scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
@@ -623,10 +723,12 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
     if which == "ln_f" and decoder:
         stop = None
     tr = run(loaded, ids, select, stop_after=stop, head="none", validate=False, seq=seq)
-    tr.add(prefix + ".scale", module.scale.detach(), ("C",))
-    if module.shift is not None:
-        tr.add(prefix + ".shift", module.shift.detach(), ("C",))
-    normed = tr.raw(prefix + ".normed").double()
+    part = f"blocks.{layer}" if which in in_block else "head" if which == "ln_f" else "embed"
+    with loaded.model.holding(part):  # a streamed model has let the norm's weights go
+        tr.add(prefix + ".scale", module.scale.detach(), ("C",))
+        if module.shift is not None:
+            tr.add(prefix + ".shift", module.shift.detach(), ("C",))
+    normed = tr.raw(prefix + ".normed").to("cpu", torch.float64)
     rms = cfg.norm == "rmsnorm"
     gain = "(1 + γ)" if cfg.norm_plus_one else "γ"
     formula = (f"out = x / sqrt(mean(x²) + eps) * {gain}" if rms
@@ -671,7 +773,7 @@ def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
                      stack=seq.stack,
                      layer=layer, activation=cfg.activation, d_model=cfg.d_model,
                      d_ff=cfg.d_ff, source=source, formula=FFN_FORMULAS[cfg.activation],
-                     fraction_positive=float((act > 0).double().mean()))
+                     fraction_positive=int((act > 0).sum()) / act.numel())
 
 
 # -- report ---------------------------------------------------------------------------
@@ -715,7 +817,7 @@ def norm_stats(tr: Trace, rms: bool) -> list[NormStats]:
 
 def top_k_per_position(logits: torch.Tensor, k: int, pieces) -> list[list[Candidate]]:
     """The k most likely next tokens after every position, softmax in float64."""
-    probs = torch.softmax(logits.double(), dim=-1)  # (T, V)
+    probs = torch.softmax(logits.to("cpu", torch.float64), dim=-1)  # (T, V)
     top = torch.topk(probs, min(k, probs.shape[-1]), dim=-1)
     rows = []
     for values, indices, row in zip(top.values.tolist(), top.indices.tolist(), logits):

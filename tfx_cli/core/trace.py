@@ -40,6 +40,9 @@ class Entry:
     dims: tuple[str, ...]
 
 
+_HALF = ("torch.bfloat16", "torch.float16")
+
+
 class Lazy:
     """A recorded value computed when first read, for intermediates that are one cheap
     step from another recorded value (attention's scaled = scores / sqrt(D)): a full
@@ -90,7 +93,12 @@ class Trace:
         value = self.raw(name)
         if is_ndarray(value):
             return value
-        array = value.detach().cpu().numpy()  # a torch tensor, without importing torch
+        value = value.detach()  # a torch tensor, handled without importing torch
+        if str(value.dtype) in _HALF:
+            # numpy has no bfloat16: half-precision values are written as the float32
+            # numbers they are (exactly), so views and JSON read one dtype
+            value = value.float()
+        array = value.cpu().numpy()
         self._entries[name].value = array
         return array
 

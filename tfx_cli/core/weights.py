@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -57,6 +58,7 @@ FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file
            "ckpt.pt, a folder tfx train wrote, or an alias (" + ", ".join(ALIASES) + ")")
 CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
 SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
+SHOW_READING = 256 << 20  # a checkpoint this large shows progress while it is read
 
 # GGUF tensor types tfx dequantises (what the gguf package implements, by name)
 from .gguf_file import TYPES as _GGUF_TYPE_TABLE  # noqa: E402 (numpy-free, cheap)
@@ -187,8 +189,9 @@ def _cached_config(ckpt: Checkpoint) -> ModelConfig | None:
 
 
 # -- HuggingFace folders ------------------------------------------------------------
-from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, REFUSED, SEQ2SEQ, decoder_config,
-                       map_decoder, map_seq2seq, seq2seq_config, text_config)
+from .families import (ARCHITECTURES, DECODERS, MODEL_TYPES, REFUSED, SEQ2SEQ, TOKEN_TABLES,
+                       check_tables, decoder_config, map_decoder, map_seq2seq, seq2seq_config,
+                       text_config)
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
 
@@ -327,40 +330,6 @@ def _weight_files(ckpt: Checkpoint) -> list[Path]:
                        "save the model with save_pretrained")
 
 
-def _read_tensor_files(files: list[Path]) -> dict:
-    """Every tensor of the files, safetensors or (weights_only) torch pickles."""
-    state: dict = {}
-    for file in files:
-        if file.suffix == ".bin":
-            obj = _torch_load(file)
-            if not isinstance(obj, dict):
-                raise WeightsError(f"{file} is not a state dict (it holds a "
-                                   f"{type(obj).__name__}); save the model with "
-                                   "save_pretrained")
-            state.update(obj)
-        else:
-            state.update(_read_safetensors([file]))
-    return state
-
-
-def _read_safetensors(files: list[Path]) -> dict:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    state: dict = {}
-    for file in files:
-        try:
-            state.update(load_file(str(file)))
-        except FileNotFoundError:
-            raise WeightsError(f"weights file {file} is missing; the checkpoint is "
-                               "incomplete") from None
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise WeightsError(f"cannot read {file}: truncated or corrupted safetensors "
-                               f"({first})") from None
-    return state
-
-
 def _strip_prefix(state: dict, prefixes: tuple[str, ...]) -> dict:
     out = {}
     for key, value in state.items():
@@ -471,11 +440,12 @@ def _file_id(path: Path) -> tuple:
 
 
 def _torch_checkpoint(path: Path) -> dict:
-    """A nanoGPT checkpoint (a dict with model_args and model), read safely."""
+    """A nanoGPT checkpoint (a dict with model_args and model), read safely and mapped
+    (its tensors are read when used)."""
     key = _file_id(path)
     if key in _TORCH_MEMO:
         return _TORCH_MEMO[key]
-    obj = _torch_load(path)
+    obj = _torch_load(path, mmap=True)
     if not (isinstance(obj, dict) and isinstance(obj.get("model_args"), dict)
             and isinstance(obj.get("model"), dict)):
         raise WeightsError(f"{path} is not a nanoGPT checkpoint (a dict with 'model_args' and "
@@ -485,8 +455,10 @@ def _torch_checkpoint(path: Path) -> dict:
     return obj
 
 
-def _torch_load(path: Path):
-    """torch.load with weights_only=True: tensors and plain containers, never code."""
+def _torch_load(path: Path, mmap: bool = False):
+    """torch.load with weights_only=True: tensors and plain containers, never code.
+    mmap=True maps a zip-format file, so its tensors are read only when used (a file of
+    the older format is read whole)."""
     import pickle
     import warnings
 
@@ -495,7 +467,12 @@ def _torch_load(path: Path):
     try:
         with warnings.catch_warnings():  # garbage bytes make torch warn about the protocol
             warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            except RuntimeError as exc:
+                if not (mmap and "mmap can only be used" in str(exc)):
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if "Unsupported operand" in str(exc):  # not a pickle at all: damaged bytes
             raise WeightsError(f"cannot read {path}: truncated or corrupted checkpoint (not "
@@ -598,19 +575,15 @@ def _gguf_config(ckpt: Checkpoint, reader) -> ModelConfig:
                                         cfg["vocab_size"]))
 
 
-def _gguf_tensors(ckpt: Checkpoint, cfg: ModelConfig, reader,
-                  update: Callable) -> tuple[dict, dict]:
-    """Every tensor dequantised and renamed. The block formats dequantise in numpy, which
-    lets go of the GIL, so a few threads share the work (about 2x on two cores)."""
-    import torch
-    from concurrent.futures import ThreadPoolExecutor
-
+def _gguf_source(ckpt: Checkpoint, reader):
+    """The GGUF's tensors (sources.GGUFTensors) and the mapping of their names to tfx's.
+    A tensor type tfx cannot dequantise is refused before any work."""
     from .gguf_arch import map_tensor
     from .gguf_file import GGUFFormatError, type_name
+    from .sources import GGUFTensors
 
     arch = reader.get("general.architecture")
-    infos = list(reader.tensors.values())
-    for info in infos:  # refuse an unknown type before any work
+    for info in reader.tensors.values():
         if type_name(info.qtype) not in GGUF_TYPES:
             raise WeightsError(f"{ckpt.path}: tensor {info.name} is stored as "
                                f"{type_name(info.qtype)}, which tfx cannot dequantise; "
@@ -628,23 +601,18 @@ def _gguf_tensors(ckpt: Checkpoint, cfg: ModelConfig, reader,
             raise WeightsError(f"{ckpt.path}: tensor {info.name} is truncated or corrupted "
                                f"({exc})") from None
 
-    out, src = {}, {}
-    pool = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)))
-    try:
-        for done, (info, arr) in enumerate(zip(infos, pool.map(dequantise, infos))):
+    def mapper(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+        out, src = {}, {}
+        for name, tensor in state.items():
             try:
-                mapped = map_tensor(arch, info.name, arr, cfg)
+                mapped = map_tensor(arch, name, tensor, cfg)
             except WeightsError as exc:
                 raise WeightsError(f"{ckpt.path}: {exc.message}") from None
             for ours, part in mapped:
-                # the model owns its tensors: a view into the file's read-only mapping is
-                # copied, a freshly dequantised array is taken as it is
-                tensor = torch.from_numpy(part) if part.flags.writeable else torch.tensor(part)
-                out[ours], src[ours] = tensor, info.name
-            update((done + 1) / len(infos), f"dequantising {info.name}")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return out, src
+                out[ours], src[ours] = part, name
+        return out, src
+
+    return GGUFTensors(reader, dequantise), mapper
 
 
 # -- cache of dequantised tensors ---------------------------------------------------
@@ -682,33 +650,50 @@ def _cache_read_json(ckpt: Checkpoint, name: str) -> dict | None:
         return None
 
 
-def _cache_write(folder: Path, state: dict, cfg: ModelConfig) -> bool:
-    """Write a whole entry into a temporary folder, then rename it into place."""
-    from safetensors.torch import save_file
+@contextmanager
+def _cache_writer(folder: Path | None, plan: "Plan", cfg: ModelConfig):
+    """Yields sink(name, float32 tensor) that writes the dequantised tensors into a new
+    cache entry as they come (safetensors, one tensor at a time: the model is never held
+    twice). The entry is written in a temporary folder and renamed into place once every
+    tensor is in; a failure (a read-only or full disk) only skips the cache."""
+    import torch
 
-    tmp = None
+    if folder is None or folder.exists():
+        yield None
+        return
+    tmp = writer = None
     try:
+        from .sources import SafetensorsWriter
+
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
-        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
-        (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
-        os.rename(tmp, folder)  # atomic; fails if another process got there first
-        return True
-    except Exception:  # noqa: BLE001 - the cache only saves time: a read-only or full
-        return False   # disk (OSError, or safetensors' own error) must not fail the command
-    finally:
-        if tmp is not None and tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        writer = SafetensorsWriter(tmp / "model.safetensors",
+                                   {n: (shape, torch.float32) for n, shape in plan.shapes.items()
+                                    if n not in plan.aliases})
+    except Exception:  # noqa: BLE001 - the cache only saves time
+        writer = None
 
-
-def _cache_read_state(folder: Path) -> dict | None:
-    from safetensors.torch import load_file
+    def sink(name: str, tensor) -> None:
+        nonlocal writer
+        if writer is not None:
+            try:
+                writer.write(name, tensor)
+            except Exception:  # noqa: BLE001 - a full disk skips the cache, nothing more
+                writer.close()
+                writer = None
 
     try:
-        return load_file(str(folder / "model.safetensors"))
-    except Exception:  # a damaged entry is dropped and rebuilt from the source
-        shutil.rmtree(folder, ignore_errors=True)
-        return None
+        yield sink
+        if writer is not None and writer.close():
+            (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
+            os.rename(tmp, folder)  # atomic; fails if another process got there first
+    except OSError:
+        pass
+    finally:
+        if writer is not None and not writer.fh.closed:
+            writer.fh.close()
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- building the model -------------------------------------------------------------
@@ -739,22 +724,21 @@ def _shape_error(ckpt: Checkpoint, ours: str, theirs: str, got, want) -> Weights
                         "config that came with them")
 
 
-def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
-    """Check names and shapes against cfg, then assign the tensors to a meta-built model."""
-    import torch
-
+def check_tensors(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict) -> dict:
+    """Names and shapes of tfx-named tensors (real or meta) against the architecture:
+    the state to assign, without a tied head or BERT's pooler (checked, set aside)."""
     from .model import build_model
 
     model = build_model(cfg, device="meta")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    tied = model.tied()
-    for alias in tied:
+    state = dict(state)
+    for alias in model.tied():
         # the head (or a decoder's token table) is the embedding; a checkpoint that also
         # saved it must agree in shape
         copy = state.pop(alias, None)
         if copy is not None and tuple(copy.shape) != expected[alias]:
             raise _shape_error(ckpt, alias, src.get(alias, alias), copy.shape, expected[alias])
-        expected.pop(alias)  # filled from the embedding below
+        expected.pop(alias)  # filled from the embedding
     if cfg.pooler:  # counted in the config, not run by tfx: check the shape, set aside
         for leaf, want in (("weight", (cfg.d_model, cfg.d_model)), ("bias", (cfg.d_model,))):
             t = state.pop(f"pooler.dense.{leaf}", None)
@@ -774,11 +758,112 @@ def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
         more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
         raise WeightsError(f"{ckpt.path}: unexpected tensor(s) {', '.join(unexpected[:3])}"
                            f"{more}; the checkpoint does not match its config")
-    state = {k: v.to(torch.float32) for k, v in state.items()}
-    for alias, source in tied.items():
-        state[alias] = state[source]
+    return state
+
+
+class Plan:
+    """Where each of a model's tensors comes from, known before any is read: the
+    checkpoint's tensors as meta tensors (shapes only) go through the family's mapping
+    and the architecture's checks, and what comes out names, for every tfx parameter,
+    the checkpoint tensor it is cut from. `tensors(names)` then reads just those.
+
+    A tensor used as stored (the file's dtype, on the CPU) is a view of the file's
+    memory map where the format has one (safetensors). A parameter that is a checkpoint
+    tensor as it is (no split, transpose or shift) but in another dtype is read straight
+    into a tensor of that dtype; the others are read in the file's dtype, mapped, then
+    converted. A model in memory and a streamed one go the same way, so they hold the
+    same values in the same memory layout."""
+
+    def __init__(self, ckpt: Checkpoint, cfg: ModelConfig, source, mapper: Callable):
+        import torch
+
+        from .model import build_model
+
+        self.ckpt, self.cfg, self.source, self.mapper = ckpt, cfg, source, mapper
+        shapes = source.shapes()
+        self.file_dtype = {k: dtype for k, (_, dtype) in shapes.items()}
+        meta = {k: torch.empty(shape, dtype=dtype, device="meta")
+                for k, (shape, dtype) in shapes.items()}
+        out, src = mapper(meta, cfg)
+        out = check_tensors(ckpt, cfg, out, src)
+        self.shapes = {n: tuple(t.shape) for n, t in out.items()}
+        # the mappings name a tensor as they saw it, some after dropping a prefix
+        # ("transformer.", "bert.", "_orig_mod."): find the checkpoint's own key
+        trimmed: dict[str, str | None] = {}
+        for key in meta:
+            parts = key.split(".")
+            for i in range(1, len(parts)):
+                tail = ".".join(parts[i:])
+                trimmed[tail] = None if tail in trimmed else key  # None: ambiguous
+        self.keys = {n: src.get(n) if src.get(n) in meta else trimmed.get(src.get(n))
+                     for n in out}
+        self.direct = {n for n, t in out.items() if self.keys[n] and t is meta[self.keys[n]]}
+        # parameters that are another one (the tied head, a decoder's token table):
+        # alias -> the parameter read for it
+        self.aliases = build_model(cfg, device="meta").tied()
+        for alias, table in self.aliases.items():
+            self.shapes[alias] = self.shapes[table]
+
+    def nbytes(self, dtype, names=None) -> int:
+        """Bytes the named parameters (default: all, a tied head once) take in dtype."""
+        import torch
+
+        size = torch.empty((), dtype=dtype).element_size()
+        names = [n for n in self.shapes if n not in self.aliases] if names is None else names
+        return sum(size * math.prod(self.shapes[n]) for n in names)
+
+    def tensors(self, names, dtype, device="cpu", sink: Callable | None = None) -> dict:
+        """The named parameters in dtype on device. sink(name, tensor) first sees each
+        as mapped from the file (float32 for a GGUF: what the cache stores)."""
+        import torch
+
+        aliases = {n: self.aliases[n] for n in names if n in self.aliases}
+        borrowed = sorted({table for table in aliases.values() if table not in names})
+        want = [n for n in names if n not in aliases] + borrowed
+        # a tensor the mapping makes (nanoGPT's zero shifts) needs its module's others
+        # to go through the mapping too
+        made = any(self.keys[n] is None for n in want)
+        direct = [n for n in want if n in self.direct and sink is None and not made]
+        cut = [n for n in want if n not in direct]
+
+        def as_stored(key: str) -> bool:  # used in the file's dtype, on the CPU: a view
+            return self.source.view is not None and self.file_dtype[key] == dtype and \
+                torch.device(device).type == "cpu"
+
+        out = {}
+        keys = sorted({self.keys[n] for n in cut if self.keys[n]})
+        if cut:
+            read = self.source.read([k for k in keys if not as_stored(k)])
+            read.update({k: self.source.view(k) for k in keys if as_stored(k)})
+            mapped, _ = self.mapper(read, self.cfg)
+            for n in cut:
+                if sink is not None:
+                    sink(n, mapped[n])
+                out[n] = mapped[n].to(device=device, dtype=dtype)
+            del mapped, read
+        for n in direct:
+            if as_stored(self.keys[n]):
+                out[n] = self.source.view(self.keys[n])
+                continue
+            out[n] = torch.empty(self.shapes[n], dtype=dtype)
+            self.source.read_into(self.keys[n], out[n])
+            out[n] = out[n].to(device)
+        for alias, table in aliases.items():
+            out[alias] = out[table]
+        for table in borrowed:  # read for an alias only
+            del out[table]
+        return out
+
+
+def assign(cfg: ModelConfig, state: dict):
+    """A meta-built Transformer holding `state` (every parameter, checked by Plan)."""
+    from .model import build_model
+
+    model = build_model(cfg, device="meta")
+    tied = model.tied()
+    state = {**state, **{alias: state[table] for alias, table in tied.items()}}
     model.load_state_dict(state, strict=True, assign=True)
-    model.retie()  # assign replaced the embedding: tie the head to the new one
+    model.retie()  # assign replaced the embedding: tie the head (and decoder) to it anew
     if cfg.positional == "sinusoidal":  # a non-persistent buffer, not in any checkpoint
         from .model import sinusoidal_table
 
@@ -788,68 +873,148 @@ def assemble(ckpt: Checkpoint, cfg: ModelConfig, state: dict, src: dict):
                                         cfg.sinusoidal_layout)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
-        raise WeightsError(f"{ckpt.path}: no weights for {', '.join(left[:3])}")
+        raise WeightsError(f"no weights for {', '.join(left[:3])}")
     return model.requires_grad_(False).eval()
+
+
+def _identity(state: dict, cfg: ModelConfig) -> tuple[dict, dict]:
+    return dict(state), {k: k for k in state}
+
+
+def plan_tensors(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
+                 update: Callable = lambda fraction=None, text=None: None) -> tuple[Plan, bool]:
+    """(Plan, from_cache): where the checkpoint's tensors are, checked, none read yet. A
+    GGUF's come from the dequantised-weights cache when it has an entry."""
+    from .sources import SafetensorsFiles, TorchFiles
+
+    if ckpt.kind == "tfx":  # tfx's own names already
+        return Plan(ckpt, cfg, SafetensorsFiles([ckpt.path / "model.safetensors"]),
+                    _identity), False
+    if ckpt.kind == "hf":
+        hf = _read_json(ckpt.path / "config.json")
+        family = _hf_family(ckpt, hf)
+        files = _weight_files(ckpt)
+        if files[0].suffix == ".bin":
+            source = TorchFiles(files, _bin_state)
+        else:
+            source = SafetensorsFiles(files)
+        try:
+            plan = Plan(ckpt, cfg, source, _hf_map(family))
+            if family in SEQ2SEQ:  # its token tables, saved under several names, are one
+                tables = [k for k in TOKEN_TABLES if k in plan.file_dtype]
+                if len(tables) > 1:
+                    read = source.read(tables)
+                    check_tables({k: read[k] for k in tables})
+        except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
+            if exc.message.startswith(str(ckpt.path)):
+                raise
+            raise WeightsError(f"{ckpt.path}: {exc.message}") from None
+        return plan, False
+    if ckpt.kind == "torch":
+        obj = _torch_checkpoint(ckpt.path)
+        odd = [k for k, v in obj["model"].items() if not _is_tensor(v)]
+        if odd:
+            raise WeightsError(f"{ckpt.path}: model entry {odd[0]!r} is not a tensor; the "
+                               "checkpoint is not a nanoGPT state dict")
+        source = TorchFiles([ckpt.path], lambda path: _torch_checkpoint(path)["model"])
+        _TORCH_MEMO.clear()  # the source maps the file when it reads (and lets it go)
+        return Plan(ckpt, cfg, source, _map_nanogpt), False
+    folder = cache_dir(ckpt) if use_cache else None
+    if folder is not None and (folder / "model.safetensors").is_file():
+        update(None, "reading cached dequantised weights")
+        try:
+            return Plan(ckpt, cfg, SafetensorsFiles([folder / "model.safetensors"]),
+                        _identity), True
+        except WeightsError:  # a damaged entry is dropped and rebuilt from the source
+            shutil.rmtree(folder, ignore_errors=True)
+    source, mapper = _gguf_source(ckpt, _gguf_reader(ckpt.path))
+    return Plan(ckpt, cfg, source, mapper), False
+
+
+def _is_tensor(value) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _bin_state(path: Path) -> dict:
+    obj = _torch_load(path, mmap=True)
+    if not isinstance(obj, dict):
+        raise WeightsError(f"{path} is not a state dict (it holds a {type(obj).__name__}); "
+                           "save the model with save_pretrained")
+    return obj
 
 
 def load_state(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
                update: Callable = lambda fraction=None, text=None: None):
-    """(state, src, from_cache): tensors in tfx names, their checkpoint names, and whether
-    they came from the dequantised-weights cache."""
-    import torch
-
-    if ckpt.kind == "tfx":  # tfx's own names already
-        state = _read_safetensors([ckpt.path / "model.safetensors"])
-        return state, {k: k for k in state}, False
-    if ckpt.kind == "hf":
-        hf = _read_json(ckpt.path / "config.json")
-        state = _read_tensor_files(_weight_files(ckpt))
-        try:
-            state, src = _hf_map(_hf_family(ckpt, hf))(state, cfg)
-        except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
-            raise WeightsError(f"{ckpt.path}: {exc.message}") from None
-        return state, src, False
-    if ckpt.kind == "torch":
-        obj = _torch_checkpoint(ckpt.path)
-        odd = [k for k, v in obj["model"].items() if not isinstance(v, torch.Tensor)]
-        if odd:
-            raise WeightsError(f"{ckpt.path}: model entry {odd[0]!r} is not a tensor; the "
-                               "checkpoint is not a nanoGPT state dict")
-        state, src = _map_nanogpt(obj["model"], cfg)
-        return state, src, False
-    folder = cache_dir(ckpt) if use_cache else None
-    if folder is not None and (folder / "model.safetensors").is_file():
-        update(None, "reading cached dequantised weights")
-        state = _cache_read_state(folder)
-        if state is not None:
-            return state, {k: k for k in state}, True
-    reader = _gguf_reader(ckpt.path)
-    state, src = _gguf_tensors(ckpt, cfg, reader, update)
-    return state, src, False
+    """(state, src, from_cache): every tensor in tfx names (float32 for a GGUF), their
+    checkpoint names, and whether they came from the dequantised-weights cache."""
+    plan, from_cache = plan_tensors(ckpt, cfg, use_cache=use_cache, update=update)
+    state, src = plan.mapper(plan.source.read(sorted(set(filter(None, plan.keys.values())))),
+                             cfg)
+    plan.source.release()
+    return state, src, from_cache
 
 
-def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, progress=None):
+def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, progress=None,
+                 dtype: str = "float32", device: str = "cpu", budget=None):
     """A Transformer holding a checkpoint's weights. `cfg` is checkpoint_config(weights).
 
-    GGUF tensors are cached after their first (slow) dequantisation unless use_cache is
-    False; `progress` is an optional context-manager factory (see _progress).
-    """
+    In memory when they fit in `budget` (core/memory.Budget; None: always); otherwise
+    the model is built on the meta device and streamed from disk one part at a time
+    (core/streaming.Streamed). GGUF tensors are cached after their first (slow)
+    dequantisation unless use_cache is False; `progress` is an optional context-manager
+    factory (see _progress)."""
+    import torch
+
+    from .streaming import IN_MEMORY_SHARE, stream
+
     ckpt = resolve(weights, progress=progress)
+    run_dtype = getattr(torch, dtype)
     with _progress(progress, f"loading {ckpt.name}") as update:
-        state, src, from_cache = load_state(ckpt, cfg, use_cache=use_cache, update=update)
-        model = assemble(ckpt, cfg, state, src)
-        if ckpt.kind == "gguf" and use_cache and not from_cache:
-            folder = cache_dir(ckpt)
-            if folder is not None and not folder.exists():
-                update(None, "caching dequantised weights")
-                plain = {k: v for k, v in model.state_dict().items()
-                         if not (cfg.tie_embeddings and k == "lm_head.weight")}
-                _cache_write(folder, plain, cfg)
+        plan, from_cache = plan_tensors(ckpt, cfg, use_cache=use_cache, update=update)
+        if budget is not None and not budget.fits(plan.nbytes(run_dtype) / IN_MEMORY_SHARE):
+            _GGUF_MEMO.clear()
+            return stream(plan, run_dtype, device, budget, progress)
+        folder = cache_dir(ckpt) if ckpt.kind == "gguf" and use_cache and not from_cache \
+            else None
+        verb = "dequantising" if ckpt.kind == "gguf" and not from_cache else "reading"
+        # reading is shown where it takes a while: dequantising, or a large file
+        shown = verb == "dequantising" or plan.nbytes(run_dtype) > SHOW_READING
+        parts: dict[str, list[str]] = {}
+        for name in plan.shapes:
+            parts.setdefault(part_of(name), []).append(name)
+        state: dict = {}
+        with _cache_writer(folder, plan, cfg) as sink:
+            for done, (part, names) in enumerate(parts.items()):
+                names = [n for n in names if n not in plan.aliases]
+                state.update(plan.tensors(names, run_dtype, device, sink=sink))
+                if shown:
+                    update((done + 1) / len(parts), f"{verb} {part}")
+        plan.source.release()
+        try:
+            model = assign(cfg, state)
+        except WeightsError as exc:
+            raise WeightsError(f"{ckpt.path}: {exc.message}") from None
     _GGUF_MEMO.clear()  # the model holds its own tensors now: let the file go
     _TORCH_MEMO.clear()
-    return model
+    return model.place(run_dtype, device)
+
+
+def part_of(name: str) -> str:
+    """The part of the model a parameter belongs to: "embed", "blocks.{i}" or "head"; an
+    encoder–decoder's stacks prefix theirs ("encoder.blocks.0", "decoder.ln_f")."""
+    stack = ""
+    for prefix in ("encoder.", "decoder."):
+        if name.startswith(prefix):
+            stack, name = prefix, name[len(prefix):]
+    if name.startswith("blocks."):
+        return stack + ".".join(name.split(".")[:2])
+    if name.startswith("embed."):
+        return stack + "embed"
+    return stack + "ln_f" if stack else "head"
 
 
 __all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
-           "load_state", "assemble", "cache_root", "cache_key", "ALIASES",
-           "MINILM_INSTALL", "SMOLLM2_INSTALL"]
+           "load_state", "plan_tensors", "Plan", "check_tensors", "assign", "part_of",
+           "cache_root", "cache_key", "ALIASES", "MINILM_INSTALL", "SMOLLM2_INSTALL"]

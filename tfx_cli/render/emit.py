@@ -76,7 +76,8 @@ def info(message: str) -> None:
     from .common import terminal_text
 
     if not os.environ.get("TFX_QUIET"):
-        stderr_console().print(terminal_text(message), markup=False)
+        # one line, however wide the terminal: a note is read, and grepped, whole
+        stderr_console().print(terminal_text(message), markup=False, soft_wrap=True)
 
 
 @contextmanager

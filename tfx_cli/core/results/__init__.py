@@ -132,6 +132,9 @@ class ModelInfo:
     weights: str | None = None
     seed: int | None = None
     cfg: ModelConfig | None = None
+    dtype: str | None = None  # of a model that ran: float32, bfloat16 or float16
+    device: str | None = None  # where it ran: cpu, cuda, mps
+    streamed: bool = False  # its weights were read from disk part by part (--max-memory)
 
     @property
     def name(self) -> str:
@@ -139,6 +142,8 @@ class ModelInfo:
 
     def to_json(self) -> dict:
         out = {"config": self.config, "weights": self.weights, "seed": self.seed}
+        if self.dtype is not None:
+            out.update(dtype=self.dtype, device=self.device, streamed=self.streamed)
         if self.cfg is not None:
             out.update(to_json(self.cfg.to_dict()))
         return out
