@@ -899,12 +899,13 @@ def plan_tensors(ckpt: Checkpoint, cfg: ModelConfig, *, use_cache: bool = True,
         else:
             source = SafetensorsFiles(files)
         try:
-            plan = Plan(ckpt, cfg, source, _hf_map(family))
             if family in SEQ2SEQ:  # its token tables, saved under several names, are one
-                tables = [k for k in TOKEN_TABLES if k in plan.file_dtype]
+                tables = [k for k in TOKEN_TABLES if k in source.shapes()]
                 if len(tables) > 1:
                     read = source.read(tables)
                     check_tables({k: read[k] for k in tables})
+                    del read
+            plan = Plan(ckpt, cfg, source, _hf_map(family))
         except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
             if exc.message.startswith(str(ckpt.path)):
                 raise
