@@ -17,7 +17,7 @@ class Vocab(str, Enum):
 def train(
     pairs: Annotated[Optional[Path], typer.Option(
         "--pairs", metavar="FILE.tsv", show_default=False,
-        help="source<TAB>target lines for an encoder–decoder (toy, vaswani), e.g. "
+        help="Lines of source, a tab, then target, for an encoder–decoder (toy, vaswani), e.g. "
              "samples/seed001.tsv.")] = None,
     text: Annotated[Optional[Path], typer.Option(
         "--text", metavar="FILE", show_default=False,
@@ -45,8 +45,8 @@ def train(
     model sees the target, errs, is corrected (cross-entropy) and its weights are updated
     (Adam), until it answers right.
 
-    An encoder–decoder learns --pairs with teacher forcing: the decoder reads <start> and
-    the target and must predict each next word, then <end>. A decoder-only config learns
+    An encoder–decoder learns --pairs with teacher forcing: the decoder reads `<start>` and
+    the target and must predict each next word, then `<end>`. A decoder-only config learns
     --text's next tokens. The vocabulary is the data's words (or characters). The folder
     holds tfx-model.json (the architecture), model.safetensors and vocab.json; the same
     seed, data and options write the same bytes.
