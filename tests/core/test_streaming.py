@@ -114,6 +114,63 @@ def test_half_precision_streamed_equals_half_precision_in_memory(gpt2, dtype, ru
     assert whole.to_dict()["model"]["dtype"] == dtype
 
 
+SEQ2SEQ_RUNS = {
+    "next": lambda **kw: api.next(TEXT, target="Hello", **kw),
+    "trace-all": lambda **kw: api.trace(TEXT, select=["*"], target="Hello", **kw),
+    "cross": lambda **kw: api.attend(TEXT, layer=1, cross=True, explain=True, target="Hello",
+                                     **kw),
+    "encoder": lambda **kw: api.attend(TEXT, layer=1, **kw),
+    "ln3": lambda **kw: api.layernorm(TEXT, layer=1, which="ln3", target="Hello", **kw),
+    "lens": lambda **kw: api.lens(TEXT, target="Hello", **kw),
+    "embed": lambda **kw: api.embed(TEXT, target="Hello", **kw),
+    "posenc": lambda **kw: api.posenc(TEXT, **kw),
+    "generate": lambda **kw: api.generate(TEXT, max_new_tokens=6, ignore_eos=True, **kw),
+}
+
+
+@pytest.fixture(scope="module", params=["marian", "bart", "mbart"])
+def seq2seq(request, tmp_path_factory):
+    """Tiny random encoder–decoders of each family (tests/core/test_parity_seq2seq.py)."""
+    from test_parity_seq2seq import make_folder
+
+    path = tmp_path_factory.mktemp("stream") / request.param
+    make_folder(path, request.param)
+    return path
+
+
+@pytest.mark.parametrize("run", SEQ2SEQ_RUNS)
+def test_encoder_decoder_streamed_equals_in_memory(seq2seq, run):
+    """Both stacks stream part by part (encoder.embed, encoder.blocks.i, …,
+    decoder.blocks.i, decoder.ln_f, head); the shared token table is read for each stack's
+    embedding and the head, and the numbers are the in-memory run's."""
+    # force: the budget that makes these tiny models stream is smaller than what
+    # recording every tensor takes (the run's check is tested on its own below)
+    whole, streamed = both(SEQ2SEQ_RUNS[run], seq2seq, force=True)
+    assert without_streamed(whole) == without_streamed(streamed)
+
+
+def test_encoder_decoder_holds_one_part_and_runs_the_encoder_once(seq2seq, monkeypatch):
+    read = []
+    real = streaming.Streamed._read
+
+    def spy(self, part):
+        real(self, part)
+        read.append((part, len(self.held)))
+
+    monkeypatch.setattr(streaming.Streamed, "_read", spy)
+    stages._CACHE.clear()
+    model = api.load(weights=str(seq2seq), max_memory=stream_budget(seq2seq))
+    model.generate(TEXT, max_new_tokens=2, ignore_eos=True)
+    parts = [part for part, _ in read]
+    assert max(held for _, held in read) == 1
+    encoder = [p for p in parts if p.startswith("encoder.")]
+    assert encoder[:3] == ["encoder.embed", "encoder.blocks.0", "encoder.blocks.1"]
+    assert len(encoder) == len(set(encoder))  # the encoder ran once for both tokens
+    assert parts.count("decoder.blocks.1") == 2 and parts.count("head") == 2
+    assert all(p.is_meta for p in model.module.parameters())
+    stages._CACHE.clear()
+
+
 def logits_both(weights, ids) -> tuple:
     """Logits of the whole model and of the streamed one, for ids of any tokenizer."""
     from tfx_cli.core.weights import checkpoint_config, load_weights

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import ConfigError, InputTextError, RangeError, UsageError
+from ..words import counted
 from . import decoding
 from .model import KVCache, Transformer
 from .results import (Candidate, GenerateResult, GenerateSettings, Greedy, LensResult,
@@ -458,12 +459,16 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
     stages.check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
                      kv_len=min(loaded.cfg.context_length, len(ids) + max_new_tokens)
-                     if use_cache and loaded.cfg.causal else 0,
+                     if use_cache and (loaded.cfg.causal or loaded.cfg.is_encoder_decoder)
+                     else 0,
                      steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
     if loaded.model.residency.streamed and loaded.notice is not None:
-        loaded.notice(f"decoding a streamed model reads all {loaded.cfg.n_layers} blocks "
-                      "from disk again for every new token (only the KV cache stays in "
-                      "memory); the progress shows each token's reads")
+        blocks = (f"the decoder's {counted(loaded.cfg.n_decoder_layers, 'block')} and the "
+                  "head (the encoder runs once)") if loaded.cfg.is_encoder_decoder else \
+            f"all {loaded.cfg.n_layers} blocks"
+        loaded.notice(f"decoding a streamed model reads {blocks} from disk again for every "
+                      "new token (only the KV cache stays in memory); the progress shows "
+                      "each token's reads")
     seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
@@ -593,7 +598,7 @@ def lens(loaded, text: str, *, truncate: bool = False,
     top_ids, top_probs, next_probs = [], [], []
     # one read of the final norm and the head for every layer (a streamed model would
     # otherwise fetch them from disk once per layer)
-    with torch.inference_mode(), model.holding("head"):
+    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
         for name in names:
             resid = trace.raw(name)[None]  # (1, T, C)
             normed = stack.ln_f(resid) if stack.ln_f is not None else resid

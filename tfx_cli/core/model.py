@@ -854,9 +854,10 @@ class Transformer(nn.Module):
         decoder's self-attention mask ("auto": causal).
         """
         if self.cfg.is_encoder_decoder:
-            return self._seq2seq(ids, target, cache=cache, keep=keep, stop_after=stop_after,
-                                 head=head, stack=stack or "decoder", memory=memory,
-                                 source_len=source_len)
+            with self.residency.reading():
+                return self._seq2seq(ids, target, cache=cache, keep=keep,
+                                     stop_after=stop_after, head=head, stack=stack or "decoder",
+                                     memory=memory, source_len=source_len)
         with self.residency.reading():
             return self._forward(ids, token_type_ids, cache, keep, stop_after, head)
 
@@ -897,7 +898,8 @@ class Transformer(nn.Module):
         dec = self.decoder
         target = target.to(self.device)
         dec.tokens.ids(target)
-        x = dec.embed(target, torch.arange(start, start + T, device=self.device), None)
+        with self.holding("decoder.embed"):
+            x = dec.embed(target, torch.arange(start, start + T, device=self.device), None)
         if stop_after is not None and stop_after < 0:
             return None
         context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True)
@@ -919,11 +921,13 @@ class Transformer(nn.Module):
         enc = self.encoder
         ids = ids.to(self.device)
         enc.tokens.ids(ids)
-        x = enc.embed(ids, torch.arange(S, device=self.device), None)
-        if stop_after is not None and stop_after < 0:
-            return None
-        context = {"keep": keep, "cache": None, "start": 0}
-        return self.run_blocks(x, context, stop_after=stop_after, stack=enc)
+        with self.residency.reading():
+            with self.holding("encoder.embed"):
+                x = enc.embed(ids, torch.arange(S, device=self.device), None)
+            if stop_after is not None and stop_after < 0:
+                return None
+            context = {"keep": keep, "cache": None, "start": 0}
+            return self.run_blocks(x, context, stop_after=stop_after, stack=enc)
 
     def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
                           keep: torch.Tensor | None | str = "auto",
@@ -964,6 +968,10 @@ class Transformer(nn.Module):
         block's input (activation patching starts each patched run there). `stack`: an
         encoder–decoder's encoder (which ends at its output, no head) or decoder."""
         module = self if stack is None else stack
+        # the parts a streamed model reads (core/streaming.py): "blocks.{i}" and "head",
+        # an encoder–decoder's prefixed with its stack
+        prefix = "" if stack is None else \
+            "encoder." if stack is getattr(self, "encoder", None) else "decoder."
         n = len(module.blocks)
         last = n if stop_after is None else min(stop_after, n - 1)
         if stack is None and last >= self.built_blocks and self.built_blocks < n:
@@ -972,14 +980,14 @@ class Transformer(nn.Module):
         attn_kw = dict(context)
         keep = attn_kw.pop("keep")
         for i in range(first, n):
-            with self.holding(f"blocks.{i}") if stack is None else nullcontext():
+            with self.holding(f"{prefix}blocks.{i}"):
                 x = module.blocks[i](x, keep, **attn_kw)
             if stop_after is not None and i >= stop_after:
                 return None
         cache = context["cache"]
         if cache is not None:
             cache.length = context["start"] + x.shape[1]
-        with self.holding("head") if stack is None else nullcontext():
+        with self.holding("encoder.ln_f" if prefix == "encoder." else "head"):
             if module.ln_f is not None:
                 x = module.ln_f(x)
             if stack is not None and stack is getattr(self, "encoder", None):

@@ -320,7 +320,9 @@ def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int
     chosen = compile_globs(list(select))
     recorded = steps * sum(4 * math.prod(dims.get(d, 1) for d in tap.dims)
                            for name, tap in model.taps.items() if chosen.match(name))
-    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * kv_len * size
+    # the cache holds the decoder's self-attention in an encoder–decoder
+    kv = 2 * (cfg.n_decoder_layers or cfg.n_layers) * cfg.n_kv_heads * cfg.head_dim * kv_len \
+        * size
     rows = T if logits_rows is None else logits_rows
     work = (size * T * (6 * cfg.d_model + 3 * cfg.attn_dim + 3 * cfg.d_ff)
             + 4 * 2 * cfg.n_heads * T * S + (size + 8) * rows * cfg.vocab_size)
@@ -429,7 +431,7 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
                        "cos(pos / 10000^(2i/d)): the sines first, then the cosines")
     elif cfg.positional == "learned":
         module, prefix = loaded.model.stack()
-        with loaded.model.holding("embed"):
+        with loaded.model.holding(prefix + "embed"):
             table = module.embed.pos_emb.weight[cfg.pos_offset:cfg.pos_offset + n]
             tr.add("posenc.table", table.detach(), (P, "C"))
         formula = (f"learned: row pos of the position-embedding table ({prefix}embed.pos_emb)"
@@ -504,7 +506,7 @@ def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: i
         kw = {"rot": model.rope_for(torch.arange(len(ids)), local=local),
               "k_rot": model.rope_for(torch.arange(len(kv_ids)), local=local)}
     with model.record(select) as tr, torch.inference_mode(), \
-            model.holding(f"blocks.{layer}"):
+            model.holding(f"{seq.prefix}blocks.{layer}"):
         if cfg.norm_position == "pre":  # pre-LN: attention reads the normalised stream
             x_q, x_kv = block.ln1(x_q), block.ln1(x_kv)
         block.attn(x_q, keep, kv_x=x_kv, **kw)
@@ -723,7 +725,8 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
     if which == "ln_f" and decoder:
         stop = None
     tr = run(loaded, ids, select, stop_after=stop, head="none", validate=False, seq=seq)
-    part = f"blocks.{layer}" if which in in_block else "head" if which == "ln_f" else "embed"
+    part = f"{p}blocks.{layer}" if which in in_block else p + "embed" if which == "embed" \
+        else "encoder.ln_f" if p == "encoder." else "head"
     with loaded.model.holding(part):  # a streamed model has let the norm's weights go
         tr.add(prefix + ".scale", module.scale.detach(), ("C",))
         if module.shift is not None:

@@ -3,7 +3,8 @@ read, run and let go in turn.
 
 A streamed model is the ordinary Transformer built on the meta device (every shape, no
 storage) with `residency = Streamed(...)`. Transformer.forward asks for each part as it
-reaches it (`holding("embed")`, `holding("blocks.3")`, `holding("head")`); Streamed reads
+reaches it (`holding("embed")`, `holding("blocks.3")`, `holding("head")`; an
+encoder–decoder's parts carry their stack: `holding("encoder.blocks.0")`); Streamed reads
 that part's tensors from the checkpoint (weights.Plan: the reads, mapping and dtype
 conversion of a load into memory), hands them to the part's modules, and after the part
 has run puts the meta parameters back, so the tensors are freed and the file's pages let
@@ -42,7 +43,7 @@ class Streamed:
             self.parts.setdefault(part_of(name), []).append(name)
         self.slots = {}
         for name in plan.shapes:
-            path, attr = name.rsplit(".", 1)
+            path, _, attr = name.rpartition(".")  # "" for a top-level one: the model
             module = model.get_submodule(path)
             self.slots[name] = (module, attr, getattr(module, attr))  # the meta parameter
         self.held: set[str] = set()
@@ -89,8 +90,10 @@ class Streamed:
             self._update(order.index(part) / len(order), f"{where}reading {part}")
         tensors = self.plan.tensors(self.parts[part], self.dtype, self.device)
         for name, tensor in tensors.items():
-            module, attr, _ = self.slots[name]
-            setattr(module, attr, nn.Parameter(tensor, requires_grad=False))
+            module, attr, meta = self.slots[name]
+            # a parameter stays one; a buffer (an encoder–decoder's final_logits_bias) too
+            setattr(module, attr, nn.Parameter(tensor, requires_grad=False)
+                    if isinstance(meta, nn.Parameter) else tensor)
         if self.decoding_layout:
             from .decoding import decoding_layout
 
@@ -129,12 +132,6 @@ def stream(plan: Plan, dtype: torch.dtype, device, budget, progress=None):
     when it runs. Refuses a budget that cannot hold the largest part."""
     from .model import build_model
 
-    if plan.cfg.is_encoder_decoder:  # its parts are two stacks': not streamed (yet)
-        need = plan.nbytes(dtype)
-        raise budget.refuse(f"{plan.cfg.name} (an encoder–decoder, loaded whole: only "
-                            "single-stack models are streamed from disk)", need,
-                            {"the weights": need},
-                            "raise --max-memory, or pass --dtype bfloat16 to halve them")
     model = build_model(plan.cfg, device="meta")
     residency = Streamed(model, plan, dtype, torch.device(device), progress)
     part, need = residency.largest
@@ -143,11 +140,13 @@ def stream(plan: Plan, dtype: torch.dtype, device, budget, progress=None):
                                  dtype=str(dtype).removeprefix("torch."))
     model.residency = residency
     model.dtype, model.device = dtype, torch.device(device)
-    if plan.cfg.positional == "sinusoidal":  # not in checkpoints: computed, and kept
+    cfg = plan.cfg
+    if cfg.positional == "sinusoidal":  # not in checkpoints: computed, and kept
         from .model import sinusoidal_table
 
-        model.embed.pe = sinusoidal_table(plan.cfg.context_length, plan.cfg.d_model).to(
-            device, dtype)
+        table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout)
+        for stack in (model.encoder, model.decoder) if cfg.is_encoder_decoder else (model,):
+            stack.embed.pe = table.to(device, dtype)
     return model
 
 

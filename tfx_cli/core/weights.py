@@ -1003,8 +1003,10 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
 
 
 def part_of(name: str) -> str:
-    """The part of the model a parameter belongs to: "embed", "blocks.{i}" or "head"; an
-    encoder–decoder's stacks prefix theirs ("encoder.blocks.0", "decoder.ln_f")."""
+    """The part of the model a parameter belongs to: "embed", "blocks.{i}" or "head" (the
+    final norm and the output head); an encoder–decoder's stacks prefix their embedding and
+    blocks ("encoder.blocks.0"), the encoder's final norm is "encoder.ln_f" and the
+    decoder's is in "head"."""
     stack = ""
     for prefix in ("encoder.", "decoder."):
         if name.startswith(prefix):
@@ -1013,7 +1015,7 @@ def part_of(name: str) -> str:
         return stack + ".".join(name.split(".")[:2])
     if name.startswith("embed."):
         return stack + "embed"
-    return stack + "ln_f" if stack else "head"
+    return "encoder.ln_f" if stack == "encoder." else "head"
 
 
 __all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
