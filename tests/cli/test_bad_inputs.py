@@ -592,9 +592,12 @@ CASES = [
          files=(_text("p.tsv", "a b\tc d\n"),)),
     # interventions: sites, ablation, steering, patching, attribution (on a one-layer
     # GPT reading words: interventions need one residual stream)
-    Case("ablate-encoder-decoder", "--ablate on an encoder–decoder model",
-         ["next", SENTENCE, *TOY, "--ablate", "encoder.blocks.0.attn.out"], "UsageError",
-         "works on single-stack models"),
+    Case("steer-encoder-decoder", "--steer on an encoder–decoder model",
+         ["next", SENTENCE, *TOY, "--steer", "decoder.blocks.0.resid_pre", "--toward", "win",
+          "--away", "die"], "UsageError", "works on single-stack models"),
+    Case("ablate-no-stack", "--ablate on an encoder–decoder without the stack in the name",
+         ["next", SENTENCE, *TOY, "--ablate", "blocks.0.attn.out"], "SelectError",
+         "write encoder.blocks.0.attn.out or decoder.blocks.0.attn.out"),
     Case("ablate-unknown-site", "--ablate a name that is no site",
          ["trace", SENTENCE, *WORDY, "--ablate", "blocks.0.attn.output"], "SelectError",
          "valid sites: embed.tok"),

@@ -160,3 +160,62 @@ def test_train_a_decoder_only_model_on_a_text(tmp_path):
 def test_config_refuses_a_causal_encoder():
     with pytest.raises(Exception, match="set causal to false"):
         ModelConfig(d_model=8, n_heads=2, n_layers=1, n_decoder_layers=1, causal=True)
+
+
+# -- interventions on an encoder–decoder ------------------------------------------------
+def test_ablating_a_cross_attention_head_hides_the_source_from_it_alone():
+    """decoder.blocks.0.cross.pattern:h=1 zeroes head 1's weights on the source; head 0
+    and the encoder are as in the plain run, and the result says what was changed."""
+    m = api.load(config="toy")
+    select = ["encoder.blocks.0.resid_out", "decoder.blocks.0.cross.*"]
+    plain = m.trace(SOURCE, target="you win", select=select)
+    cut = m.trace(SOURCE, target="you win", select=select,
+                  ablate=["decoder.blocks.0.cross.pattern:h=1"])
+    a, b = plain.tensors, cut.tensors
+    assert np.array_equal(a["encoder.blocks.0.resid_out"], b["encoder.blocks.0.resid_out"])
+    pattern, context = b["decoder.blocks.0.cross.pattern"], b["decoder.blocks.0.cross.context"]
+    assert not pattern[1].any() and not context[1].any()  # (H, T, S) and (H, T, D)
+    assert np.array_equal(pattern[0], a["decoder.blocks.0.cross.pattern"][0])
+    assert np.array_equal(context[0], a["decoder.blocks.0.cross.context"][0])
+    assert not np.array_equal(b["decoder.blocks.0.cross.out"], a["decoder.blocks.0.cross.out"])
+    assert cut.interventions[0].name == "decoder.blocks.0.cross.pattern"
+    assert cut.interventions[0].head == 1
+
+
+def test_an_encoder_site_changes_the_memory_the_decoder_reads():
+    """Zeroing the encoder's output leaves every source position the same to the
+    decoder: cross-attention's keys are then one row repeated, and the next-word
+    distribution moves."""
+    m = api.load(config="toy")
+    cut = m.trace(SOURCE, target="you win", select=["decoder.blocks.0.cross.k"],
+                  ablate=["encoder.blocks.0.resid_out"])
+    keys = cut.tensors["decoder.blocks.0.cross.k"]  # (H, S, D)
+    assert np.allclose(keys, keys[:, :1], atol=0, rtol=0)
+    plain = m.next(SOURCE, target="you win")
+    moved = m.next(SOURCE, target="you win", ablate=["encoder.blocks.0.resid_out"])
+    assert [c.prob for c in plain.candidates] != [c.prob for c in moved.candidates]
+
+
+def test_generate_with_an_ablation_runs_the_encoder_once_and_edits_every_step():
+    """With an intervention every step recomputes the target without the cache (an edit
+    at earlier positions must hold), and the encoder still runs once; the steps agree
+    with next() run on each prefix with the same ablation."""
+    m = api.load(config="toy")
+    site = ["decoder.blocks.0.ffn.out:p=0"]  # the <start> position, there at every step
+    before = m.module.encoder_runs
+    out = m.generate(SOURCE, max_new_tokens=3, ignore_eos=True, ablate=site)
+    assert m.module.encoder_runs == before + 1
+    assert out.settings.cache is False
+    from tfx_cli.core import interventions
+
+    loaded = m._loaded
+    source = torch.tensor([loaded.tokenizer.encode(SOURCE)])
+    with interventions.applied(loaded, interventions.plan(loaded, ablate=site)), \
+            torch.inference_mode():
+        for i, step in enumerate(out.steps):  # the whole target so far, edited
+            logits = m.module(source, target=torch.tensor([out.ids[:i + 1]]))[0, -1]
+            probs = torch.softmax(logits.double(), dim=-1)
+            assert int(logits.argmax()) == step.id
+            assert abs(float(probs[step.id]) - step.prob) < 1e-6
+    plain = m.generate(SOURCE, max_new_tokens=3, ignore_eos=True)
+    assert [s.prob for s in plain.steps] != [s.prob for s in out.steps]

@@ -7,7 +7,9 @@ edited value. This module decides the edits:
 - sites: a trace name, optionally narrowed to one head and/or one position
   (`blocks.3.attn.context:h=5`, `blocks.2.resid_out:p=4`), plus the pseudo-name
   `blocks.{i}.resid_pre`, block i's input (`embed.out` for block 0, else
-  `blocks.{i-1}.resid_out`);
+  `blocks.{i-1}.resid_out`); an encoder–decoder's names carry their stack
+  (`decoder.blocks.0.cross.pattern:h=1`, `encoder.blocks.2.resid_pre`), and ablation is
+  the intervention it takes;
 - ablation (--ablate): the site's value set to zero, or to its mean over the run's
   positions (--ablate-mode mean);
 - steering (--steer): K × (activation(toward) − activation(away)) added at the site,
@@ -107,12 +109,17 @@ class Site:
         return slice(self.pos, self.pos + 1)
 
 
-def resid_pre_name(layer: int) -> str:
-    """The trace name holding block `layer`'s input."""
-    return "embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out"
+# a block's name, after an encoder–decoder's stack prefix: (prefix, layer)
+_BLOCK = re.compile(r"^((?:encoder|decoder)\.)?blocks\.(\d+)\.")
+
+
+def resid_pre_name(layer: int, prefix: str = "") -> str:
+    """The trace name holding block `layer`'s input (of the stack `prefix` names)."""
+    return prefix + ("embed.out" if layer == 0 else f"blocks.{layer - 1}.resid_out")
 
 
 def _why_not(name: str, cfg) -> str | None:
+    name = re.sub(r"^(?:encoder|decoder)\.", "", name)  # an encoder–decoder's stacks
     if name in _NOT_SITES:
         return _NOT_SITES[name]
     leaf = name.rsplit(".", 1)[-1]
@@ -132,9 +139,9 @@ def site_names(model) -> list[str]:
     for name in model.taps:
         if _why_not(name, model.cfg) is not None:
             continue
-        match = re.match(r"blocks\.(\d+)\.ln1\.in$", name)
+        match = re.match(r"^((?:encoder|decoder)\.)?blocks\.(\d+)\.ln1\.in$", name)
         if match:
-            out.append(f"blocks.{match.group(1)}.resid_pre")
+            out.append(f"{match.group(1) or ''}blocks.{match.group(2)}.resid_pre")
         out.append(name)
     return out
 
@@ -153,16 +160,26 @@ def parse_site(model, spec: str, option: str = "--ablate") -> Site:
         why = _why_not(name, cfg) if name in model.taps else None
         if why is not None:
             raise SelectError(f"{option} {spec!r}: {name} is recorded but is not a site: {why}")
-        generic = re.sub(r"^blocks\.\d+\.", "blocks.{i}.", name)
-        match = re.match(r"blocks\.(\d+)\.", name)
-        if match and generic in summary.split(", "):
-            n = cfg.n_layers
-            raise RangeError(f"{option} {spec!r}: block {match.group(1)} is out of range: "
-                             f"this model has {counted(n, 'layer')} (0 to {n - 1})")
+        match = _BLOCK.match(name)
+
+        def generic(n: str) -> str:
+            return _BLOCK.sub(lambda m: f"{m.group(1) or ''}blocks.{{i}}.", n)
+
+        if match and generic(name) in {generic(v) for v in valid}:
+            stack = (match.group(1) or "").rstrip(".")
+            n = cfg.n_decoder_layers if stack == "decoder" else cfg.n_layers
+            which = f"the {stack} has" if stack else "this model has"
+            raise RangeError(f"{option} {spec!r}: block {match.group(2)} is out of range: "
+                             f"{which} {counted(n, 'layer')} (0 to {n - 1})")
+        stacked = [f"{stack}.{name}" for stack in ("encoder", "decoder")
+                   if f"{stack}.{name}" in valid]
+        if cfg.is_encoder_decoder and stacked:
+            raise SelectError(f"{option} {spec!r} is not a site: an encoder–decoder's names "
+                              f"start with their stack; write {' or '.join(stacked)}")
         raise SelectError(f"{option} {spec!r} is not a site; valid sites: {summary} "
                           "(narrow one with :h=HEAD and :p=POSITION)")
-    match = re.match(r"blocks\.(\d+)\.resid_pre$", name)
-    tap_name = resid_pre_name(int(match.group(1))) if match else name
+    match = re.match(r"^((?:encoder|decoder)\.)?blocks\.(\d+)\.resid_pre$", name)
+    tap_name = resid_pre_name(int(match.group(2)), match.group(1) or "") if match else name
     dims = tuple(model.taps[tap_name].dims)
     got: dict[str, int] = {}
     for part in narrowing:
@@ -307,8 +324,8 @@ def plan(loaded, *, ablate: Sequence[str] | None = None, ablate_mode: str | None
          scale: float | None = None) -> Plan:
     check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                   away=away, scale=scale)
-    if ablate or steer is not None:
-        single_stack(loaded.cfg, "--ablate" if ablate else "--steer")
+    if steer is not None:  # an encoder–decoder takes --ablate, on either stack
+        single_stack(loaded.cfg, "--steer")
     model = loaded.model
     return Plan(ablate=[parse_site(model, s, "--ablate") for s in ablate or ()],
                 mode=ablate_mode or "zero",
