@@ -435,6 +435,11 @@ def train(*, output: str | Path, pairs: str | Path | None = None,
     if spec.corpus is not None:
         raise UsageError("tfx train builds its vocabulary from the training data; drop "
                          "--corpus")
+    for option, given in (("dtype", spec.dtype != "float32"), ("device", spec.device != "cpu"),
+                          ("max_memory", spec.max_memory is not None)):
+        if given:
+            raise UsageError(f"tfx train trains in float32 on the CPU; drop {option}= (the "
+                             "trained folder runs in any dtype and on any device)")
     if (pairs is None) == (text is None):
         raise UsageError("give what to learn: --pairs FILE.tsv (source<TAB>target lines, for "
                          "an encoder–decoder) or --text FILE (next tokens), one of them")

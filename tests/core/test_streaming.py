@@ -91,6 +91,10 @@ RUNS = {
                                                  select=["blocks.1.attn.pattern"], **kw),
     "sample": lambda **kw: api.generate(TEXT, max_new_tokens=8, temperature=0.9, top_k=50,
                                         ignore_eos=True, **kw),
+    # attribution reads each part's weights again after the forward
+    "attribute": lambda **kw: api.attribute(TEXT, answer="m", wrong="a", **kw),
+    "attribute-heads": lambda **kw: api.attribute(TEXT, answer="m", per_head=True, **kw),
+    "ablate": lambda **kw: api.next(TEXT, ablate=["blocks.1.attn.pattern:h=2"], **kw),
 }
 
 
@@ -147,6 +151,18 @@ def test_encoder_decoder_streamed_equals_in_memory(seq2seq, run):
     # recording every tensor takes (the run's check is tested on its own below)
     whole, streamed = both(SEQ2SEQ_RUNS[run], seq2seq, force=True)
     assert without_streamed(whole) == without_streamed(streamed)
+
+
+def test_an_encoder_decoder_budget_below_one_part_names_it_and_the_suggestion_works(seq2seq):
+    stages._CACHE.clear()
+    with pytest.raises(ResourceError) as caught:
+        api.load(weights=str(seq2seq), max_memory=SMALL)
+    message = caught.value.message
+    assert "cannot hold one decoder block of" in message or "the encoder's embedding of" in message
+    result = api.next(TEXT, weights=str(seq2seq), target="Hello", max_memory=part_budget(seq2seq),
+                      force=True)
+    assert result.to_dict()["model"]["streamed"] is True
+    stages._CACHE.clear()
 
 
 def test_encoder_decoder_holds_one_part_and_runs_the_encoder_once(seq2seq, monkeypatch):

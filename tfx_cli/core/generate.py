@@ -457,10 +457,13 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if loaded.cfg.is_encoder_decoder:
         seq = stages.read_seq(loaded, target=target or "")  # the start id at least
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
+    # the cache holds the text so far: the prompt and the new tokens, or an
+    # encoder–decoder's target so far (its source is read once, as memory)
+    so_far = (len(start) if start is not None else len(ids)) + max_new_tokens
     stages.check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
-                     kv_len=min(loaded.cfg.context_length, len(ids) + max_new_tokens)
+                     kv_len=min(loaded.cfg.context_length, so_far)
                      if use_cache and (loaded.cfg.causal or loaded.cfg.is_encoder_decoder)
-                     else 0,
+                     else 0, target=min(so_far, loaded.cfg.context_length) if start else 0,
                      steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
     if loaded.model.residency.streamed and loaded.notice is not None:
         blocks = (f"the decoder's {counted(loaded.cfg.n_decoder_layers, 'block')} and the "

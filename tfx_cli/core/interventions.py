@@ -609,7 +609,13 @@ def _frozen_norm(vectors: torch.Tensor, norm, scale: float) -> torch.Tensor:
     shift β is not a part's: the caller adds it once, as its own part."""
     if norm.kind != "rmsnorm":
         vectors = vectors - vectors.mean(dim=-1, keepdim=True)
-    return vectors / scale * norm.gain.double()
+    return vectors / scale * _host(norm.gain)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A weight as attribution computes with it: float64 on the CPU (a copy, so it stays
+    when a streamed model lets the weight go)."""
+    return t.to("cpu", torch.float64)
 
 
 def _norm_scale(tr: Trace, prefix: str, eps: float) -> float:
@@ -664,9 +670,11 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     with model.record(names) as tr, torch.inference_mode():
         model(torch.tensor([list(ids)]), head="last")
     logits = tr.raw(out)[-1].double()  # (V,)
-    direction = model.lm_head.weight[answer].double()
-    if wrong is not None:
-        direction = direction - model.lm_head.weight[wrong].double()
+    # a streamed model reads each part's weights again while they are used here
+    with model.holding("head"):
+        direction = _host(model.lm_head.weight[answer])
+        if wrong is not None:
+            direction = direction - _host(model.lm_head.weight[wrong])
     logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
 
     labels: list[str] = []
@@ -675,7 +683,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
 
     def add(label: str, vector: torch.Tensor) -> None:
         labels.append(label)
-        vectors.append(vector.double())
+        vectors.append(_host(vector))
 
     def through(norm, prefix: str, since: int = 0) -> None:
         """Carry the parts from index `since` on, and the remainder, through a frozen
@@ -684,7 +692,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         scale = _norm_scale(tr, prefix, norm.eps)
         stacked = _frozen_norm(torch.stack(vectors[since:] + [rest]), norm, scale)
         vectors[since:] = list(stacked[:-1])
-        rest = stacked[-1] + (norm.shift.double() if norm.shift is not None else 0.0)
+        rest = stacked[-1] + (_host(norm.shift) if norm.shift is not None else 0.0)
 
     for name in embeds:
         vector = tr.raw(name)[-1].double()
@@ -692,20 +700,24 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
         add(name, vector)
     if cfg.embed_norm:
-        through(model.embed.ln, "embed.ln")
-    for i, block in enumerate(model.blocks):
+        with model.holding("embed"):
+            through(model.embed.ln, "embed.ln")
+
+    def block_parts(i: int, block) -> None:
+        """Block i's attention (or its heads) and FFN outputs, through its norms."""
+        nonlocal rest
         attn = block.attn
         first, before = len(vectors), rest
         if sandwich:
             rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
         if per_head:
-            context = tr.raw(f"blocks.{i}.attn.context")[:, -1].double()  # (H, D)
-            W_O = attn.out_proj.weight.double()  # (C, H·D)
+            context = _host(tr.raw(f"blocks.{i}.attn.context")[:, -1])  # (H, D)
+            W_O = _host(attn.out_proj.weight)  # (C, H·D)
             D = cfg.head_dim
             for h in range(cfg.n_heads):
                 add(f"blocks.{i}.attn.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
             if attn.out_proj.bias is not None:
-                rest = rest + attn.out_proj.bias.double()
+                rest = rest + _host(attn.out_proj.bias)
         else:
             add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
         if sandwich:
@@ -722,8 +734,12 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             rest = before + rest
         if post:
             through(block.ln2, f"blocks.{i}.ln2")
+    for i, block in enumerate(model.blocks):
+        with model.holding(f"blocks.{i}"):
+            block_parts(i, block)
     if model.ln_f is not None:
-        through(model.ln_f, "ln_f")
+        with model.holding("head"):
+            through(model.ln_f, "ln_f")
     values = [float(v @ direction) for v in vectors] + [float(rest @ direction)]
     return Attribution(labels + ["remainder"], values, logit_diff)
 

@@ -125,13 +125,20 @@ class Budget:
         """A streamed model's largest part does not fit: what it needs, what to pass."""
         where = f"--max-memory {self.text}" if self.given else \
             f"the free memory ({format_size(self.bytes)} to plan on)"
-        if part.startswith("blocks."):
-            what = f"one block of {name}: each block needs {format_size(need)} in {dtype}"
+        # an encoder–decoder's parts carry their stack: "encoder.blocks.0", "decoder.embed"
+        stack, kind = "", part
+        for prefix in ("encoder.", "decoder."):
+            if part.startswith(prefix):
+                stack, kind = prefix[:-1], part[len(prefix):]
+        if kind.startswith("blocks."):
+            what = (f"one {stack + ' ' if stack else ''}block of {name}: each "
+                    f"{stack + ' ' if stack else ''}block needs {format_size(need)} in {dtype}")
         else:
-            block = max((v for k, v in parts.items() if k.startswith("blocks.")), default=0)
-            part_name = {"embed": "the embedding", "head": "the output head"}[part]
-            what = (f"{part_name} of {name}, read as one part: it needs {format_size(need)} "
-                    f"in {dtype} (a block {format_size(block)})")
+            block = max((v for k, v in parts.items() if "blocks" in k.split(".")), default=0)
+            noun = {"embed": "embedding", "head": "output head", "ln_f": "final norm"}[kind]
+            whose = f"the {stack}'s {noun}" if stack else f"the {noun}"
+            what = (f"{whose} of {name}, read as one part: it needs {format_size(need)} in "
+                    f"{dtype}" + (f" (a block {format_size(block)})" if block else ""))
         halve = ", or --dtype bfloat16 to halve it" if dtype == "float32" else ""
         return ResourceError(f"{where} cannot hold {what}; pass --max-memory "
                              f"{option_size(need * 1.25)} or more{halve}")

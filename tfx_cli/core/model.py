@@ -987,7 +987,11 @@ class Transformer(nn.Module):
         cache = context["cache"]
         if cache is not None:
             cache.length = context["start"] + x.shape[1]
-        with self.holding("encoder.ln_f" if prefix == "encoder." else "head"):
+        # a streamed model reads its last part only for what runs: a final norm, or the head
+        ends = module.ln_f is not None or (prefix != "encoder." and self.cfg.lm_head
+                                           and head != "none")
+        with self.holding("encoder.ln_f" if prefix == "encoder." else "head") if ends \
+                else nullcontext():
             if module.ln_f is not None:
                 x = module.ln_f(x)
             if stack is not None and stack is getattr(self, "encoder", None):

@@ -221,8 +221,11 @@ def run(loaded: Loaded, ids: list[int], select: Iterable[str], *, keep="auto",
         kw.update(stack=seq.stack, target=None if seq.target is None
                   else torch.tensor([seq.target]))
     head = kw.get("head", "all")
-    check_run(loaded, len(ids), select, logits_rows=0 if stop_after is not None or
-              head == "none" else 1 if head == "last" else len(ids))
+    target = len(seq.target) if seq is not None and seq.target is not None else 0
+    rows = target or len(ids)  # the head reads the decoder's positions when there is one
+    check_run(loaded, len(ids), select, target=target,
+              logits_rows=0 if stop_after is not None or head == "none" else 1
+              if head == "last" else rows)
     with loaded.model.record(select) as trace, torch.inference_mode():
         loaded.model(torch.tensor([ids]), keep=keep, stop_after=stop_after, **kw)
     return trace
@@ -299,7 +302,8 @@ RUN_FIX = "raise --max-memory, record fewer tensors (--select), or give a shorte
 
 
 def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int = 0,
-              steps: int = 1, logits_rows: int | None = None, fix: str = RUN_FIX) -> None:
+              steps: int = 1, logits_rows: int | None = None, fix: str = RUN_FIX,
+              target: int = 0) -> None:
     """Refuse, before anything is allocated, a run its budget cannot hold: the weights
     held at once (the whole model, or a streamed model's largest part), the KV cache,
     the tensors recorded (`steps` times, as float32, what the output holds) and one
@@ -317,9 +321,15 @@ def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int
     S = max(T, kv_len)
     dims = {"T": T, "S": S, "C": cfg.d_model, "H": cfg.n_heads, "D": cfg.head_dim,
             "F": cfg.d_ff, "V": cfg.vocab_size, "A": cfg.attn_dim}
+    # an encoder–decoder's decoder (and the logits) run over the `target` positions, its
+    # keys over the source or the target
+    decoder = {**dims, "T": target, "S": max(S, target)} if target else dims
     chosen = compile_globs(list(select))
-    recorded = steps * sum(4 * math.prod(dims.get(d, 1) for d in tap.dims)
-                           for name, tap in model.taps.items() if chosen.match(name))
+    recorded = steps * sum(
+        4 * math.prod((decoder if name.startswith(("decoder.", "logits")) else dims).get(d, 1)
+                      for d in tap.dims)
+        for name, tap in model.taps.items() if chosen.match(name))
+    T, S = max(T, target), max(S, target)
     # the cache holds the decoder's self-attention in an encoder–decoder
     kv = 2 * (cfg.n_decoder_layers or cfg.n_layers) * cfg.n_kv_heads * cfg.head_dim * kv_len \
         * size

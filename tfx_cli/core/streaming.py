@@ -30,6 +30,16 @@ from .weights import Plan, part_of
 IN_MEMORY_SHARE = 0.8
 
 
+def forward_order(part: str) -> tuple:
+    """Sort key of a part: the encoder's before the decoder's, and in each stack the
+    embedding, the blocks by number, the final norm, then the head."""
+    stack = 0 if part.startswith("encoder.") else 1
+    kind = part.split(".", 1)[1] if part.startswith(("encoder.", "decoder.")) else part
+    if kind.startswith("blocks."):
+        return stack, 1, int(kind.split(".")[1])
+    return stack, {"embed": 0, "ln_f": 2, "head": 3}.get(kind, 4), 0
+
+
 class Streamed:
     """Where a streamed model's weights are: on disk, read one part at a time."""
 
@@ -41,6 +51,8 @@ class Streamed:
         self.parts: dict[str, list[str]] = {}
         for name in plan.shapes:
             self.parts.setdefault(part_of(name), []).append(name)
+        # in the order a forward reads them, which is what the progress counts
+        self.parts = dict(sorted(self.parts.items(), key=lambda item: forward_order(item[0])))
         self.slots = {}
         for name in plan.shapes:
             path, _, attr = name.rpartition(".")  # "" for a top-level one: the model
