@@ -107,6 +107,11 @@ CASES = {
                          lambda: api.generate(SENTENCE, config="toy", max_new_tokens=3)),
     "layernorm-ln3": (["layernorm", SENTENCE, "-c", "toy", "--target", "you", "--which", "ln3"],
                       lambda: api.layernorm(SENTENCE, config="toy", target="you", which="ln3")),
+    "next-target-ablated-bf16": (
+        ["next", SENTENCE, "-c", "toy", "--target", "you win", "--ablate",
+         "decoder.blocks.0.cross.pattern:h=1", "--dtype", "bfloat16"],
+        lambda: api.next(SENTENCE, config="toy", target="you win",
+                         ablate=["decoder.blocks.0.cross.pattern:h=1"], dtype="bfloat16")),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
     "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),

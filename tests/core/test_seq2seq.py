@@ -1,6 +1,7 @@
 """The encoder–decoder of seed 001 and the paper: masks, cross-attention, decoding with a
 cache, the paper's parameter counts, and training as the seed describes it."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,14 @@ def test_generate_with_an_ablation_runs_the_encoder_once_and_edits_every_step():
             assert abs(float(probs[step.id]) - step.prob) < 1e-6
     plain = m.generate(SOURCE, max_new_tokens=3, ignore_eos=True)
     assert [s.prob for s in plain.steps] != [s.prob for s in out.steps]
+
+
+@pytest.mark.parametrize("option", [{"dtype": "bfloat16"}, {"device": "cuda"},
+                                    {"max_memory": "1GB"}])
+def test_train_refuses_the_run_options_it_would_ignore(option, tmp_path):
+    from tfx_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="trains in float32 on the CPU"):
+        api.train(config="toy", pairs=str(Path(__file__).parents[2] / PAIRS),
+                  output=str(tmp_path / "out"), **option)
+    assert not (tmp_path / "out").exists()

@@ -524,5 +524,14 @@ def spec_config(spec: ModelSpec, *, progress=None) -> ModelConfig:
     return with_overrides(resolve_config(spec.config), **spec.overrides)
 
 
-__all__ = ["ModelSpec", "spec_config", "SPEC_FIELDS", "SPEC_DEFAULTS", "ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
+def split_stack(name: str) -> tuple[str, str]:
+    """An encoder–decoder's names carry their stack ("decoder.blocks.0.cross.q"):
+    (stack, the rest), the stack "" for a single-stack model's names."""
+    for stack in ("encoder", "decoder"):
+        if name.startswith(stack + "."):
+            return stack, name[len(stack) + 1:]
+    return "", name
+
+
+__all__ = ["split_stack", "ModelSpec", "spec_config", "SPEC_FIELDS", "SPEC_DEFAULTS", "ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
            "with_overrides", "config_from_dict", "load_config_file"]

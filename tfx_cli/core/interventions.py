@@ -37,6 +37,7 @@ import torch
 
 from ..errors import InputTextError, RangeError, SelectError, UsageError
 from ..words import counted
+from .config import split_stack
 from .results import (AttributeResult, Intervention, Part, PatchResult, TokenRef)
 from .trace import Trace, summarise_names
 
@@ -119,7 +120,7 @@ def resid_pre_name(layer: int, prefix: str = "") -> str:
 
 
 def _why_not(name: str, cfg) -> str | None:
-    name = re.sub(r"^(?:encoder|decoder)\.", "", name)  # an encoder–decoder's stacks
+    name = split_stack(name)[1]  # an encoder–decoder's names carry their stack
     if name in _NOT_SITES:
         return _NOT_SITES[name]
     leaf = name.rsplit(".", 1)[-1]
@@ -339,10 +340,6 @@ class Applied:
     def __init__(self, records: list[Intervention], counters: list[list[int]],
                  sites: list[Site]):
         self.records, self._counters, self._sites = records, counters, sites
-
-    def reset(self) -> None:
-        for counter in self._counters:
-            counter[0] = 0
 
     def finish(self, result):
         """Refuse a run that never reached a site (it would change nothing), and note

@@ -125,11 +125,9 @@ class Budget:
         """A streamed model's largest part does not fit: what it needs, what to pass."""
         where = f"--max-memory {self.text}" if self.given else \
             f"the free memory ({format_size(self.bytes)} to plan on)"
-        # an encoder–decoder's parts carry their stack: "encoder.blocks.0", "decoder.embed"
-        stack, kind = "", part
-        for prefix in ("encoder.", "decoder."):
-            if part.startswith(prefix):
-                stack, kind = prefix[:-1], part[len(prefix):]
+        from .config import split_stack
+
+        stack, kind = split_stack(part)  # "encoder.blocks.0", "decoder.embed"
         if kind.startswith("blocks."):
             what = (f"one {stack + ' ' if stack else ''}block of {name}: each "
                     f"{stack + ' ' if stack else ''}block needs {format_size(need)} in {dtype}")

@@ -735,9 +735,11 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
     if which == "ln_f" and decoder:
         stop = None
     tr = run(loaded, ids, select, stop_after=stop, head="none", validate=False, seq=seq)
-    part = f"{p}blocks.{layer}" if which in in_block else p + "embed" if which == "embed" \
-        else "encoder.ln_f" if p == "encoder." else "head"
-    with loaded.model.holding(part):  # a streamed model has let the norm's weights go
+    from .weights import part_of
+
+    # a streamed model has let the norm's weights go: hold the part they are in (the
+    # norm's trace names are its parameters' names)
+    with loaded.model.holding(part_of(prefix + ".scale")):
         tr.add(prefix + ".scale", module.scale.detach(), ("C",))
         if module.shift is not None:
             tr.add(prefix + ".shift", module.shift.detach(), ("C",))

@@ -23,6 +23,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 import torch.nn as nn
 
+from .config import split_stack
 from .weights import Plan, part_of
 
 # A checkpoint is loaded whole when its weights take at most this share of the budget;
@@ -33,11 +34,11 @@ IN_MEMORY_SHARE = 0.8
 def forward_order(part: str) -> tuple:
     """Sort key of a part: the encoder's before the decoder's, and in each stack the
     embedding, the blocks by number, the final norm, then the head."""
-    stack = 0 if part.startswith("encoder.") else 1
-    kind = part.split(".", 1)[1] if part.startswith(("encoder.", "decoder.")) else part
+    stack, kind = split_stack(part)
+    first = 0 if stack == "encoder" else 1
     if kind.startswith("blocks."):
-        return stack, 1, int(kind.split(".")[1])
-    return stack, {"embed": 0, "ln_f": 2, "head": 3}.get(kind, 4), 0
+        return first, 1, int(kind.split(".")[1])
+    return first, {"embed": 0, "ln_f": 2, "head": 3}.get(kind, 4), 0
 
 
 class Streamed:

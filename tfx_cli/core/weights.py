@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ConfigError, MissingPackageError, WeightsError
-from .config import ModelConfig
+from .config import ModelConfig, split_stack
 
 from .assets import GEMMA_INSTALL, QWEN_INSTALL
 from .tokenizers import MINILM_INSTALL, SMOLLM2_TOKENIZER_INSTALL
@@ -777,7 +777,7 @@ class Plan:
     def __init__(self, ckpt: Checkpoint, cfg: ModelConfig, source, mapper: Callable):
         import torch
 
-        from .model import build_model
+        from .model import tied_parameters
 
         self.ckpt, self.cfg, self.source, self.mapper = ckpt, cfg, source, mapper
         shapes = source.shapes()
@@ -800,7 +800,7 @@ class Plan:
         self.direct = {n for n, t in out.items() if self.keys[n] and t is meta[self.keys[n]]}
         # parameters that are another one (the tied head, a decoder's token table):
         # alias -> the parameter read for it
-        self.aliases = build_model(cfg, device="meta").tied()
+        self.aliases = tied_parameters(cfg)
         for alias, table in self.aliases.items():
             self.shapes[alias] = self.shapes[table]
 
@@ -1007,15 +1007,13 @@ def part_of(name: str) -> str:
     final norm and the output head); an encoder–decoder's stacks prefix their embedding and
     blocks ("encoder.blocks.0"), the encoder's final norm is "encoder.ln_f" and the
     decoder's is in "head"."""
-    stack = ""
-    for prefix in ("encoder.", "decoder."):
-        if name.startswith(prefix):
-            stack, name = prefix, name[len(prefix):]
+    stack, name = split_stack(name)
+    prefix = stack + "." if stack else ""
     if name.startswith("blocks."):
-        return stack + ".".join(name.split(".")[:2])
+        return prefix + ".".join(name.split(".")[:2])
     if name.startswith("embed."):
-        return stack + "embed"
-    return "encoder.ln_f" if stack == "encoder." else "head"
+        return prefix + "embed"
+    return "encoder.ln_f" if stack == "encoder" else "head"
 
 
 __all__ = ["Checkpoint", "resolve", "checkpoint_config", "checkpoint_tokenizer", "load_weights",
