@@ -25,8 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tfx_cli.core.config import PRESETS, ModelConfig  # noqa: E402
-from tfx_cli.core.generate import decode  # noqa: E402
+from tfx_cli.core.presets import PRESETS
+from tfx_cli.core.config import ModelConfig  # noqa: E402
+from tfx_cli.core.analysis.decode import decode  # noqa: E402
 from tfx_cli.core.model import Transformer, build_model  # noqa: E402
 
 

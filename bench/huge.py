@@ -54,7 +54,7 @@ def write_checkpoint(folder: Path, config: dict, seed: int = 0) -> int:
     """The folder, one shard per block; returns its size in bytes."""
     import torch
 
-    from tfx_cli.core.sources import SafetensorsWriter
+    from tfx_cli.core.checkpoints.sources import SafetensorsWriter
 
     d, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     shards = {"model-embed.safetensors": {"model.embed_tokens.weight": (v, d)}}
@@ -90,7 +90,7 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
     unused entries): the random model needs some tokenizer of its size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from tfx_cli.core.tokenizers import _BYTE_OF
+    from tfx_cli.core.tokenizers.hf import _BYTE_OF
 
     vocab = dict(_BYTE_OF)
     for i in range(len(vocab), vocab_size):

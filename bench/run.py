@@ -55,7 +55,8 @@ TABLE_BASE = "python -c 'import typer, rich.console, rich.table'"
 # -- sizes ---------------------------------------------------------------------------
 def bench_config(smoke: bool):
     """gpt124m (seed 004's GPT-2 small shape), or a tiny model for --smoke."""
-    from tfx_cli.core.config import PRESETS, ModelConfig
+    from tfx_cli.core.presets import PRESETS
+    from tfx_cli.core.config import ModelConfig
 
     if smoke:
         return ModelConfig(vocab_size=512, context_length=64, d_model=64, n_heads=4,
@@ -266,7 +267,7 @@ def _tfx_generate(model, cfg):
     from tfx_cli.core.model import KVCache
 
     try:
-        from tfx_cli.core import generate as core_generate
+        from tfx_cli.core.analysis import decode as core_generate
     except ImportError:
         core_generate = None
     greedy = getattr(core_generate, "greedy_ids", None)
@@ -310,7 +311,7 @@ S2S_TOKENS = 32  # source words and new tokens of the seq2seq group (--smoke: 4)
 def s2s_config(smoke: bool):
     """The paper's base model (6 + 6 layers, d_model 512, 8 heads, d_ff 2048, the word
     vocabulary), or seed 001's toy for --smoke."""
-    from tfx_cli.core.config import PRESETS
+    from tfx_cli.core.presets import PRESETS
 
     return PRESETS["toy" if smoke else "vaswani"]
 
@@ -331,7 +332,7 @@ def hf_marian(cfg, model, attn: str = "sdpa"):
     import torch
     from transformers import MarianConfig, MarianMTModel
 
-    from tfx_cli.core.families import _S2S_LINEARS, _S2S_NORMS
+    from tfx_cli.core.checkpoints.families.seq2seq import _S2S_LINEARS, _S2S_NORMS
     from tfx_cli.core.model import sinusoidal_table
 
     hf_cfg = MarianConfig(
@@ -490,7 +491,7 @@ def _tl_metric(logits, a: int, w: int):
 def tfx_patch(model, task: dict, site: str, batch: int | None = None):
     import torch
 
-    from tfx_cli.core.interventions import sweep
+    from tfx_cli.core.analysis.patching import sweep
 
     with torch.inference_mode():
         done = sweep(model, task["clean"][0].tolist(), task["corrupt"][0].tolist(),
@@ -535,7 +536,7 @@ def run_intervention_parity(cfg, weights, seed: int) -> dict:
     it). tfx's remainder (ln_f's shift, and per head the W_O biases) has no TL part."""
     import torch
 
-    from tfx_cli.core.interventions import logit_attribution
+    from tfx_cli.core.analysis.attribution import logit_attribution
 
     out: dict = {"patch": {}, "batched_vs_one_at_a_time": {}, "attribute": {}}
     tfx = tfx_seeded(cfg, seed)
@@ -682,7 +683,7 @@ def gguf_cases(args, peers: list[str]) -> list[Case]:
                   file=sys.stderr)
             continue
         _, code, out, err, _, _ = run_process(
-            [sys.executable, "-c", f"from tfx_cli.core.assets import gguf_path; "
+            [sys.executable, "-c", f"from tfx_cli.core.checkpoints.assets import gguf_path; "
              f"print(gguf_path({alias!r}))"], args.timeout, {**os.environ, **env})
         if code != 0:
             raise SystemExit(f"bench: could not join {alias}: {err.strip()}")

@@ -16,53 +16,53 @@ class Command(NamedTuple):
     name: str  # as typed: tfx count-params
     module: str  # tfx_cli.commands.<module>
     func: str  # the Typer function in that module
-    view: str | None  # tfx_cli.render.<view> registers the terminal view (None: generic)
+    view: str | None  # tfx_cli.render.views.<view> registers the terminal view (None: generic)
     summary: str
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("tokenize", "tokenize", "tokenize", "view_tokenize",
+    Command("tokenize", "tokenize", "tokenize", "tokenize",
             "Split TEXT into tokens and show each token's id."),
-    Command("embed", "embed", "embed", "view_stages",
+    Command("embed", "embed", "embed", "stages",
             "Show each token's embedding row, its positional row and their sum (T, C)."),
-    Command("posenc", "posenc", "posenc", "view_stages",
+    Command("posenc", "posenc", "posenc", "stages",
             "Show the positional encoding for TEXT's positions, or for --length N "
             "positions."),
-    Command("attend", "attend", "attend", "view_stages",
+    Command("attend", "attend", "attend", "stages",
             "Show one layer's attention: Q, K, V, the raw scores QKᵀ, scaled (÷√d_k), "
             "masked, the pattern (softmax, rows sum to 1), the context (pattern·V), the "
             "heads joined and the output projection W_O."),
-    Command("layernorm", "layernorm", "layernorm", "view_stages",
+    Command("layernorm", "layernorm", "layernorm", "stages",
             "Show one LayerNorm (or RMSNorm): per-token mean and variance, the normalised "
             "rows (mean ≈ 0, variance ≈ 1), γ (scale), β (shift) and the output."),
-    Command("ffn", "ffn", "ffn", "view_stages",
+    Command("ffn", "ffn", "ffn", "stages",
             "Show one feed-forward sublayer: its input, the hidden pre-activation (T, F), "
             "the activation (ReLU for toy, GELU-tanh for gpt124m, SiLU-gated for SwiGLU) "
             "and the output (T, C)."),
-    Command("trace", "trace", "trace", "view_stages",
+    Command("trace", "trace", "trace", "stages",
             "Run the whole forward pass on TEXT, record only the names --select picks, and "
             "show them as a tree with dims and shapes (values with --values; every tensor "
             "with --json)."),
-    Command("configs", "configs", "configs", "view_params",
+    Command("configs", "configs", "configs", "params",
             "List the presets: sizes, switches and parameter counts."),
-    Command("count-params", "count_params", "count_params", "view_params",
+    Command("count-params", "count_params", "count_params", "params",
             "Count parameters, weight memory and forward FLOPs per token, from the config "
             "alone."),
-    Command("generate", "generate", "generate", "view_generate",
+    Command("generate", "generate", "generate", "generate",
             "Continue PROMPT token by token and show each step: the token chosen, its "
             "probability and the most likely alternatives."),
-    Command("next", "next", "next_token", "view_generate",
+    Command("next", "next", "next_token", "generate",
             "The model's distribution over the token after TEXT: the most likely tokens "
             "with their logits and probabilities (softmax of the logits)."),
-    Command("lens", "lens", "lens", "view_generate",
+    Command("lens", "lens", "lens", "generate",
             "Logit lens: what each layer would predict if the model stopped there."),
-    Command("patch", "patch", "patch", "view_interventions",
+    Command("patch", "patch", "patch", "interventions",
             "Activation patching: run CORRUPT, put in CLEAN's activation at one cell, and "
             "see how much of CLEAN's answer comes back."),
-    Command("attribute", "attribute", "attribute", "view_interventions",
+    Command("attribute", "attribute", "attribute", "interventions",
             "Direct logit attribution: which parts of the model write the answer's logit at "
             "the last position."),
-    Command("train", "train", "train", "view_train",
+    Command("train", "train", "train", "train",
             "Train a model from random weights on a few examples, as seed 001 describes "
             "it: the model sees the target, errs, is corrected (cross-entropy) and its "
             "weights are updated (Adam), until it answers right."),

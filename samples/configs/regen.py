@@ -7,7 +7,7 @@ tests/core/test_params.py checks the files still equal the presets.
 import json
 from pathlib import Path
 
-from tfx_cli.core.config import PRESETS
+from tfx_cli.core.presets import PRESETS
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core.config import PRESETS
+from tfx_cli.core.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -140,10 +140,10 @@ def test_terminal_view():
 
 
 def test_views_fit_80_columns():
-    from tfx_cli.core.config import resolve_config
+    from tfx_cli.core.spec import resolve_config
     from tfx_cli.core.params import analyse
     from tfx_cli.core.results import ModelInfo
-    from tfx_cli.render.view_params import count_params_view
+    from tfx_cli.render.views.params import count_params_view
 
     cfg = resolve_config("gpt2-xl")
     buf = io.StringIO()

@@ -152,7 +152,7 @@ def test_hidden_and_activation_tables_cut_the_same_columns():
 
 
 def test_a_config_with_only_model_type(tmp_path):
-    from tfx_cli.core.weights import checkpoint_config
+    from tfx_cli.core.checkpoints import checkpoint_config
 
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, '
                                           '"n_head": 2}')

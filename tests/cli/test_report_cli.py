@@ -121,7 +121,7 @@ def test_show_layers_errors(tmp_path, value, message):
 
 
 def test_one_forward_pass(tmp_path, monkeypatch):
-    from tfx_cli.core import stages
+    from tfx_cli.core.analysis import report as stages
 
     calls = []
     real_run = stages.run

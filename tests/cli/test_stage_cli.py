@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 
 from tfx_cli import api
 from tfx_cli.cli import app
-from tfx_cli.render import matrix, view_stages
-from tfx_cli.render.emit import ViewOptions, emit
+from tfx_cli.render import matrix
+from tfx_cli.render.views import stages as view_stages
+from tfx_cli.render.emit import emit
+from tfx_cli.render.views import ViewOptions
 from tfx_cli.render.views import render
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ def byte_tokenizer_json(folder, vocab_size: int) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     assert vocab_size >= 256, "a byte-level vocabulary needs the 256 byte tokens"
-    from tfx_cli.core.tokenizers import _BYTE_OF  # stand-in character -> byte value
+    from tfx_cli.core.tokenizers.hf import _BYTE_OF  # stand-in character -> byte value
 
     vocab = dict(_BYTE_OF)  # id = the byte's value, as the byte tokenizer numbers them
     for i in range(len(vocab), vocab_size):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tfx_cli.core import assets
-from tfx_cli.core.assets import GEMMA_INSTALL, QWEN_INSTALL, gguf_path
+from tfx_cli.core.checkpoints import assets
+from tfx_cli.core.checkpoints.assets import GEMMA_INSTALL, QWEN_INSTALL, gguf_path
 from tfx_cli.errors import MissingPackageError, WeightsError
 
 QWEN, GEMMA = "qwen2.5-0.5b", "gemma3-270m"
@@ -252,7 +252,7 @@ def test_an_unwritable_cache_is_a_clear_error(site, tmp_path, monkeypatch):
 
 
 def test_weights_resolve_the_aliases_to_the_joined_files(site):
-    from tfx_cli.core.weights import ALIASES, resolve
+    from tfx_cli.core.checkpoints import ALIASES, resolve
 
     fake_qwen(site)
     fake_gemma(site)
@@ -264,8 +264,8 @@ def test_weights_resolve_the_aliases_to_the_joined_files(site):
 
 
 def test_loading_a_model_shows_the_join_as_progress(site):
-    from tfx_cli.core.config import ModelSpec
-    from tfx_cli.core.stages import load
+    from tfx_cli.core.spec import ModelSpec
+    from tfx_cli.core.load import load
 
     fake_qwen(site)  # parts of no real model: loading stops after the join
     events, progress = recorder()

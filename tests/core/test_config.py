@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from tfx_cli.core.config import (PRESETS, ModelConfig, config_from_dict, load_config_file,
-                                 resolve_config, with_overrides)
+from tfx_cli.core.presets import PRESETS
+from tfx_cli.core.config import ModelConfig, config_from_dict, load_config_file
+from tfx_cli.core.spec import resolve_config, with_overrides
 from tfx_cli.errors import ConfigError
 
 
@@ -91,7 +92,7 @@ def test_longrope_needs_its_factors(change, words):
 def test_phi3_su_and_trained_context_read_as_longrope():
     """Phi-3's first long-context configs: type "su", the trained context beside
     max_position_embeddings, and no factor (their ratio, as transformers computes it)."""
-    from tfx_cli.core.families import rope_settings
+    from tfx_cli.core.checkpoints.families.decoders import rope_settings
 
     hf = {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
           "rope_theta": 10000.0,

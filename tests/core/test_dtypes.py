@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tfx_cli import api
-from tfx_cli.core import stages
+from tfx_cli.core import load as loading
 
 from checkpoint_makers import need
 
@@ -24,7 +24,7 @@ RANDOM_TOLERANCE = {"bfloat16": (0.01, 0.01, 0.03), "float16": (0.002, 0.002, 0.
 
 
 def traced(dtype: str, **model) -> dict:
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     result = api.trace(TEXT, select=SELECT, dtype=dtype, **model)
     doc = result.to_dict()
     assert doc["model"]["dtype"] == dtype
@@ -69,14 +69,14 @@ def test_real_weights_within_tolerance_and_paris(smollm2_float32, dtype):
     got = traced(dtype, weights="smollm2")
     for value, bound in zip(differences(smollm2_float32, got), TOLERANCE[dtype]):
         assert value <= bound
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     result = api.next("The capital of France is", weights="smollm2", dtype=dtype)
     assert (result.greedy.id, result.greedy.token) == (7042, " Paris")
     assert abs(result.greedy.prob - 0.773) < 0.02  # float32: 0.773
 
 
 def test_weights_and_activations_are_in_the_dtype_and_statistics_in_float32():
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     model = api.load(config="gpt2", layers=2, dtype="bfloat16")
     assert {p.dtype for p in model.module.parameters()} == {torch.bfloat16}
     trace = model.trace("Hello there", select=["blocks.0.ln1.*", "blocks.0.attn.pattern",
@@ -90,27 +90,27 @@ def test_weights_and_activations_are_in_the_dtype_and_statistics_in_float32():
     # softmax accumulated in float32 and rounded once: rows sum to 1 within bfloat16's step
     rows = trace.tensors["blocks.0.attn.pattern"].sum(-1)
     assert np.abs(rows - 1).max() <= 2 ** -7
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_generate_in_half_precision_uses_a_cache_of_that_dtype(dtype):
     """Decoding with the KV cache gives the greedy tokens of decoding without it."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     cached = api.generate("Hello, I am", config="gpt2", layers=2, dtype=dtype,
                           max_new_tokens=6)
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     fresh = api.generate("Hello, I am", config="gpt2", layers=2, dtype=dtype,
                          max_new_tokens=6, no_cache=True)
     assert cached.ids == fresh.ids
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_bfloat16_head_reads_a_fresh_row():
     """The last position's row reaches the head as a tensor of its own: a view whose
     batch stride is the whole text's makes torch's bfloat16 matmul copy the head's
     whole weight first (seconds and hundreds of MB on a large vocabulary)."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     model = api.load(config="gpt2", layers=1, dtype="bfloat16").module
     seen = []
     hook = model.lm_head.register_forward_hook(lambda m, args, out: seen.append(args[0]))
@@ -121,4 +121,4 @@ def test_bfloat16_head_reads_a_fresh_row():
         hook.remove()
     [row] = seen
     assert row.shape == (1, 1, 768) and row.stride() == (768, 768, 1)
-    stages._CACHE.clear()
+    loading._CACHE.clear()

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfx_cli.core.config import ModelConfig
-from tfx_cli.core.generate import (Sampling, TextTracker, check_sampling, choose, decode,
-                                   filter_logits, top_k_mask, top_p_mask)
+from tfx_cli.core.analysis.sampling import Sampling, check_sampling, choose, filter_logits, top_k_mask, top_p_mask
+from tfx_cli.core.analysis.decode import TextTracker, decode
 from tfx_cli.core.model import build_model
 from tfx_cli import api
 from tfx_cli.errors import ConfigError, RangeError, UsageError
@@ -243,7 +243,8 @@ def test_book_ids_through_the_stage():
 def test_greedy_matches_hf_generate_step_by_step(tmp_path):
     from checkpoint_makers import gpt2_folder
 
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     hf = gpt2_folder(tmp_path / "tiny-gpt2", n_positions=32)
     cfg = checkpoint_config(str(tmp_path / "tiny-gpt2"))
@@ -260,7 +261,7 @@ def test_greedy_matches_hf_generate_step_by_step(tmp_path):
 
 
 def test_long_generation_changes_the_layout_not_the_tokens():
-    from tfx_cli.core.generate import LONG_GENERATION
+    from tfx_cli.core.analysis.decode import LONG_GENERATION
 
     cfg = ModelConfig(vocab_size=61, context_length=64, d_model=32, n_heads=4, n_layers=2)
     model = build_model(cfg, seed=4)
@@ -278,7 +279,7 @@ def test_long_generation_changes_the_layout_not_the_tokens():
 
 
 def test_entropy_counts_impossible_tokens_as_zero():
-    from tfx_cli.core.generate import describe
+    from tfx_cli.core.analysis.sampling import describe
 
     finite = torch.tensor([1.0, 2.0, 0.5])
     masked = torch.tensor([1.0, -math.inf, 2.0, 0.5, -math.inf])

@@ -67,7 +67,8 @@ def arch_file(request, tmp_path_factory):
 
 
 def test_tiny_gguf_of_each_architecture_matches_transformers(arch_file):
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     arch, path, hf = arch_file
     cfg = checkpoint_config(str(path))
@@ -84,8 +85,9 @@ def test_tiny_gguf_of_each_architecture_matches_transformers(arch_file):
 
 
 def test_tiny_gguf_decodes_like_transformers(arch_file):
-    from tfx_cli.core.generate import decode
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.analysis.decode import decode
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     arch, path, hf = arch_file
     model = load_weights(str(path), checkpoint_config(str(path)), use_cache=False)
@@ -136,7 +138,7 @@ def real(request, tmp_path_factory):
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg"))
     from transformers import AutoModelForCausalLM
 
-    from tfx_cli.core.assets import gguf_path
+    from tfx_cli.core.checkpoints.assets import gguf_path
 
     path = gguf_path(alias)
     hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
@@ -148,7 +150,8 @@ def real(request, tmp_path_factory):
 @pytest.mark.slow
 def test_real_gguf_logits_match_transformers_gguf_load(real):
     from tfx_cli.core.tokenizers import get_tokenizer
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     alias, hf = real
     assert type(hf).__name__ == REAL[alias][1]
@@ -165,7 +168,7 @@ def test_real_gguf_logits_match_transformers_gguf_load(real):
     with torch.inference_mode():
         out = hf.generate(x, max_new_tokens=6, do_sample=False,
                           attention_mask=torch.ones_like(x), eos_token_id=None)
-    from tfx_cli.core.generate import decode
+    from tfx_cli.core.analysis.decode import decode
     assert decode(model, ids, max_new_tokens=6).ids == out[0].tolist(), alias
 
 

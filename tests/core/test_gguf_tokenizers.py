@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint_makers import need
-from tfx_cli.core.assets import GEMMA_INSTALL, QWEN_INSTALL, gguf_path
+from tfx_cli.core.checkpoints.assets import GEMMA_INSTALL, QWEN_INSTALL, gguf_path
 from tfx_cli.core.tokenizers import SentencePieceBPE, get_tokenizer, gguf_metadata
 
 QWEN, GEMMA = "qwen2.5-0.5b", "gemma3-270m"

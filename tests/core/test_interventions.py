@@ -12,9 +12,11 @@ from pathlib import Path
 import torch
 
 from tfx_cli import api
-from tfx_cli.core import interventions as iv
-from tfx_cli.core import stages
-from tfx_cli.core.config import ModelSpec
+from tfx_cli.core.analysis import attribution, patching
+from tfx_cli.core.analysis import sites as iv
+from tfx_cli.core import load as loading
+from tfx_cli.core.analysis import common
+from tfx_cli.core.spec import ModelSpec
 from tfx_cli.errors import InputTextError, RangeError, SelectError, UsageError
 
 SMALL = dict(config="gpt124m", layers=2, d_model=64, heads=4)  # gpt124m's shape, shrunk
@@ -27,7 +29,7 @@ ANSWER, WRONG = " Paris", " Rome"
 
 
 def loaded(**spec):
-    return stages.load(ModelSpec(**spec))
+    return loading.load(ModelSpec(**spec))
 
 
 def ids_of(model, text):
@@ -117,7 +119,7 @@ def test_zero_ablation_is_a_zeroed_sublayer():
     try:
         proj.weight.data.zero_()
         proj.bias.data.zero_()
-        zeroed = stages.run(model, ids_of(model, text), ["logits"]).array("logits")
+        zeroed = common.run(model, ids_of(model, text), ["logits"]).array("logits")
     finally:
         proj.weight.data.copy_(saved[0])
         proj.bias.data.copy_(saved[1])
@@ -171,7 +173,7 @@ def test_steering_adds_the_difference_from_the_first_position():
     text, site = "When you play game of thrones", "blocks.1.resid_pre"
     toward, away = " love", " hate"
     model = loaded(**SMALL)
-    acts = [stages.run(model, ids_of(model, t), ["blocks.0.resid_out"]).raw(
+    acts = [common.run(model, ids_of(model, t), ["blocks.0.resid_out"]).raw(
         "blocks.0.resid_out") for t in (toward, away)]
     vector = acts[0] - acts[1]  # (1, C): one position
     steered = api.trace(text, select=["blocks.0.resid_out", "logits"], steer=site,
@@ -206,7 +208,7 @@ def test_generate_with_an_intervention_recomputes_every_step():
                           **SMALL)
     assert not edited.settings.cache and edited.interventions[0].site == "blocks.0.attn.out"
     model = loaded(**SMALL)
-    from tfx_cli.core.generate import greedy_ids
+    from tfx_cli.core.analysis.decode import greedy_ids
 
     site = iv.parse_site(model.model, "blocks.0.attn.out")
     with iv.editing(model.model, [(site.name, iv.ablation(site, "zero"))]):
@@ -216,17 +218,17 @@ def test_generate_with_an_intervention_recomputes_every_step():
 
 
 # -- patching -----------------------------------------------------------------------------
-@pytest.mark.parametrize("site", iv.PATCH_SITES)
+@pytest.mark.parametrize("site", patching.PATCH_SITES)
 @pytest.mark.parametrize("spec", [SMALL, LLAMA], ids=["gpt", "llama"])
 def test_patching_clean_into_clean_is_the_plain_run(spec, site):
     model = loaded(**spec)
     ids = ids_of(model, CLEAN)
     a, w = ids_of(model, ANSWER)[0], ids_of(model, WRONG)[0]
     plain = plain_metric(model, ids, a, w)
-    alone = iv.sweep(model.model, ids, ids, a, w, site, batch=1)
+    alone = patching.sweep(model.model, ids, ids, a, w, site, batch=1)
     assert alone.m_clean == alone.m_corrupt == plain
     assert (alone.metric == plain).all()  # bit for bit, every cell
-    batched = iv.sweep(model.model, ids, ids, a, w, site)
+    batched = patching.sweep(model.model, ids, ids, a, w, site)
     assert batched.batched_runs == spec["layers"]  # one batch per layer
     assert np.allclose(batched.metric, plain, rtol=0, atol=1e-5)
 
@@ -248,17 +250,17 @@ def test_patching_block_0_at_the_differing_position_restores_the_answer(spec):
         model, ids_of(model, clean), alone.answer.id, alone.wrong.id)
 
 
-@pytest.mark.parametrize("site", iv.PATCH_SITES)
+@pytest.mark.parametrize("site", patching.PATCH_SITES)
 def test_a_patched_cell_is_the_run_with_that_one_activation_replaced(site):
     """Each cell against the plain model run with one hand-made edit, cell by cell."""
     model = loaded(**LLAMA)
     m = model.model
     clean, corrupt = ids_of(model, CLEAN), ids_of(model, CORRUPT)
     a, w = ids_of(model, ANSWER)[0], ids_of(model, WRONG)[0]
-    got = iv.sweep(m, clean, corrupt, a, w, site, batch=1).metric
+    got = patching.sweep(m, clean, corrupt, a, w, site, batch=1).metric
     layer, cell = 1, 3 if site != "heads" else 5
-    name = iv._source(site, layer)
-    source = stages.run(model, clean, [name]).raw(name)
+    name = patching._source(site, layer)
+    source = common.run(model, clean, [name]).raw(name)
 
     def put(x):
         x = x.clone()
@@ -290,7 +292,7 @@ def test_attribution_parts_sum_to_the_logit_difference(spec, per_head):
         ("When you play game of", "thrones", "you")
     r = api.attribute(text, answer=answer, wrong=wrong, per_head=per_head, **spec)
     model = loaded(**spec)
-    logits = stages.run(model, ids_of(model, text), ["logits"]).array("logits")[-1]
+    logits = common.run(model, ids_of(model, text), ["logits"]).array("logits")[-1]
     assert r.logit_diff == pytest.approx(float(logits[r.answer.id]) -
                                          float(logits[r.wrong.id]), abs=1e-5)
     assert abs(sum(p.value for p in r.parts) - r.logit_diff) < 1e-4
@@ -307,14 +309,14 @@ def test_the_heads_of_a_layer_add_up_to_its_attention_part():
     heads = api.attribute(CLEAN, answer=ANSWER, wrong=WRONG, per_head=True, **SMALL)
     by_name = {p.name: p.value for p in heads.parts}
     model = loaded(**SMALL).model
-    tr = stages.run(loaded(**SMALL), ids_of(loaded(**SMALL), CLEAN), ["ln_f.var"])
+    tr = common.run(loaded(**SMALL), ids_of(loaded(**SMALL), CLEAN), ["ln_f.var"])
     scale = float((tr.raw("ln_f.var")[-1].double() + model.ln_f.eps).sqrt())
     direction = (model.lm_head.weight[heads.answer.id] -
                  model.lm_head.weight[heads.wrong.id]).double()
     for part in layers.parts:
         if part.name.endswith("attn.out"):
             i = int(part.name.split(".")[1])
-            bias = iv._frozen_norm(model.blocks[i].attn.out_proj.bias.double()[None],
+            bias = attribution._frozen_norm(model.blocks[i].attn.out_proj.bias.double()[None],
                                    model.ln_f, scale)[0] @ direction
             total = sum(by_name[f"{part.name}:h={h}"] for h in range(4)) + float(bias)
             assert total == pytest.approx(part.value, abs=1e-6)

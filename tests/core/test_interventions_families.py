@@ -7,9 +7,10 @@ import pytest
 import torch
 from test_parity_families import FAMILIES, make_folder
 
-from tfx_cli.core import interventions as iv
-from tfx_cli.core import stages
-from tfx_cli.core.config import ModelSpec
+from tfx_cli.core.analysis import attribution, patching
+from tfx_cli.core.analysis import sites as iv
+from tfx_cli.core import load as loading
+from tfx_cli.core.spec import ModelSpec
 
 pytestmark = pytest.mark.slow
 CLEAN = [5, 17, 99, 3, 250, 42, 7, 7, 123, 201]
@@ -22,7 +23,7 @@ FAMILY_NAMES = ["qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gpt_ne
 def family(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param) / f"tiny-{request.param}"
     make_folder(path, request.param)
-    return request.param, stages.load(ModelSpec(weights=str(path)))
+    return request.param, loading.load(ModelSpec(weights=str(path)))
 
 
 def test_every_site_is_read_downstream(family):
@@ -39,22 +40,22 @@ def test_every_site_is_read_downstream(family):
     assert all(tap.edit is None for tap in model.taps.values())
 
 
-@pytest.mark.parametrize("site", iv.PATCH_SITES)
+@pytest.mark.parametrize("site", patching.PATCH_SITES)
 def test_patching_clean_into_clean_is_the_plain_run(family, site):
     _, loaded = family
     model = loaded.model
     with torch.inference_mode():
         plain = iv._metric(model(torch.tensor([CLEAN]), head="last"), ANSWER, WRONG)[0]
-    alone = iv.sweep(model, CLEAN, CLEAN, ANSWER, WRONG, site, batch=1)
+    alone = patching.sweep(model, CLEAN, CLEAN, ANSWER, WRONG, site, batch=1)
     assert (alone.metric == plain).all()
-    batched = iv.sweep(model, CLEAN, CORRUPT, ANSWER, WRONG, site)
-    one = iv.sweep(model, CLEAN, CORRUPT, ANSWER, WRONG, site, batch=1)
+    batched = patching.sweep(model, CLEAN, CORRUPT, ANSWER, WRONG, site)
+    one = patching.sweep(model, CLEAN, CORRUPT, ANSWER, WRONG, site, batch=1)
     assert torch.allclose(batched.metric, one.metric, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("per_head", [False, True], ids=["layers", "heads"])
 def test_attribution_parts_sum_to_the_logit_difference(family, per_head):
     name, loaded = family
-    found = iv.logit_attribution(loaded.model, CLEAN, ANSWER, WRONG, per_head=per_head)
+    found = attribution.logit_attribution(loaded.model, CLEAN, ANSWER, WRONG, per_head=per_head)
     assert abs(sum(found.values) - found.logit_diff) < 1e-4, name
     assert found.names[-1] == "remainder"

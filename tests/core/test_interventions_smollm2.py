@@ -5,7 +5,7 @@ import pytest
 from checkpoint_makers import need
 
 from tfx_cli import api
-from tfx_cli.core.weights import SMOLLM2_INSTALL
+from tfx_cli.core.packages import SMOLLM2_INSTALL
 
 pytestmark = pytest.mark.slow
 CLEAN, CORRUPT = "The capital of France is", "The capital of Italy is"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfx_cli.core import decoding
+from tfx_cli.core.model import decoding
 from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.model import KVCache, build_model, tap_names
 
@@ -62,7 +62,7 @@ def test_causal_pattern_rows_sum_to_one_and_hide_the_future():
 
 
 def test_causal_blocks_give_the_whole_matrix_pattern_bit_for_bit():
-    from tfx_cli.core import model as core
+    from tfx_cli.core.model import attention as core
 
     g = torch.Generator().manual_seed(0)
     T = 2 * core.CAUSAL_BLOCK + 44  # two whole blocks and a partial one
@@ -87,7 +87,7 @@ def test_causal_blocks_give_the_whole_matrix_pattern_bit_for_bit():
 
 @pytest.mark.parametrize("family", ["gpt", "llama_gqa_rope"])
 def test_model_records_the_same_pattern_with_and_without_causal_blocks(family, monkeypatch):
-    from tfx_cli.core import model as core
+    from tfx_cli.core.model import attention as core
 
     cfg = replace(FAMILIES[family], context_length=320)
     model = build_model(cfg, seed=3)

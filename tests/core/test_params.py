@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tfx_cli.core.config import PRESETS, ModelConfig, resolve_config, with_overrides
+from tfx_cli.core.presets import PRESETS
+from tfx_cli.core.config import ModelConfig
+from tfx_cli.core.spec import resolve_config, with_overrides
 from tfx_cli.core.params import (analyse, count_flops, count_params, estimate_bytes,
                                  total_params, weight_bytes)
 
@@ -119,7 +121,7 @@ def test_analyse_is_plain_json():
 
 def test_params_module_does_not_import_torch():
     code = ("import sys\nfrom tfx_cli.core.params import analyse\n"
-            "from tfx_cli.core.config import PRESETS\nanalyse(PRESETS['gpt124m'])\n"
+            "from tfx_cli.core.presets import PRESETS\nanalyse(PRESETS['gpt124m'])\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)

@@ -77,7 +77,8 @@ def family(request, tmp_path_factory):
 
 
 def test_logits_patterns_and_residual_streams_match(family):
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     name, path, hf = family
     cfg = checkpoint_config(str(path))
@@ -101,8 +102,9 @@ def test_logits_patterns_and_residual_streams_match(family):
 
 
 def test_cached_decoding_matches_the_full_forward(family):
-    from tfx_cli.core.generate import decode
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.analysis.decode import decode
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     name, path, hf = family
     model = load_weights(str(path), checkpoint_config(str(path)))
@@ -174,8 +176,9 @@ def test_multimodal_gemma3_runs_its_text_model(tmp_path):
     need("transformers", "pip install transformers")
     import transformers
 
-    from tfx_cli.core.generate import decode
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.analysis.decode import decode
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, intermediate_size=96, vocab_size=300, head_dim=24,

@@ -11,7 +11,8 @@ from checkpoint_makers import gpt2_folder
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core.weights import checkpoint_config, load_weights
+from tfx_cli.core.checkpoints import checkpoint_config
+from tfx_cli.core.load import load_weights
 
 pytestmark = pytest.mark.slow
 TEXT = "Hello, I am a student of transformers, and I like attention."

@@ -7,7 +7,8 @@ import pytest
 import torch
 from checkpoint_makers import gguf_from_llama, llama_folder
 
-from tfx_cli.core.weights import checkpoint_config, load_weights
+from tfx_cli.core.checkpoints import checkpoint_config
+from tfx_cli.core.load import load_weights
 
 pytestmark = pytest.mark.slow
 IDS = [1, 17, 250, 3, 99, 42, 7, 7, 123, 201]

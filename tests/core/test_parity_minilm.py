@@ -12,7 +12,9 @@ from checkpoint_makers import need
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core.weights import MINILM_INSTALL, checkpoint_config, load_weights, resolve
+from tfx_cli.core.packages import MINILM_INSTALL
+from tfx_cli.core.checkpoints import checkpoint_config, resolve
+from tfx_cli.core.load import load_weights
 
 pytestmark = pytest.mark.slow
 TEXT = "Hello, I am a sentence."
@@ -27,7 +29,7 @@ def folder():
 
 
 def test_config_is_the_minilm_preset(folder):
-    from tfx_cli.core.config import PRESETS
+    from tfx_cli.core.presets import PRESETS
 
     assert checkpoint_config("minilm") == PRESETS["minilm"]
 

@@ -61,7 +61,8 @@ def family(request, tmp_path_factory):
 
 
 def _load(path):
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     cfg = checkpoint_config(str(path))
     return cfg, load_weights(str(path), cfg)
@@ -164,7 +165,7 @@ def test_an_older_save_with_every_copy_loads(family, tmp_path):
 
 
 def test_cached_decoding_is_transformers_greedy_generate(family):
-    from tfx_cli.core.generate import decode
+    from tfx_cli.core.analysis.decode import decode
 
     name, path, hf = family
     cfg, model = _load(path)
@@ -302,7 +303,7 @@ def test_target_goes_on_without_the_end_token(tmp_path):
     need("tokenizers", "pip install tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
-    from tfx_cli.core.tokenizers import _BYTE_OF
+    from tfx_cli.core.tokenizers.hf import _BYTE_OF
 
     path = tmp_path / "tiny-bart-specials"
     bos, eos = 256, 257

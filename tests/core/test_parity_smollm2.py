@@ -14,8 +14,10 @@ from checkpoint_makers import need
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core import weights
-from tfx_cli.core.weights import SMOLLM2_INSTALL, checkpoint_config, load_weights, resolve
+from tfx_cli.core.checkpoints import gguf
+from tfx_cli.core.packages import SMOLLM2_INSTALL
+from tfx_cli.core.checkpoints import checkpoint_config, resolve
+from tfx_cli.core.load import load_weights
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"
@@ -54,14 +56,14 @@ def ours(gguf_path, cache):
         mp.setenv("XDG_CACHE_HOME", str(cache))
         cfg = checkpoint_config("smollm2")
         first = load_weights("smollm2", cfg)  # dequantises, then writes the cache
-        weights._GGUF_MEMO.clear()
+        gguf.forget()
         second = load_weights("smollm2", cfg)  # reads the cache
         assert any((cache / "tfx" / "weights").iterdir())
     return cfg, first, second
 
 
 def test_config_matches_the_preset(ours):
-    from tfx_cli.core.config import PRESETS
+    from tfx_cli.core.presets import PRESETS
 
     cfg = ours[0]
     preset = PRESETS["smollm2-135m"]

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core import stages
+from tfx_cli.core import load as loading
 from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.model import build_model
 
@@ -201,7 +201,7 @@ SAME = [
 
 
 def _stdout(args) -> bytes:
-    stages._CACHE.clear()  # rebuild the weights from the seed: they must come out the same
+    loading._CACHE.clear()  # rebuild the weights from the seed: they must come out the same
     result = CliRunner().invoke(app, args, env={"TFX_QUIET": "1", "COLUMNS": "100"})
     assert result.exit_code == 0, result.stderr
     return result.stdout_bytes

@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tfx_cli.core.config import PRESETS, ModelConfig
+from tfx_cli.core.presets import PRESETS
+from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.model import build_model
 
 

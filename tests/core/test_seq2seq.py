@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from tfx_cli import api
 from tfx_cli.cli import app
-from tfx_cli.core.config import PRESETS, ModelConfig
-from tfx_cli.core.generate import decode
+from tfx_cli.core.presets import PRESETS
+from tfx_cli.core.config import ModelConfig
+from tfx_cli.core.analysis.decode import decode
 from tfx_cli.core.model import build_model
 
 SOURCE, TARGET = "When you play game of thrones", "you win or you die"
@@ -207,7 +208,7 @@ def test_generate_with_an_ablation_runs_the_encoder_once_and_edits_every_step():
     out = m.generate(SOURCE, max_new_tokens=3, ignore_eos=True, ablate=site)
     assert m.module.encoder_runs == before + 1
     assert out.settings.cache is False
-    from tfx_cli.core import interventions
+    from tfx_cli.core.analysis import sites as interventions
 
     loaded = m._loaded
     source = torch.tensor([loaded.tokenizer.encode(SOURCE)])

@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from tfx_cli import api
-from tfx_cli.core import stages
-from tfx_cli.core.config import ModelSpec, spec_config
-from tfx_cli.core.inputs import attend_inputs
+from tfx_cli.core import load as loading
+from tfx_cli.core.analysis import common
+from tfx_cli.core.spec import ModelSpec, spec_config
+from tfx_cli.core.analysis.inputs import attend_inputs
 from tfx_cli.errors import InputTextError, RangeError, SelectError
 
 TOY = dict(config="toy")
@@ -40,7 +41,7 @@ def test_posenc_toy_is_seed_001_formula():
 
 def test_posenc_learned_and_rope_and_length():
     learned = api.posenc(length=5, **SMALL)
-    loaded = stages.load(ModelSpec(**SMALL))
+    loaded = loading.load(ModelSpec(**SMALL))
     assert np.array_equal(learned.tensors["posenc.table"],
                           loaded.model.embed.pos_emb.weight[:5].numpy())
     assert learned.tensors.dims("posenc.table") == ("P", "C") and learned.input is None
@@ -97,15 +98,15 @@ def test_attend_records_only_layer_and_pattern_is_a_distribution():
 
 
 def test_explicit_attention_equals_fused_through_the_model():
-    loaded = stages.load(ModelSpec(**SMALL))
-    ids = stages.encode(loaded, PROMPT)
-    fused = stages.run(loaded, ids, ["blocks.1.attn.out"], stop_after=1)
-    explicit = stages.run(loaded, ids, ["blocks.1.attn.out", "blocks.1.attn.pattern"],
+    loaded = loading.load(ModelSpec(**SMALL))
+    ids = common.encode(loaded, PROMPT)
+    fused = common.run(loaded, ids, ["blocks.1.attn.out"], stop_after=1)
+    explicit = common.run(loaded, ids, ["blocks.1.attn.out", "blocks.1.attn.pattern"],
                           stop_after=1)
     assert "blocks.1.attn.pattern" in explicit and "blocks.1.attn.pattern" not in fused
     assert np.abs(fused["blocks.1.attn.out"] - explicit["blocks.1.attn.out"]).max() < 1e-5
     # and against F.scaled_dot_product_attention on the very q, k, v recorded
-    qkv = stages.run(loaded, ids, ["blocks.1.attn.[qkv]", "blocks.1.attn.context"],
+    qkv = common.run(loaded, ids, ["blocks.1.attn.[qkv]", "blocks.1.attn.context"],
                      stop_after=1)
     q, k, v = (torch.from_numpy(qkv[f"blocks.1.attn.{n}"]) for n in "qkv")
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -294,20 +295,20 @@ def test_ffn_activation():
     ("embed", {}, 0), ("attend", {"layer": 0}, 1), ("ffn", {"layer": 0}, 1),
     ("layernorm", {"layer": 0, "which": "ln2"}, 1), ("attend", {"layer": 1}, 2)])
 def test_stages_that_stop_early_build_only_what_they_run(spec, stage, kw, built):
-    stages._CACHE.clear()
-    stages.load(ModelSpec(**spec))  # the whole model, kept: the stage below reuses it
+    loading._CACHE.clear()
+    loading.load(ModelSpec(**spec))  # the whole model, kept: the stage below reuses it
     whole = getattr(api, stage)(SENTENCE, **kw, **spec)
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     part = getattr(api, stage)(SENTENCE, **kw, **spec)
-    (model, _), = stages._CACHE.values()
+    (model, _), = loading._CACHE.values()
     assert model.built_blocks == built
     assert any(p.is_meta for p in model.parameters()) == (built < 2)
     assert whole.tensors.names() == part.tensors.names() and part.tensors.names()
     for name in whole.tensors.names():
         assert np.array_equal(whole.tensors[name], part.tensors[name]), name
     assert json.dumps(whole.to_dict(), sort_keys=True) == json.dumps(part.to_dict(), sort_keys=True)
-    stages.load(ModelSpec(**spec))  # a later whole-model stage builds it whole again
-    (model, _), = stages._CACHE.values()
+    loading.load(ModelSpec(**spec))  # a later whole-model stage builds it whole again
+    (model, _), = loading._CACHE.values()
     assert not any(p.is_meta for p in model.parameters())
 
 

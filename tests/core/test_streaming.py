@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tfx_cli import api
-from tfx_cli.core import stages, streaming
+from tfx_cli.core import load as loading
+from tfx_cli.core.model import streaming
 from tfx_cli.core.memory import Budget, parse_size
 from tfx_cli.errors import ResourceError, UsageError
 
@@ -43,24 +44,24 @@ def without_streamed(result) -> dict:
 
 def both(call, weights, **kw):
     """(in memory, streamed) results of one API call, from a fresh load each."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     whole = call(weights=str(weights), **kw)
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     streamed = call(weights=str(weights), max_memory=stream_budget(weights, kw.get("dtype")),
                     **kw)
     assert whole.to_dict()["model"]["streamed"] is False
     assert streamed.to_dict()["model"]["streamed"] is True
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     return whole, streamed
 
 
 def stream_budget(weights, dtype=None) -> str:
     """The weights' own size: too little to load them whole (they may take 80% of a
     budget, the rest is the run's), enough to stream them and run on a short text."""
-    from tfx_cli.core.weights import checkpoint_config, plan_tensors, resolve
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import plan_checkpoint
 
-    plan, _ = plan_tensors(resolve(str(weights)), checkpoint_config(str(weights)),
-                           use_cache=False)
+    plan, _ = plan_checkpoint(str(weights), checkpoint_config(str(weights)), use_cache=False)
     return str(plan.nbytes(getattr(torch, dtype or "float32")))
 
 
@@ -154,7 +155,7 @@ def test_encoder_decoder_streamed_equals_in_memory(seq2seq, run):
 
 
 def test_an_encoder_decoder_budget_below_one_part_names_it_and_the_suggestion_works(seq2seq):
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     with pytest.raises(ResourceError) as caught:
         api.load(weights=str(seq2seq), max_memory=SMALL)
     message = caught.value.message
@@ -162,7 +163,7 @@ def test_an_encoder_decoder_budget_below_one_part_names_it_and_the_suggestion_wo
     result = api.next(TEXT, weights=str(seq2seq), target="Hello", max_memory=part_budget(seq2seq),
                       force=True)
     assert result.to_dict()["model"]["streamed"] is True
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_encoder_decoder_holds_one_part_and_runs_the_encoder_once(seq2seq, monkeypatch):
@@ -174,7 +175,7 @@ def test_encoder_decoder_holds_one_part_and_runs_the_encoder_once(seq2seq, monke
         read.append((part, len(self.held)))
 
     monkeypatch.setattr(streaming.Streamed, "_read", spy)
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     model = api.load(weights=str(seq2seq), max_memory=stream_budget(seq2seq))
     model.generate(TEXT, max_new_tokens=2, ignore_eos=True)
     parts = [part for part, _ in read]
@@ -184,12 +185,13 @@ def test_encoder_decoder_holds_one_part_and_runs_the_encoder_once(seq2seq, monke
     assert len(encoder) == len(set(encoder))  # the encoder ran once for both tokens
     assert parts.count("decoder.blocks.1") == 2 and parts.count("head") == 2
     assert all(p.is_meta for p in model.module.parameters())
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def logits_both(weights, ids) -> tuple:
     """Logits of the whole model and of the streamed one, for ids of any tokenizer."""
-    from tfx_cli.core.weights import checkpoint_config, load_weights
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
 
     out = []
     for budget in (None, Budget(stream_budget(weights))):
@@ -257,7 +259,7 @@ def test_at_most_one_part_is_held(gpt2, monkeypatch):
         most.append(len(self.held))
 
     monkeypatch.setattr(streaming.Streamed, "_read", spy)
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     model = api.load(weights=str(gpt2[0]), max_memory=stream_budget(gpt2[0]))
     model.trace(TEXT, select=["*"])
     assert max(most) == 1 and len(most) == 6  # embed, 4 blocks, head: each read once
@@ -266,24 +268,24 @@ def test_at_most_one_part_is_held(gpt2, monkeypatch):
     assert all(p.is_meta for p in module.parameters())
     model.generate("Hi", max_new_tokens=3)
     assert len(most) == 6 + 3 * 6  # every token reads every part again
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_streaming_is_chosen_by_the_budget(gpt2):
     """In memory when the weights fit the budget with room to run, streamed when not."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     size = int(stream_budget(gpt2[0]))  # the weights' bytes
     fits = api.load(weights=str(gpt2[0]), max_memory=str(size * 5 // 4))
     assert not fits.module.residency.streamed
     assert all(not p.is_meta for p in fits.module.parameters())
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     tight = api.load(weights=str(gpt2[0]), max_memory=str(size * 5 // 4 - 10))
     assert tight.module.residency.streamed
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_a_budget_below_one_part_is_refused_and_the_suggestion_works(gpt2):
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     with pytest.raises(ResourceError) as caught:
         api.next(TEXT, weights=str(gpt2[0]), max_memory="50kB")
     message = caught.value.message
@@ -293,15 +295,15 @@ def test_a_budget_below_one_part_is_refused_and_the_suggestion_works(gpt2):
                               "needs 793 kB in float32; pass --max-memory 992kB or more, "
                               "or --dtype bfloat16 to halve it"), message
     suggested = message.split("pass --max-memory ")[1].split(" ")[0]
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     assert api.next(TEXT, weights=str(gpt2[0]), max_memory=suggested).candidates
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2, monkeypatch):
     """The KV cache and the recorded tensors count: a long generation recording patterns
     is refused with its parts named, before any part is read; --force runs it anyway."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     budget = stream_budget(gpt2[0])
     reads = []
     monkeypatch.setattr(streaming.Streamed, "_read",
@@ -313,7 +315,7 @@ def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2, monkeypatch):
     assert "the KV cache" in message and "recorded tensors" in message
     assert f"but --max-memory is {budget}" in message and "--max-new-tokens" in message
     assert reads == []
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 def test_budget_parsing():
@@ -329,7 +331,7 @@ def test_budget_parsing():
 
 def test_streamed_model_is_on_the_meta_device_between_runs(gpt2):
     """The streamed Transformer keeps no storage: its module tree is the meta one."""
-    stages._CACHE.clear()
+    loading._CACHE.clear()
     model = api.load(weights=str(gpt2[0]), max_memory=stream_budget(gpt2[0]))
     assert sum(p.numel() for p in model.module.parameters() if not p.is_meta) == 0
     with model.module.holding("blocks.2"):
@@ -337,7 +339,7 @@ def test_streamed_model_is_on_the_meta_device_between_runs(gpt2):
         assert not block.attn.W_query.weight.is_meta
         assert block.attn.W_query.weight.dtype == torch.float32
     assert model.module.blocks[2].attn.W_query.weight.is_meta
-    stages._CACHE.clear()
+    loading._CACHE.clear()
 
 
 @pytest.mark.parametrize("call", [
@@ -347,13 +349,12 @@ def test_streamed_model_is_on_the_meta_device_between_runs(gpt2):
 def test_a_layer_past_the_model_is_refused_before_reading_weights(gpt2, monkeypatch, call):
     """The range comes from the checkpoint's header: a model larger than memory answers
     --layer 40 at once."""
-    from tfx_cli.core import weights
     from tfx_cli.errors import RangeError
 
     def no_reading(*args, **kwargs):
         raise AssertionError("weights were read")
 
-    monkeypatch.setattr(weights, "load_weights", no_reading)
-    stages._CACHE.clear()
+    monkeypatch.setattr(loading, "load_weights", no_reading)
+    loading._CACHE.clear()
     with pytest.raises(RangeError, match="this model has 4 layers"):
         call(str(gpt2[0]))

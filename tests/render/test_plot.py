@@ -275,12 +275,12 @@ def test_attend_plot_cli(tmp_path):
 
 
 def test_plot_errors_come_before_the_model_runs(tmp_path, monkeypatch):
-    from tfx_cli.core import stages
+    from tfx_cli.core import load as loading
 
     def never(*args, **kwargs):
         raise AssertionError("the model ran")
 
-    monkeypatch.setattr(stages, "load", never)
+    monkeypatch.setattr(loading, "load", never)
     bad = run("attend", "Hello", "--plot", str(tmp_path / "a.pdf"))
     assert bad.exit_code == 2 and "unsupported file type" in bad.stderr
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -301,7 +301,7 @@ def test_plot_json_stdout_stays_json(tmp_path):
 
 def test_plot_reuses_the_result(tmp_path, monkeypatch):
     """One forward pass: the plot draws what the view shows, not a second computation."""
-    from tfx_cli.core import stages
+    from tfx_cli.core.analysis import stages
 
     calls = []
     real_run = stages.run

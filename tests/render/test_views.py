@@ -13,7 +13,8 @@ from tfx_cli.core.results import InputInfo, ModelInfo, Result, TokenizeResult
 from tfx_cli.core.trace import Trace
 from tfx_cli.registry import COMMANDS
 from tfx_cli.render import views
-from tfx_cli.render.emit import ViewOptions, emit
+from tfx_cli.render.emit import emit
+from tfx_cli.render.views import ViewOptions
 from tfx_cli.render.matrix import TensorView
 from tfx_cli.render.views import (VIEWS, find_view, header, kv_table, register, render,
                                   scalars, shapes_table)
@@ -195,7 +196,7 @@ def test_the_registry_names_the_module_of_every_view():
             assert view is None, command.name
             continue
         assert view is not None, command.name
-        assert view.__module__ == f"tfx_cli.render.{command.view}", command.name
+        assert view.__module__ == f"tfx_cli.render.views.{command.view}", command.name
 
 
 def test_render_imports_only_the_module_it_needs():
@@ -203,8 +204,8 @@ def test_render_imports_only_the_module_it_needs():
 
     code = ("import sys; from tfx_cli.render import views; "
             "views.find_view('count-params'); "
-            "print(sorted(m for m in sys.modules if m.startswith('tfx_cli.render.view_')), "
+            "print(sorted(m for m in sys.modules if m.startswith('tfx_cli.render.views.')), "
             "'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip() == "['tfx_cli.render.view_params'] False"
+    assert out.stdout.strip() == "['tfx_cli.render.views.params'] False"

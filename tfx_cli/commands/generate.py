@@ -114,7 +114,7 @@ def generate(
 
     from .. import api
     from ..render.emit import emit
-    from ..render.view_generate import TextStream
+    from ..render.views.generate import TextStream
 
     text = read_prompt(prompt, encoding)
     quiet = no_stream or bool(os.environ.get("TFX_QUIET"))

@@ -2,7 +2,7 @@
 self-contained HTML page (no network, works from file://).
 
 One forward pass records every shown layer's attention pattern, the statistics entering
-every norm and the next-token top-k (core.stages.report); render/report.py lays that
+every norm and the next-token top-k (core/analysis/report.py); render/report.py lays that
 result out as the page, and --json prints the same result.
 """
 import time
@@ -63,7 +63,7 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
     text = read_text(text, encoding=encoding)
     edits = edit_options(ablate, ablate_mode)
     if edits["ablate"] or edits["ablate_mode"]:
-        from ..core.interventions import check_options
+        from ..core.analysis.sites import check_options
 
         check_options(**edits)
     path = None if output is None else check_output_path(

@@ -300,63 +300,9 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
            "n_heads": 4096, "n_layers": 1024, "d_ff": 262_144}
 
 
-# -- presets -------------------------------------------------------------------------
-_GPT2 = dict(vocab_size=50257, context_length=1024, qkv_bias=True, tie_embeddings=True,
-             activation="gelu_tanh", positional="learned", norm_position="pre", causal=True)
-
-PRESETS: dict[str, ModelConfig] = {
-    # seed 001: the 6-dimensional transformer worked by hand, one encoder layer on "When
-    # you play game of thrones" and one decoder layer on "<start> you win or you die";
-    # the word vocabulary's <start> (id 1) begins the target and <end> (id 2) ends it
-    "toy": ModelConfig(vocab_size=64, context_length=64, d_model=6, n_heads=2, n_layers=1,
-                       n_decoder_layers=1, d_ff=24, qkv_bias=True, norm_position="post",
-                       activation="relu", positional="sinusoidal", causal=False,
-                       tokenizer="word", decoder_start_id=1, eos_ids=(2,), name="toy"),
-    # seed 000: "Attention Is All You Need", the base model (Table 3): 6 + 6 layers, one
-    # vocabulary shared by both embeddings and the output layer, the embeddings multiplied
-    # by sqrt(d_model) (section 3.4)
-    "vaswani": ModelConfig(vocab_size=64, context_length=512, d_model=512, n_heads=8,
-                           n_layers=6, n_decoder_layers=6, d_ff=2048, qkv_bias=True,
-                           norm_position="post", activation="relu", positional="sinusoidal",
-                           causal=False, tie_embeddings=True, embed_scale=True,
-                           tokenizer="word", decoder_start_id=1, eos_ids=(2,),
-                           name="vaswani"),
-    # ... and its big model: d_model 1024, 16 heads, d_ff 4096
-    "vaswani-big": ModelConfig(vocab_size=64, context_length=512, d_model=1024, n_heads=16,
-                               n_layers=6, n_decoder_layers=6, d_ff=4096, qkv_bias=True,
-                               norm_position="post", activation="relu",
-                               positional="sinusoidal", causal=False, tie_embeddings=True,
-                               embed_scale=True, tokenizer="word", decoder_start_id=1,
-                               eos_ids=(2,), name="vaswani-big"),
-    # seed 002: nanoGPT's GPT-2 small (fused c_attn, biases everywhere, exact GELU)
-    "nanogpt": ModelConfig(**{**_GPT2, "activation": "gelu"}, d_model=768, n_heads=12,
-                           n_layers=12, name="nanogpt"),
-    # seed 004: LLMs-from-scratch GPT_CONFIG_124M (no qkv bias, untied head)
-    "gpt124m": ModelConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12,
-                           n_layers=12, dropout=0.1, qkv_bias=False, name="gpt124m"),
-    "gpt2": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12, name="gpt2"),
-    "gpt2-medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24,
-                               name="gpt2-medium"),
-    "gpt2-large": ModelConfig(**_GPT2, d_model=1280, n_heads=20, n_layers=36,
-                              name="gpt2-large"),
-    "gpt2-xl": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48, name="gpt2-xl"),
-    # sentence-transformers/all-MiniLM-L6-v2 (BertModel)
-    "minilm": ModelConfig(vocab_size=30522, context_length=512, d_model=384, n_heads=12,
-                          n_layers=6, d_ff=1536, qkv_bias=True, norm_position="post",
-                          ln_eps=1e-12, activation="gelu", positional="learned", causal=False,
-                          token_types=2, embed_norm=True, lm_head=False, pooler=True,
-                          tokenizer="minilm", name="minilm"),
-    # HuggingFaceTB/SmolLM2-135M (LlamaForCausalLM)
-    "smollm2-135m": ModelConfig(vocab_size=49152, context_length=8192, d_model=576,
-                                n_heads=9, n_kv_heads=3, n_layers=30, d_ff=1536,
-                                qkv_bias=False, proj_bias=False, norm="rmsnorm", ln_eps=1e-5,
-                                activation="swiglu", positional="rope", rope_theta=100000.0,
-                                causal=True, tie_embeddings=True, tokenizer="smollm2",
-                                name="smollm2-135m"),
-}
-
-DEFAULT_CONFIG = "gpt124m"
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
+
+
 
 
 def config_from_dict(data: dict, *, source: str = "config") -> ModelConfig:
@@ -426,104 +372,6 @@ def load_config_file(path: Path) -> ModelConfig:
     return cfg
 
 
-def resolve_config(name_or_path: str | None) -> ModelConfig:
-    """A preset name, or a path to a JSON file with ModelConfig's field names."""
-    name = name_or_path or DEFAULT_CONFIG
-    if name in PRESETS:
-        return PRESETS[name]
-    if name.endswith(".json") or Path(name).is_file():
-        return load_config_file(Path(name))
-    raise ConfigError(f"unknown config {name!r}; valid presets: {', '.join(PRESETS)} "
-                      "(or a path to a .json config file)")
-
-
-def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | None = None,
-                   d_model: int | None = None, context: int | None = None,
-                   tie: bool | None = None, vocab_size: int | None = None) -> ModelConfig:
-    """Apply the command-line size overrides (random-weight configs only)."""
-    changes: dict = {}
-    if (d_model is not None or heads is not None) and \
-            cfg.head_dim * cfg.n_heads == cfg.d_model:
-        changes["head_dim"] = None  # derived from d_model and heads: derive it again
-    if d_model is not None:
-        changes["d_model"] = d_model
-        if d_model != cfg.d_model and cfg.d_ff == 4 * cfg.d_model:
-            changes["d_ff"] = 4 * d_model
-    if heads is not None:
-        changes["n_heads"] = heads
-        if cfg.n_kv_heads == cfg.n_heads:
-            changes["n_kv_heads"] = heads
-        elif heads % cfg.n_kv_heads:
-            changes["n_kv_heads"] = heads
-    if layers is not None:
-        changes["n_layers"] = layers
-        if cfg.is_encoder_decoder:  # N encoder and N decoder blocks
-            changes["n_decoder_layers"] = layers
-    if context is not None:
-        changes["context_length"] = context
-    if tie is not None:
-        changes["tie_embeddings"] = tie
-    if vocab_size is not None:
-        changes["vocab_size"] = vocab_size
-    if not changes:
-        return cfg
-    try:
-        return replace(cfg, **changes)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc.message} (after overrides)") from None
-
-
-
-# -- what the user asked for ------------------------------------------------------------
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model a command runs: a preset or config file with size overrides and a
-    seed (random weights), or a checkpoint (real weights), and the tokenizer to read
-    text with. The command-line options and the API's keyword arguments fill it."""
-
-    config: str | None = None
-    weights: str | None = None
-    seed: int = 123
-    heads: int | None = None
-    layers: int | None = None
-    d_model: int | None = None
-    context: int | None = None
-    tokenizer: str | None = None
-    corpus: Path | None = None
-    no_cache_weights: bool = False
-    force: bool = False  # build even when the weights may not fit in memory
-    dtype: str = "float32"  # float32 | bfloat16 | float16 (core/memory.DTYPES)
-    max_memory: str | None = None  # "300MB": what a run may hold; None: the free memory
-    device: str = "cpu"  # cpu | cuda | cuda:N | mps
-
-    @property
-    def overrides(self) -> dict:
-        return {"heads": self.heads, "layers": self.layers, "d_model": self.d_model,
-                "context": self.context}
-
-
-SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec))
-SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
-
-
-def spec_config(spec: ModelSpec, *, progress=None) -> ModelConfig:
-    """The config a spec asks for: a preset or JSON file with the size overrides applied,
-    or the architecture a checkpoint brings (read from its header, no tensors; `progress`
-    shows the one-time join of a checkpoint shipped in parts, see weights.resolve)."""
-    if spec.weights:
-        if spec.config:
-            raise ConfigError("--config and --weights both given; real weights bring their "
-                              "own architecture, so drop --config")
-        changed = [f"--{k.replace('_', '-')}" for k, v in spec.overrides.items() if v is not None]
-        if changed:
-            raise ConfigError(f"{', '.join(changed)} cannot change a checkpoint's shape; "
-                              "drop it, or use --config for random weights")
-        from .weights import checkpoint_config  # torch-light until tensors are read
-
-        return checkpoint_config(spec.weights, progress=progress)
-    return with_overrides(resolve_config(spec.config), **spec.overrides)
-
-
 def split_stack(name: str) -> tuple[str, str]:
     """An encoder–decoder's names carry their stack ("decoder.blocks.0.cross.q"):
     (stack, the rest), the stack "" for a single-stack model's names."""
@@ -533,5 +381,33 @@ def split_stack(name: str) -> tuple[str, str]:
     return "", name
 
 
-__all__ = ["split_stack", "ModelSpec", "spec_config", "SPEC_FIELDS", "SPEC_DEFAULTS", "ModelConfig", "PRESETS", "DEFAULT_CONFIG", "FIELD_NAMES", "resolve_config",
-           "with_overrides", "config_from_dict", "load_config_file"]
+def tied_parameters(cfg: ModelConfig) -> dict[str, str]:
+    """A model's parameters that are another one (name -> the name they share): an
+    encoder–decoder's decoder token table is the encoder's, and a tied head is the token
+    table."""
+    table = "encoder.embed.tok_emb.weight" if cfg.is_encoder_decoder else \
+        "embed.tok_emb.weight"
+    out = {}
+    if cfg.is_encoder_decoder:
+        out["decoder.embed.tok_emb.weight"] = table
+    if cfg.lm_head and cfg.tie_embeddings:
+        out["lm_head.weight"] = table
+    return out
+
+
+def part_of(name: str) -> str:
+    """The part of the model a parameter belongs to: "embed", "blocks.{i}" or "head" (the
+    final norm and the output head); an encoder–decoder's stacks prefix their embedding and
+    blocks ("encoder.blocks.0"), the encoder's final norm is "encoder.ln_f" and the
+    decoder's is in "head". Streaming reads and lets go of the weights part by part."""
+    stack, name = split_stack(name)
+    prefix = stack + "." if stack else ""
+    if name.startswith("blocks."):
+        return prefix + ".".join(name.split(".")[:2])
+    if name.startswith("embed."):
+        return prefix + "embed"
+    return "encoder.ln_f" if stack == "encoder" else "head"
+
+
+__all__ = ["ModelConfig", "FIELD_NAMES", "config_from_dict", "load_config_file",
+           "split_stack", "tied_parameters", "part_of"]

@@ -31,7 +31,7 @@ def terminal_text(text: str) -> str:
 
 def display_tokens(tokens: Sequence[str] | None) -> list[str] | None:
     """Tokens as a reader should see them: whitespace and invisible characters shown."""
-    from ..core.tokenizers import visible
+    from ..core.tokenizers.base import visible
 
     return None if tokens is None else [visible(str(t)) for t in tokens]
 

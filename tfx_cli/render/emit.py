@@ -9,22 +9,12 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ..core.results import Result
-
-
-@dataclass(frozen=True)
-class ViewOptions:
-    """How a terminal view draws (never what it shows: that is the result's)."""
-
-    precision: int = 3  # decimals in tables
-    full: bool = False  # whole matrices and lists, not head and tail
-    values: bool = False  # trace: print every recorded tensor, not only the tree
 
 
 def stdout_console() -> Console:
@@ -57,7 +47,7 @@ def emit(result: Result, *, json: bool = False, precision: int = 3, full: bool =
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
         return
-    from .views import render
+    from .views import ViewOptions, render
 
     render(result, console or stdout_console(),
            ViewOptions(precision=precision, full=full, values=values))

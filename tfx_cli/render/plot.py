@@ -454,7 +454,7 @@ def plot_layernorm(result: LayerNormResult, plt):
 
 @plotter("lens")
 def plot_lens(result: LensResult, plt):
-    from ..core.tokenizers import visible
+    from ..core.tokenizers.base import visible
 
     probs = np.asarray(result.top_probs, dtype=np.float64)  # (L, T)
     n_layers, T = probs.shape
@@ -521,7 +521,7 @@ def plot_trace(result: Result, plt):
 
 @plotter("patch")
 def plot_patch(result: Result, plt):
-    from ..core.tokenizers import visible
+    from ..core.tokenizers.base import visible
 
     effect = np.asarray(result.tensors.array("patch.effect"), dtype=np.float64)  # (L, T|H)
     n_layers, n = effect.shape

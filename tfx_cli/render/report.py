@@ -4,7 +4,7 @@ The page makes no network request at all: CSS and JavaScript are inline, the dat
 a `<script type="application/json">` block, and a Content-Security-Policy forbids any
 fetch, so it works the same from file://, an e-mail attachment or an air-gapped laptop.
 
-What it shows, all from the result one forward pass made (core.stages.report):
+What it shows, all from the result one forward pass made (core/analysis/report.py):
   tokens        the input pieces and their ids
   model view    a layers x heads grid of small attention maps (canvas)
   head view     one head at full size with token labels; hovering a cell reads out the

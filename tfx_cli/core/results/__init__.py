@@ -15,7 +15,8 @@ the JSON (they steer the terminal view only), fields marked `optional()` are lef
 while they are None. Floats: a masked -inf is written as null (JSON has no infinities);
 NaN as the string "nan" and +inf as "inf", so neither can pass for a masked cell.
 
-Torch-free on purpose, and numpy is imported only when an array exists.
+Torch-free on purpose, and numpy is imported only when an array exists. May import:
+core.config and core.trace (and core.params for type hints only).
 """
 from __future__ import annotations
 

@@ -1,0 +1,213 @@
+"""Direct logit attribution (`tfx attribute`): the final residual stream split into its
+parts (the embedding, every attention output or head, every FFN output), each carried
+through the final norm with its scale frozen and projected onto the unembedding's
+answer - wrong direction; the parts sum to the logit difference."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ...errors import InputTextError
+from ..results import AttributeResult, Part
+from ..trace import Trace
+from .common import encode, input_info
+from .generate import check_vocab, need_head
+from .sites import one_token, single_stack
+
+
+# -- direct logit attribution ------------------------------------------------------------
+def _frozen_norm(vectors: torch.Tensor, norm, scale: float) -> torch.Tensor:
+    """Each row of `vectors` (N, C) through a norm whose scale is frozen at `scale` (the
+    real run's sqrt(var + eps), or sqrt(mean square + eps)): LayerNorm centres each part
+    (a linear map) and divides; RMSNorm only divides. Then times the learned γ. The
+    shift β is not a part's: the caller adds it once, as its own part."""
+    if norm.kind != "rmsnorm":
+        vectors = vectors - vectors.mean(dim=-1, keepdim=True)
+    return vectors / scale * _host(norm.gain)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A weight as attribution computes with it: float64 on the CPU (a copy, so it stays
+    when a streamed model lets the weight go)."""
+    return t.to("cpu", torch.float64)
+
+
+def _norm_scale(tr: Trace, prefix: str, eps: float) -> float:
+    """The real run's divisor at the last position, from the norm's own var tap."""
+    return float((tr.raw(prefix + ".var")[-1].double() + eps).sqrt())
+
+
+@dataclass
+class Attribution:
+    """The parts of the logit difference: names in forward order, the remainder last."""
+
+    names: list[str]
+    values: list[float]
+    logit_diff: float  # the model's own, from its logits
+
+
+def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
+                      per_head: bool = False) -> Attribution:
+    """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
+
+    Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
+    attention and FFN outputs (per head with `per_head`: the head's context times its
+    slice of W_O; the output bias then joins the remainder). Each part goes through ln_f
+    with the real run's scale frozen (LayerNorm: centred, ÷ the scale, × γ; RMSNorm: ÷ the
+    scale, × γ) and onto W_U[answer] − W_U[wrong]; the remainder is ln_f's shift β (and the
+    biases set aside). The parts sum to the logit difference.
+
+    Post-LN (toy, vaswani): there is no ln_f, and each block's two LayerNorms rescale
+    everything written before them. The same freezing applied to every norm the part
+    passes makes each part its vector carried through all later norms (each centres it,
+    divides by its own frozen scale and multiplies by γ); each norm's shift β, carried
+    through the norms after it, joins the remainder. The sum is again exact. A norm of the
+    embedding sum (BERT) is one more such norm.
+    """
+    cfg = model.cfg
+    embeds = [n for n in ("embed.tok", "embed.pos", "embed.token_type") if n in model.taps]
+    post = cfg.norm_position == "post"
+    sandwich = cfg.sandwich_norm
+    # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
+    # logits before the cap
+    out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
+    names = list(embeds) + [out] + (["embed.ln.var"] if cfg.embed_norm else [])
+    for i in range(cfg.n_layers):
+        names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
+                  f"blocks.{i}.ffn.out"]
+        if post:
+            names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
+        if sandwich:
+            names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
+    if model.ln_f is not None:
+        names.append("ln_f.var")
+    with model.record(names) as tr, torch.inference_mode():
+        model(torch.tensor([list(ids)]), head="last")
+    logits = tr.raw(out)[-1].double()  # (V,)
+    # a streamed model reads each part's weights again while they are used here
+    with model.holding("head"):
+        direction = _host(model.lm_head.weight[answer])
+        if wrong is not None:
+            direction = direction - _host(model.lm_head.weight[wrong])
+    logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
+
+    labels: list[str] = []
+    vectors: list[torch.Tensor] = []  # each part at the last position, (C,) float64
+    rest = torch.zeros(cfg.d_model, dtype=torch.float64)  # biases and shifts
+
+    def add(label: str, vector: torch.Tensor) -> None:
+        labels.append(label)
+        vectors.append(_host(vector))
+
+    def through(norm, prefix: str, since: int = 0) -> None:
+        """Carry the parts from index `since` on, and the remainder, through a frozen
+        norm (since > 0: a sandwich norm, which sees only its own sublayer's parts)."""
+        nonlocal rest
+        scale = _norm_scale(tr, prefix, norm.eps)
+        stacked = _frozen_norm(torch.stack(vectors[since:] + [rest]), norm, scale)
+        vectors[since:] = list(stacked[:-1])
+        rest = stacked[-1] + (_host(norm.shift) if norm.shift is not None else 0.0)
+
+    for name in embeds:
+        vector = tr.raw(name)[-1].double()
+        if name == "embed.tok" and cfg.embed_scale:
+            vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
+        add(name, vector)
+    if cfg.embed_norm:
+        with model.holding("embed"):
+            through(model.embed.ln, "embed.ln")
+
+    def block_parts(i: int, block) -> None:
+        """Block i's attention (or its heads) and FFN outputs, through its norms."""
+        nonlocal rest
+        attn = block.attn
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
+        if per_head:
+            context = _host(tr.raw(f"blocks.{i}.attn.context")[:, -1])  # (H, D)
+            W_O = _host(attn.out_proj.weight)  # (C, H·D)
+            D = cfg.head_dim
+            for h in range(cfg.n_heads):
+                add(f"blocks.{i}.attn.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
+            if attn.out_proj.bias is not None:
+                rest = rest + _host(attn.out_proj.bias)
+        else:
+            add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
+        if sandwich:
+            through(block.ln_post_attn, f"blocks.{i}.ln_post_attn", since=first)
+            rest = before + rest
+        if post:
+            through(block.ln1, f"blocks.{i}.ln1")
+        first, before = len(vectors), rest
+        if sandwich:
+            rest = torch.zeros_like(rest)
+        add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
+        if sandwich:
+            through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
+            rest = before + rest
+        if post:
+            through(block.ln2, f"blocks.{i}.ln2")
+    for i, block in enumerate(model.blocks):
+        with model.holding(f"blocks.{i}"):
+            block_parts(i, block)
+    if model.ln_f is not None:
+        with model.holding("head"):
+            through(model.ln_f, "ln_f")
+    values = [float(v @ direction) for v in vectors] + [float(rest @ direction)]
+    return Attribution(labels + ["remainder"], values, logit_diff)
+
+
+def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
+              per_head: bool = False, truncate: bool = False) -> AttributeResult:
+    """`tfx attribute`: logit_attribution of TEXT's last position, as a result."""
+    cfg, model = loaded.cfg, loaded.model
+    single_stack(cfg, "tfx attribute")
+    need_head(cfg, "attribute")
+    check_vocab(loaded)
+    ids = encode(loaded, text, truncate=truncate)
+    good = one_token(loaded, answer, "--answer")
+    bad = one_token(loaded, wrong, "--wrong") if wrong is not None else None
+    if bad is not None and bad.id == good.id:
+        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
+                             "every part would be 0")
+    found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
+                              per_head=per_head)
+    parts = [Part(name, value) for name, value in zip(found.names, found.values)]
+    total = sum(found.values)
+    post = cfg.norm_position == "post"
+    tokens = f"W_U[{good.token!r}]" + (f" - W_U[{bad.token!r}]" if bad is not None else "")
+    if "logits_uncapped" in model.taps:  # tanh is not linear: the parts are of the logits
+        tokens += " (the logits before the final soft cap)"
+    if post:
+        norm_text = ("post-LN: each part carried through every later block norm, each with "
+                     "its scale frozen at the real run's value (centred, ÷ scale, × γ)")
+    elif cfg.norm == "rmsnorm":
+        norm_text = "ln_f (RMSNorm) with its scale frozen: part ÷ sqrt(mean square + eps) × γ"
+    else:
+        norm_text = ("ln_f (LayerNorm) with its scale frozen: (part - its mean) ÷ "
+                     "sqrt(var + eps) × γ")
+    held = []
+    if any(n.shift is not None for n in _norms(model, post)):
+        held.append("the norms' shifts β" if post else "ln_f's shift β")
+    if per_head and any(b.attn.out_proj.bias is not None for b in model.blocks):
+        held.append("the attention output biases" + (" carried through the later norms"
+                                                     if post else ""))
+    return AttributeResult(
+        model=loaded.info, input=input_info(loaded, text, ids), answer=good,
+        wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=found.logit_diff,
+        parts=parts, sum_of_parts=total, unexplained=found.logit_diff - total,
+        per_head=per_head, norm=norm_text,
+        remainder=", ".join(held) if held else "nothing (no biases or shifts)")
+
+
+def _norms(model, post: bool) -> list:
+    if post:
+        return [n for b in model.blocks for n in (b.ln1, b.ln2)]
+    return [model.ln_f] if model.ln_f is not None else []
+
+
+__all__ = ["attribute", "logit_attribution", "Attribution"]

@@ -1,0 +1,261 @@
+"""The decoding stages that commands call: `generate` (token by token, greedy or
+sampled, with the KV cache), `next_token` (the distribution after a text and what the
+sampling filters keep) and `lens` (the logit lens: every layer read through the final
+norm and the head)."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from ...errors import ConfigError, InputTextError
+from ...words import counted
+from ..results import (Candidate, GenerateResult, GenerateSettings, Greedy, LensResult,
+                       NextCandidate, NextResult, NextSettings, StepInfo)
+from ..trace import check_globs
+from .common import check_run, encode, read_seq, run, seq_info
+from .decode import Step, TextTracker, decode
+from .sampling import (Sampling, check_new_tokens, check_sampling, describe, filter_logits,
+                       tempered_probs)
+
+
+# -- stages ------------------------------------------------------------------------
+EMPTY_PROMPT = ("the prompt has no tokens; a GPT predicts each token from the ones before "
+                "it, so it needs at least one to start from, e.g. \"Hello\"")
+
+
+def need_head(cfg, command: str) -> None:
+    """Refuse, before loading any weights, a model that cannot predict tokens."""
+    if not cfg.lm_head:
+        raise ConfigError(f"{cfg.name} has no output head (lm_head), so it predicts no "
+                          f"tokens and `tfx {command}` cannot run it; use a GPT config, e.g. "
+                          "--config gpt2, or --weights smollm2")
+
+
+def check_vocab(loaded) -> None:
+    """Every id the head can score must be one the tokenizer can write back as text."""
+    tok, n = loaded.tokenizer, loaded.cfg.vocab_size
+    if tok.vocab_size < n:
+        raise InputTextError(f"the model scores {n:,} tokens but the {tok.name} tokenizer "
+                             f"knows only {tok.vocab_size:,}, so a predicted token could not "
+                             "be shown; use the tokenizer that belongs to the model (--tokenizer)")
+
+
+def prompt_ids(loaded, text: str, *, truncate: bool = False) -> list[int]:
+    """The prompt's ids, whole: decoding crops to the context itself (seed 004). A prompt
+    longer than the context is an error unless `truncate` (--truncate) allows the crop."""
+    ids = loaded.tokenizer.encode(text)
+    if not ids:
+        raise InputTextError(EMPTY_PROMPT)
+    limit = loaded.cfg.context_length
+    if len(ids) > limit and not truncate:
+        raise InputTextError(f"the prompt is {len(ids)} tokens but the context length is "
+                             f"{limit}; shorten it or pass --truncate to keep the last "
+                             f"{limit} tokens")
+    too_big = [i for i in ids if i >= loaded.cfg.vocab_size]
+    if too_big:
+        raise InputTextError(f"token id {too_big[0]} is outside the model's vocabulary of "
+                             f"{loaded.cfg.vocab_size}; use the tokenizer that matches the model")
+    return ids
+
+
+def step_info(step: Step, piece: Callable[[int], str]) -> StepInfo:
+    return StepInfo(position=step.position, id=step.id, token=piece(step.id),
+                    logit=step.logit, prob=step.prob, sample_prob=step.sample_prob,
+                    entropy=step.entropy, fed=step.fed, context=step.context,
+                    candidates=[Candidate(id=i, token=piece(i), prob=p, logit=v)
+                                for i, p, v in step.candidates])
+
+
+GENERATE_FIX = ("raise --max-memory, ask for fewer tokens (--max-new-tokens), record fewer "
+                "tensors (--select), or give a shorter prompt")
+
+
+def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
+             use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
+             stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
+             truncate: bool = False, ignore_eos: bool = False,
+             target: str | None = None) -> GenerateResult:
+    """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text.
+
+    Decoding stops early at a --stop text, or at one of the model's end-of-sequence
+    tokens (cfg.eos_ids, from the checkpoint) unless `ignore_eos`; that token stays in
+    the ids but is not part of the text. An encoder–decoder reads `text` as the source
+    and writes the target from its start token (after `target`, when given): the text
+    is then the target's."""
+    check_new_tokens(max_new_tokens)
+    check_sampling(sampling)
+    need_head(loaded.cfg, "generate")
+    check_vocab(loaded)
+    check_sampling(sampling, loaded.cfg.vocab_size)
+    if select:
+        check_globs(select, loaded.model.tap_names())
+    ids = prompt_ids(loaded, text, truncate=truncate)
+    seq = read_seq(loaded, target=target)
+    if loaded.cfg.is_encoder_decoder:
+        seq = read_seq(loaded, target=target or "")  # the start id at least
+    start = seq.target  # the decoder's ids so far (encoder–decoder), else None
+    # the cache holds the text so far: the prompt and the new tokens, or an
+    # encoder–decoder's target so far (its source is read once, as memory)
+    so_far = (len(start) if start is not None else len(ids)) + max_new_tokens
+    check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
+                     kv_len=min(loaded.cfg.context_length, so_far)
+                     if use_cache and (loaded.cfg.causal or loaded.cfg.is_encoder_decoder)
+                     else 0, target=min(so_far, loaded.cfg.context_length) if start else 0,
+                     steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
+    if loaded.model.residency.streamed and loaded.notice is not None:
+        blocks = (f"the decoder's {counted(loaded.cfg.n_decoder_layers, 'block')} and the "
+                  "head (the encoder runs once)") if loaded.cfg.is_encoder_decoder else \
+            f"all {loaded.cfg.n_layers} blocks"
+        loaded.notice(f"decoding a streamed model reads {blocks} from disk again for every "
+                      "new token (only the KV cache stays in memory); the progress shows "
+                      "each token's reads")
+    seed = loaded.spec.seed
+    # Sampling draws from its own generator, seeded after the weights were built, so the
+    # weights never depend on whether (or how much) we sample.
+    generator = torch.Generator().manual_seed(seed)
+    # the text so far (an encoder–decoder's target words, without the start token)
+    before = list(start[1:]) if start else ids
+    tracker = TextTracker(lambda new: loaded.tokenizer.continuation(before, new),
+                          len(start) if start else len(ids), stops)
+    eos = () if ignore_eos else loaded.cfg.eos_ids
+    ended: list[str] = []
+
+    def on_step(step: Step, ids_now: list[int]) -> None:
+        if step.id in eos:
+            ended.append("eos")
+            ids_now = ids_now[:-1]  # the end-of-sequence token is no text
+        chunk = tracker.update(ids_now)
+        if chunk and on_text is not None:
+            on_text(chunk)
+
+    def should_stop(_ids: list[int]) -> str | None:
+        return "eos" if ended else "stop" if tracker.stopped else None
+
+    decoded = decode(loaded.model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                     generator=generator, use_cache=use_cache, n_candidates=n_candidates,
+                     select=select, should_stop=should_stop, on_step=on_step, target=start)
+    rest = tracker.flush()
+    if rest and on_text is not None:
+        on_text(rest)
+
+    def piece(i: int) -> str:
+        return loaded.tokenizer.pieces([i])[0]
+
+    settings = GenerateSettings(
+        max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+        top_k=sampling.top_k, top_p=sampling.top_p,
+        decoding="greedy" if sampling.greedy else "sample", seed=seed, stop=list(stops),
+        eos_ids=list(loaded.cfg.eos_ids), ignore_eos=ignore_eos, cache=decoded.cache_used,
+        candidates=n_candidates, context_length=loaded.cfg.context_length)
+    if start is None:
+        whole, before = text + tracker.text, len(ids)
+    else:  # the target: its words so far (no start token) and what decoding added
+        before = len(start)
+        whole = loaded.tokenizer.decode([i for i in decoded.ids[1:] if i not in eos])
+        if tracker.stopped:  # cut at the stop text, as the completion is
+            after = len(loaded.tokenizer.decode(start[1:]))
+            cuts = [whole.find(stop, after) for stop in stops if whole.find(stop, after) >= 0]
+            whole = whole[:min(cuts)] if cuts else whole
+    return GenerateResult(
+        model=loaded.info, input=seq_info(loaded, text, ids, seq), stack=seq.stack,
+        tensors=decoded.trace, text=whole, completion=tracker.text, ids=decoded.ids,
+        prompt_ids=ids if start is None else start, new_ids=decoded.ids[before:],
+        stopped=decoded.stopped, settings=settings,
+        steps=[step_info(s, piece) for s in decoded.steps])
+
+
+def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
+               n_candidates: int = 10, truncate: bool = False,
+               target: str | None = None) -> NextResult:
+    """The distribution over the token after `text`, and what the sampling filters do;
+    for an encoder–decoder, over the target word after `target` (none: the first)."""
+    check_sampling(sampling)
+    need_head(loaded.cfg, "next")
+    check_vocab(loaded)
+    check_sampling(sampling, loaded.cfg.vocab_size)
+    ids = prompt_ids(loaded, text, truncate=truncate)
+    seq = read_seq(loaded, target=target)
+    if loaded.cfg.is_encoder_decoder:
+        seq = read_seq(loaded, target=target or "")
+    cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
+    check_run(loaded, len(cropped), logits_rows=1)
+    extra = {} if seq.target is None else {"target": torch.tensor([seq.target])}
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([cropped]), head="last", **extra)[0, -1]
+        logits = logits.to("cpu", torch.float64)  # (V,)
+    entropy, top, probs = describe(logits, n_candidates)
+    tempered = tempered_probs(logits, sampling.temperature)
+    final, kept = filter_logits(logits, sampling)
+    pieces = loaded.tokenizer.pieces([i for i, _, _ in top])
+    rows = [NextCandidate(rank=r + 1, id=i, token=tok, logit=v, prob=p,
+                          tempered_prob=float(tempered[i]), kept=bool(kept[i]),
+                          final_prob=float(final[i]))
+            for r, ((i, p, v), tok) in enumerate(zip(top, pieces))]
+    greedy = int(logits.argmax())
+    position = len(ids) if seq.target is None else len(seq.target)
+    return NextResult(
+        model=loaded.info, input=seq_info(loaded, text, ids, seq), stack=seq.stack,
+        position=position, context=len(cropped) if seq.target is None else position,
+        entropy=entropy,
+        greedy=Greedy(id=greedy, token=loaded.tokenizer.pieces([greedy])[0],
+                      prob=float(probs[greedy])),
+        kept_tokens=int(kept.sum()), kept_mass=float(tempered[kept].sum()),
+        settings=NextSettings(temperature=sampling.temperature, top_k=sampling.top_k,
+                              top_p=sampling.top_p, candidates=n_candidates),
+        candidates=rows)
+
+
+LENS_NORM_HELP = {
+    "layernorm": "ln_f, the final LayerNorm with its learned scale and shift",
+    "rmsnorm": "ln_f, the final RMSNorm with its learned scale",
+}
+
+
+def lens(loaded, text: str, *, truncate: bool = False,
+         target: str | None = None) -> LensResult:
+    """Logit lens: read every layer's residual stream through the model's own output.
+
+    Row "embed" is embed.out; row i is blocks.{i}.resid_out. Each goes through ln_f (with
+    its learned weights) and lm_head, exactly as the last layer does, so the last row is
+    the model's real output. Post-LN models have no ln_f: their blocks already end in a
+    LayerNorm, so the head reads each row directly.
+    """
+    need_head(loaded.cfg, "lens")
+    check_vocab(loaded)
+    ids = encode(loaded, text, truncate=truncate)
+    model, cfg = loaded.model, loaded.cfg
+    # an encoder–decoder's lens reads the decoder (its stream is what the head reads)
+    seq = read_seq(loaded, target=target if not cfg.is_encoder_decoder
+                          else target or "")
+    stack, p = seq.module, seq.prefix
+    names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]
+    trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
+    read = seq.target if seq.target is not None else ids  # the positions' tokens
+    top_ids, top_probs, next_probs = [], [], []
+    # one read of the final norm and the head for every layer (a streamed model would
+    # otherwise fetch them from disk once per layer)
+    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
+        for name in names:
+            resid = trace.raw(name)[None]  # (1, T, C)
+            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
+            logits = model.unembed(normed)[0].to("cpu", torch.float64)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
+            best = probs.max(dim=-1)
+            top_ids.append(best.indices.tolist())
+            top_probs.append(best.values.tolist())
+            # how likely this layer finds the token that actually comes next
+            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
+        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
+    norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
+            else "no final norm (post-LN: every block already ends in a LayerNorm)")
+    return LensResult(
+        model=loaded.info, input=seq_info(loaded, text, ids, seq), stack=seq.stack,
+        layers=["embed"] + [str(i) for i in range(seq.n_layers)], sources=names, norm=norm,
+        top_ids=top_ids, top_tokens=[loaded.tokenizer.pieces(row) for row in top_ids],
+        top_probs=top_probs, next_token_probs=next_probs,
+        # the model's own logits: equal to the last row
+        output_top_ids=real.indices.tolist())
+
+
+__all__ = ["generate", "next_token", "lens", "need_head", "check_vocab", "prompt_ids"]

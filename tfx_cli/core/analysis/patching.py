@@ -1,0 +1,166 @@
+"""Activation patching (`tfx patch`): CORRUPT's run with one cell of CLEAN's activations
+put in, for every layer and position (or head), batched.
+
+Patching is where the peers are slow: TransformerLens runs one whole forward per
+(layer, position) cell. Here CLEAN's activations are recorded once, CORRUPT's residual
+entering every block is kept, and the cells of layer l run as one batch (one row per
+cell) from block l's input: the blocks before l are never run again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ...errors import InputTextError, UsageError
+from ...words import counted
+from ..results import PatchResult
+from ..trace import Trace
+from .common import encode, input_info
+from .generate import check_vocab, need_head
+from .sites import Edit, _metric, editing, one_token, resid_pre_name, single_stack
+
+PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
+# -- activation patching -----------------------------------------------------------------
+PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out",
+           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context"}
+BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
+
+
+def _source(site: str, layer: int) -> str:
+    """The trace name a patch at `site` and `layer` copies from CLEAN."""
+    if site == "resid_pre":
+        return resid_pre_name(layer)
+    return PATCHED[site].format(i=layer)
+
+
+@dataclass
+class Sweep:
+    """What a patching sweep measured: m per cell, and the two unpatched runs."""
+
+    metric: torch.Tensor  # (L, T) or (L, H) float64: m of the patched run
+    m_clean: float
+    m_corrupt: float
+    batched_runs: int
+
+
+def default_batch(T: int) -> int:
+    """Cells per forward pass when none is asked for: rows of T positions filling
+    BATCH_TOKENS (at least one)."""
+    return max(1, BATCH_TOKENS // T)
+
+
+def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
+          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None) -> Sweep:
+    """Patch every cell of `site` from CLEAN into CORRUPT; m at each cell.
+
+    CLEAN's activations are recorded in one run and CORRUPT's residual entering each
+    block in another. The cells of layer l (one per position, or per head for "heads")
+    then run `batch` at a time as the rows of one forward pass from block l's input: each
+    row is CORRUPT's residual with its one cell replaced (resid_pre), or carries an edit
+    that replaces its cell at the patched tap as the batch passes it.
+
+    Rows are independent runs, but a matrix product over more rows may round
+    differently (the BLAS picks its kernel by size), so a batched cell agrees with the
+    same patched run alone to float rounding, not bit for bit. batch=1 runs each cell
+    alone: then a cell whose patch changes nothing is bit for bit the plain run (tests
+    hold both).
+    """
+    cfg = model.cfg
+    L, T = cfg.n_layers, len(clean)
+    wanted = [_source(site, layer) for layer in range(L)]
+    pres = [resid_pre_name(layer) for layer in range(L)]
+    with torch.inference_mode():
+        with model.record(wanted) as clean_tr:
+            m_clean = _metric(model(torch.tensor([list(clean)]), head="last"), answer, wrong)
+        with model.record(pres) as corrupt_tr:
+            m_corrupt = _metric(model(torch.tensor([list(corrupt)]), head="last"), answer,
+                                wrong)
+        context = model.attention_context(T)
+        cells = cfg.n_heads if site == "heads" else T
+        rows_per_batch = batch or default_batch(T)
+        out = torch.empty(L, cells, dtype=torch.float64)
+        runs = 0
+        for layer in range(L):
+            start = corrupt_tr.raw(pres[layer])  # (T, C), entering block `layer`
+            source = clean_tr.raw(wanted[layer])  # (T, C) or (H, T, D) for heads
+            for lo in range(0, cells, rows_per_batch):
+                chosen = torch.arange(lo, min(lo + rows_per_batch, cells))
+                rows = torch.arange(len(chosen))
+                x = start.expand(len(chosen), *start.shape).clone()  # (B, T, C)
+                if site == "resid_pre":
+                    x[rows, chosen] = source[chosen]
+                    logits = model.run_blocks(x, context, first=layer, head="last")
+                else:
+                    edit = _put_cells(source, chosen, rows)
+                    with editing(model, [(wanted[layer], edit)]):
+                        logits = model.run_blocks(x, context, first=layer, head="last")
+                out[layer, lo:lo + len(chosen)] = _metric(logits, answer, wrong)
+                runs += 1
+    return Sweep(out, float(m_clean[0]), float(m_corrupt[0]), runs)
+
+
+def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -> Edit:
+    """An edit giving batch row r CLEAN's value at cell chosen[r]: a position of a (T, C)
+    activation, or every position of one head of the (H, T, D) context."""
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        out[rows, chosen] = source[chosen]  # (B, C) or (B, T, D)
+        return out
+
+    return edit
+
+
+def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
+          site: str = "resid_pre", batch: int | None = None,
+          truncate: bool = False) -> PatchResult:
+    """`tfx patch`: the sweep over every layer and position (or head) of `site`."""
+    if site not in PATCH_SITES:
+        raise UsageError(f"--site {site!r} is not a patching site; valid: "
+                         f"{', '.join(PATCH_SITES)}")
+    single_stack(loaded.cfg, "tfx patch")
+    need_head(loaded.cfg, "patch")
+    check_vocab(loaded)
+    ids = encode(loaded, clean_text, truncate=truncate)
+    bad_ids = encode(loaded, corrupt, truncate=truncate)
+    clean_info = input_info(loaded, clean_text, ids)
+    corrupt_info = input_info(loaded, corrupt, bad_ids)
+    if len(ids) != len(bad_ids):
+        raise InputTextError(
+            f"CLEAN and CORRUPT must have the same number of tokens, to be patched position "
+            f"by position, but CLEAN is {counted(len(ids), 'token')} {clean_info.tokens} and "
+            f"CORRUPT is {counted(len(bad_ids), 'token')} {corrupt_info.tokens}; change "
+            "words so the two line up")
+    good, bad = one_token(loaded, answer, "--answer"), one_token(loaded, wrong, "--wrong")
+    if good.id == bad.id:
+        raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
+                             "the logit difference would be 0 in every run")
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
+    gap = done.m_clean - done.m_corrupt
+    if gap == 0:
+        raise InputTextError(
+            f"CLEAN and CORRUPT give the same logit difference ({done.m_clean:.6g}), so the "
+            "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
+            "answers differ")
+    effect = (done.metric - done.m_corrupt) / gap + 0.0  # + 0.0: no -0.0 where m = m_corrupt
+    cols = "H" if site == "heads" else "T"
+    tr = Trace()
+    tr.add("patch.effect", effect, ("L", cols))
+    tr.add("patch.metric", done.metric, ("L", cols))
+    return PatchResult(
+        model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
+        patched=PATCHED[site], answer=good, wrong=bad,
+        metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
+        m_clean=done.m_clean, m_corrupt=done.m_corrupt,
+        effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",
+        differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
+        n_cells=int(effect.numel()),
+        batch=min(batch or default_batch(len(ids)), int(effect.shape[1])),
+        batched_runs=done.batched_runs)
+
+
+__all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch"]

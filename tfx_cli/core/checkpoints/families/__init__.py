@@ -1,0 +1,90 @@
+"""The model families tfx reads, one module each: what a HuggingFace config.json says, as
+ModelConfig switches, and the checkpoint's tensor names, as tfx's parameter names.
+
+Each family module gives `*_config(hf, where) -> dict` (ModelConfig keyword arguments) and
+`map_*(state, cfg) -> (tfx name -> tensor, tfx name -> checkpoint name)`; a mapping works
+on meta tensors as well as real ones, so a load is planned before any tensor is read.
+This package names the families by `architectures` / `model_type` and dispatches to them.
+It imports nothing of tfx but errors (and torch, lazily, where a mapping makes a tensor).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ....errors import WeightsError
+from .bert import bert_config, map_bert
+from .decoders import DECODERS, decoder_config, map_decoder, text_config
+from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
+
+# config.json `architectures` entry (or `model_type`) -> family
+ARCHITECTURES = {
+    "GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "BertModel": "bert",
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+    "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3", "GPTNeoXForCausalLM": "gpt_neox",
+    # Gemma 3 4B and up: images and text; tfx runs the text model and leaves the vision
+    # tower and its projector unread
+    "Gemma3ForConditionalGeneration": "gemma3",
+    # encoder–decoders (translation, summarisation)
+    "MarianMTModel": "marian", "BartForConditionalGeneration": "bart",
+    "MBartForConditionalGeneration": "mbart",
+}
+MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mistral",
+               "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
+               "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
+               "mbart": "mbart"}
+# Architectures tfx has decided not to read, with the reason its one attention cannot
+# run them (said in the unknown-architecture message)
+_T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
+       "score, a term tfx's attention does not have (its RMSNorm, unscaled scores and "
+       "bias-free projections are switches tfx has)")
+REFUSED = {"T5ForConditionalGeneration": _T5, "MT5ForConditionalGeneration": _T5,
+           "UMT5ForConditionalGeneration": _T5, "T5Model": _T5, "T5EncoderModel": _T5,
+           "t5": _T5, "mt5": _T5, "umt5": _T5}
+
+
+def hf_family(hf: dict, where: str) -> str:
+    """The family of a config.json, from its `architectures` (or, in older and
+    hand-written configs without them, its `model_type`); a one-line refusal naming the
+    architecture otherwise. `where`: the config file, for the message."""
+    archs = hf.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs
+    for arch in archs:
+        if arch in ARCHITECTURES:
+            return ARCHITECTURES[arch]
+    if not archs and hf.get("model_type") in MODEL_TYPES:
+        return MODEL_TYPES[hf["model_type"]]
+    for name in [*archs, hf.get("model_type")]:
+        if isinstance(name, str) and name in REFUSED:
+            raise WeightsError(f"{where}: {name} is not supported: it {REFUSED[name]}")
+    named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
+    raise WeightsError(f"{where}: unknown architecture {named}; tfx reads "
+                       f"{', '.join(ARCHITECTURES)}")
+
+
+def hf_config(family: str, hf: dict, where: str) -> dict:
+    """ModelConfig keyword arguments (all but the tokenizer) of a family's config.json."""
+    if family == "gpt2":
+        return gpt2_config(hf, where)
+    if family == "bert":
+        return bert_config(hf, where)
+    if family in SEQ2SEQ:  # Marian, BART, mBART
+        return seq2seq_config(family, hf, where)
+    # the decoder families: Llama and its descendants, GPT-NeoX
+    return {**decoder_config(family, hf, where), "causal": True}
+
+
+def hf_map(family: str) -> Callable:
+    """The family's tensor-name mapping: (state, cfg) -> (tfx state, tfx name -> theirs)."""
+    if family in DECODERS:
+        return lambda state, cfg: map_decoder(family, state, cfg)
+    if family in SEQ2SEQ:
+        return lambda state, cfg: map_seq2seq(family, state, cfg)
+    return {"gpt2": map_gpt2, "bert": map_bert}[family]
+
+
+__all__ = ["ARCHITECTURES", "MODEL_TYPES", "REFUSED", "DECODERS", "SEQ2SEQ", "TOKEN_TABLES",
+           "hf_family", "hf_config", "hf_map", "check_tables", "decoder_config", "text_config",
+           "nanogpt_config", "map_nanogpt"]

