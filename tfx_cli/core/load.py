@@ -24,7 +24,6 @@ from .checkpoints.torchfiles import forget as forget_torch
 from .config import ModelConfig, part_of
 from .memory import DTYPES, FREE_SHARE, Budget, available_memory, format_size
 from .model import Transformer, build_model
-from .model.positions import sinusoidal_table
 from .model.streaming import IN_MEMORY_SHARE, stream
 from .params import estimate_bytes
 from .progress import deferred
@@ -208,11 +207,7 @@ def assign(cfg: ModelConfig, state: dict):
     state = {**state, **{alias: state[table] for alias, table in tied.items()}}
     model.load_state_dict(state, strict=True, assign=True)
     model.retie()  # assign replaced the embedding: tie the head (and decoder) to it anew
-    if cfg.positional == "sinusoidal":  # a non-persistent buffer, not in any checkpoint
-        for stack in ("encoder", "decoder") if cfg.is_encoder_decoder else ("",):
-            embed = (getattr(model, stack) if stack else model).embed
-            embed.pe = sinusoidal_table(cfg.context_length, cfg.d_model,
-                                        cfg.sinusoidal_layout)
+    model.fill_sinusoids()  # a non-persistent buffer, not in any checkpoint
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise WeightsError(f"no weights for {', '.join(left[:3])}")

@@ -152,13 +152,7 @@ def stream(plan, dtype: torch.dtype, device, budget, progress=None):
                                  dtype=str(dtype).removeprefix("torch."))
     model.residency = residency
     model.dtype, model.device = dtype, torch.device(device)
-    cfg = plan.cfg
-    if cfg.positional == "sinusoidal":  # not in checkpoints: computed, and kept
-        from .positions import sinusoidal_table
-
-        table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout)
-        for stack in (model.encoder, model.decoder) if cfg.is_encoder_decoder else (model,):
-            stack.embed.pe = table.to(device, dtype)
+    model.fill_sinusoids(dtype, device)  # not in checkpoints: computed, and kept
     return model
 
 

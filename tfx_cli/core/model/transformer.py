@@ -25,7 +25,7 @@ from ..trace import Trace, compile_globs
 from .attention import Attention, KVCache
 from .feedforward import FeedForward
 from .norms import Norm
-from .positions import Embed, rope_tables
+from .positions import Embed, rope_tables, sinusoidal_table
 from .taps import Tap, Taps
 
 
@@ -184,6 +184,16 @@ class Transformer(nn.Module):
     def tied(self) -> dict[str, str]:
         """Parameters that are another one (name -> the name they share)."""
         return tied_parameters(self.cfg)
+
+    def fill_sinusoids(self, dtype: torch.dtype | None = None, device=None) -> None:
+        """Compute the sinusoidal position tables again (a non-persistent buffer: no
+        checkpoint holds it, so a model built on the meta device has none)."""
+        if self.cfg.positional != "sinusoidal":
+            return
+        cfg = self.cfg
+        table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout)
+        for stack in (self.encoder, self.decoder) if cfg.is_encoder_decoder else (self,):
+            stack.embed.pe = table.to(device or "cpu", dtype or torch.float32)
 
     def retie(self) -> None:
         """Share the tied parameters again (after load_state_dict(assign=True) replaced

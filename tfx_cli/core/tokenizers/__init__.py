@@ -27,12 +27,26 @@ from pathlib import Path
 
 from ...errors import ConfigError, TokenizerError
 from .base import ByteTokenizer, Tokenizer, bytes_piece, utf8_text, visible
-from .gguf import gguf_metadata, gguf_tokenizer, joined_gguf_tokenizer, smollm2_tokenizer
-from .gpt2 import GPT2Tokenizer, gpt2_bpe, gpt2_encoding, gpt2_pretokenize, gpt2_ranks
-from .hf import HFTokenizer, byte_level_piece, hf_tokenizer_file, minilm_tokenizer
-from .sentencepiece import SentencePieceBPE
 from .vocab import (DEFAULT_CORPUS, END, PAD, START, UNK, VOCAB_FILE, VOCAB_FORMAT,
                     CharTokenizer, VocabTokenizer, WordTokenizer, read_corpus, vocab_tokenizer)
+
+# The other kinds load when asked for (`tfx tokenize --tokenizer gpt2` reads no GGUF code):
+# name -> the module that defines it.
+_LAZY = {name: module for module, names in {
+    "gguf": ("gguf_metadata", "gguf_tokenizer", "joined_gguf_tokenizer", "smollm2_tokenizer",
+             "QWEN2_PATTERN"),
+    "gpt2": ("GPT2Tokenizer", "gpt2_bpe", "gpt2_encoding", "gpt2_pretokenize", "gpt2_ranks"),
+    "hf": ("HFTokenizer", "byte_level_piece", "hf_tokenizer_file", "minilm_tokenizer"),
+    "sentencepiece": ("SentencePieceBPE",),
+}.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # -- resolving a name ------------------------------------------------------------------
 JOINED = ("qwen2.5-0.5b", "gemma3-270m")  # = checkpoints.assets.ASSETS, without importing it
@@ -61,12 +75,20 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
     if key == "byte":
         return ByteTokenizer()
     if key == "gpt2":
+        from .gpt2 import GPT2Tokenizer
+
         return GPT2Tokenizer()
     if key == "minilm":
+        from .hf import minilm_tokenizer
+
         return minilm_tokenizer()
     if key == "smollm2":
+        from .gguf import smollm2_tokenizer
+
         return smollm2_tokenizer()
     if key in JOINED:
+        from .gguf import joined_gguf_tokenizer
+
         return joined_gguf_tokenizer(key)
     if _looks_like_path(name):
         path = Path(name).expanduser()
@@ -75,7 +97,11 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
         if path.suffix.lower() == ".gguf":
             if not path.is_file():
                 raise TokenizerError(f"GGUF file {path} does not exist")
+            from .gguf import gguf_tokenizer
+
             return gguf_tokenizer(path)
+        from .hf import HFTokenizer, hf_tokenizer_file
+
         return HFTokenizer.from_file(hf_tokenizer_file(path))
     raise TokenizerError(f"unknown tokenizer {name!r}; valid: {', '.join(BUILTIN)}, or a path "
                          "to a tokenizer.json (or a folder holding one) or a .gguf file")
@@ -121,5 +147,5 @@ __all__ = ["Tokenizer", "VocabTokenizer", "WordTokenizer", "CharTokenizer", "Byt
            "model_tokenizer", "visible", "bytes_piece", "utf8_text", "byte_level_piece",
            "gpt2_encoding", "gpt2_ranks", "gpt2_pretokenize", "gpt2_bpe", "read_corpus",
            "vocab_tokenizer", "gguf_metadata", "gguf_tokenizer", "joined_gguf_tokenizer",
-           "smollm2_tokenizer", "minilm_tokenizer", "hf_tokenizer_file", "DEFAULT_CORPUS",
+           "smollm2_tokenizer", "minilm_tokenizer", "hf_tokenizer_file", "QWEN2_PATTERN", "DEFAULT_CORPUS",
            "BUILTIN", "JOINED", "UNK", "START", "END", "PAD", "VOCAB_FILE", "VOCAB_FORMAT"]
