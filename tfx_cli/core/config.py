@@ -330,6 +330,9 @@ class ModelConfig:
                 list(value) if isinstance(value, tuple) else value
         if self.head_dim * self.n_heads == self.d_model:
             out["head_dim"] = None
+        for name in QUIET_AT_DEFAULT:  # written only where a family switches them
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
         return out
 
 
@@ -349,6 +352,12 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
 
 
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+# The masked-LM and OLMo 2 switches are left out of the JSON config (and every --json
+# "model" object) where they keep their defaults: the configs of every other family read
+# and print as they did before the switches existed.
+QUIET_AT_DEFAULT = ("mlm_head", "mlm_activation", "head_bias", "norm_bias", "pre_norms",
+                    "first_block_norm", "qk_norm_full")
 
 
 

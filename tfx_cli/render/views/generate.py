@@ -184,7 +184,7 @@ def next_view(result: NextResult, console: Console, opts: ViewOptions) -> None:
 def _candidates_table(title: str, candidates, settings, plain: bool, sci: bool,
                       opts: ViewOptions) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, title_justify="left",
-                  title=Text(title, style="bold"))
+                  title=Text(title, style="bold") if title else None)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("token", no_wrap=True, max_width=16)
     table.add_column("id", justify="right", no_wrap=True)
@@ -230,8 +230,8 @@ def _masks_view(result: NextResult, console: Console, opts: ViewOptions, plain: 
         title = f"{result.mask_token} at position {pred.position}"
         around = _around(tokens, pred.position)
         console.print()
-        console.print(_candidates_table(f"{title}: {around}", pred.candidates, settings,
-                                        plain, sci, opts))
+        console.print(Text(f"{title}: ", style="bold") + Text(around))
+        console.print(_candidates_table(None, pred.candidates, settings, plain, sci, opts))
         footer = _next_footer(pred, settings, plain, sci, opts)
         console.print(kv_table(footer, precision=opts.precision))
     console.print(kv_table({"filled": visible(result.filled or "")},
