@@ -160,7 +160,7 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
     if tables:
         check_tables({k: state[k] for k in tables})
         put("encoder.embed.tok_emb.weight", tables[0], state[tables[0]])
-    if not cfg.logits_bias:  # a base model (BartModel) has no head to bias
+    if not getattr(cfg, "logits_bias", True):  # a base model (BartModel): no head to bias
         pass
     elif "final_logits_bias" in state:
         bias = state["final_logits_bias"]
