@@ -699,6 +699,9 @@ CASES = [
     Case("attribute-masked-lm", "attribute on a masked LM",
          ["attribute", "hi", "--answer", "a", "-c", "bert-base"], "ConfigError",
          "is a masked language model"),
+    Case("train-masked-lm", "train on a masked LM (it learns next tokens)",
+         ["train", *MLM, "--text", "t.txt", "-o", "out"], "ConfigError",
+         "is a masked language model", files=(_text("t.txt", "a b c\n"),)),
     Case("layernorm-no-norm", "layernorm --which ln1 where the family has none (OLMo 2)",
          ["layernorm", "hi", "-c", "olmo.json"], "RangeError", "has no norm before",
          files=(_text("olmo.json", '{"d_model": 8, "n_heads": 2, "n_layers": 1, '

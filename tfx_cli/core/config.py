@@ -76,7 +76,7 @@ class ModelConfig:
     logits_bias: bool = False  # Marian, BART: a fixed bias added to the logits
     # Masked language models (BERT's, RoBERTa's and ModernBERT's heads), ModernBERT's
     # encoder and OLMo 2's norms; each default is what the families above do. A model
-    # that is not causal, has one stack and an output head is a masked LM.
+    # with an MLM head (one stack, not causal) is a masked LM: `next` fills its masks.
     mlm_head: bool = False  # dense -> activation -> norm between the stream and the head
     mlm_activation: str = "gelu"  # that head's activation
     head_bias: bool = False  # a learned bias per vocabulary entry on the logits (MLM decoders)
@@ -162,8 +162,10 @@ class ModelConfig:
     @property
     def is_masked_lm(self) -> bool:
         """Predicts the tokens hidden behind a mask, reading the whole text (BERT,
-        RoBERTa, ModernBERT): one stack, not causal, an output head."""
-        return self.lm_head and not self.causal and not self.is_encoder_decoder
+        RoBERTa, ModernBERT): one stack, not causal, an output head after an MLM head. (A
+        hand-made encoder with a plain head still reads as predicting after the text.)"""
+        return self.lm_head and self.mlm_head and not self.causal and \
+            not self.is_encoder_decoder
 
     def _mlm_features(self) -> list[str]:
         out = []
@@ -245,6 +247,9 @@ class ModelConfig:
         if self.qk_norm_full and self.qk_norm:
             raise ConfigError("qk_norm (per head) and qk_norm_full (all heads at once) are "
                               "two ways to norm q and k; set one of them")
+        if self.mlm_head and self.causal:
+            raise ConfigError("mlm_head is a masked LM's head, and a masked LM reads the "
+                              "whole text: set causal to false")
         if self.is_encoder_decoder and (self.mlm_head or self.head_bias or not (
                 self.pre_norms and self.first_block_norm)):
             raise ConfigError("mlm_head, head_bias, and pre_norms or first_block_norm false "
