@@ -149,16 +149,19 @@ def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> 
     return rows
 
 
+def _block0_rows(cfg: ModelConfig) -> list[Row]:
+    """ModernBERT's block 0 has no ln1: counted against the blocks, right after them."""
+    if cfg.first_block_norm or not cfg.pre_norms:
+        return []
+    return [Row(f"blocks.0.{r.name}", "block 0 has no norm 1 (the embedding norm serves)",
+                r.shape, -r.count, "blocks")
+            for r in _norm("ln1", "norm 1", cfg, "norms")]
+
+
 def _mlm_rows(cfg: ModelConfig) -> list[Row]:
-    """A masked LM's rows after the blocks (before the head): ModernBERT's block 0
-    without ln1 (counted against the blocks), the MLM head's transform; and after the
-    head, its learned bias."""
-    C, V = cfg.d_model, cfg.vocab_size
+    """A masked LM's head transform, before the output head (and after the final norm)."""
+    C = cfg.d_model
     rows = []
-    if not cfg.first_block_norm and cfg.pre_norms:
-        rows += [Row(f"blocks.0.{r.name}", "block 0 has no norm 1 (the embedding norm "
-                     "serves)", r.shape, -r.count, "blocks", "not in block 0")
-                 for r in _norm("ln1", "norm 1", cfg, "norms")]
     if cfg.mlm_head:  # dense -> activation -> norm, then the head
         rows += _linear("mlm.dense", "MLM head dense", C, C, cfg.proj_bias, "mlm_head")
         rows += _norm("mlm.ln", "MLM head norm", cfg, "mlm_head")
@@ -232,9 +235,13 @@ def count_params(cfg: ModelConfig) -> ParamCount:
         blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
                      per_block * cfg.n_layers, "blocks")
         rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
-        if cfg.is_masked_lm or not (cfg.first_block_norm and cfg.pre_norms):
-            at = rows.index(blocks) + 1  # the MLM rows after the blocks, the bias last
-            rows = rows[:at] + _mlm_rows(cfg) + rows[at:] + _head_bias_rows(cfg)
+        if cfg.mlm_head or cfg.head_bias or not (cfg.first_block_norm and cfg.pre_norms):
+            at = rows.index(blocks) + 1
+            rows = rows[:at] + _block0_rows(cfg) + rows[at:]
+            at = next((i for i, r in enumerate(rows) if r.name == "lm_head.weight"),
+                      len(rows))  # the MLM transform before the head, the bias after it
+            rows = rows[:at] + _mlm_rows(cfg) + rows[at:at + 1] + _head_bias_rows(cfg) + \
+                rows[at + 1:]
         return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
                           n_layers=cfg.n_layers, total=sum(r.count for r in rows),
                           shared=shared, parts=_sum_parts(rows),
