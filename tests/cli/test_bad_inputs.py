@@ -33,6 +33,7 @@ SENTENCE = "When you play game of thrones"
 LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
 TOY = ["-c", "toy"]
 WORDY = ["-c", "gpt2", "--layers", "1", "--d-model", "6", "--heads", "2", "-t", "word"]
+MLM = ["-c", "bert-base", "--layers", "1", "--d-model", "8", "--heads", "2"]  # a tiny masked LM
 ELLIPSIS = "…"
 
 
@@ -682,6 +683,30 @@ CASES = [
     Case("attribute-wrong-split", "attribute --wrong of more than one token",
          ["attribute", SENTENCE, *WORDY, "--answer", "win", "--wrong", "or die"],
          "InputTextError", "must be one token"),
+    # masked language models (fill-mask) and the families' missing norms
+    Case("mask-on-causal", "a [MASK] to fill on a causal model",
+         ["next", "Paris is the [MASK] of France."], "InputTextError", "is a causal model"),
+    Case("fill-mask-no-mask", "a masked LM given a text without its mask token",
+         ["next", "Paris is the capital of France.", *MLM], "InputTextError",
+         "the text has none"),
+    Case("fill-mask-tokenizer", "a masked LM read with a tokenizer that has no mask token",
+         ["next", "hi", *MLM, "-t", "byte"], "TokenizerError", "has no mask token"),
+    Case("generate-masked-lm", "generate on a masked LM", ["generate", "hi", "-c", "bert-base"],
+         "ConfigError", "is a masked language model"),
+    Case("patch-masked-lm", "patch on a masked LM",
+         ["patch", "hi", "--corrupt", "yo", "--answer", "a", "--wrong", "b", "-c",
+          "bert-base"], "ConfigError", "is a masked language model"),
+    Case("attribute-masked-lm", "attribute on a masked LM",
+         ["attribute", "hi", "--answer", "a", "-c", "bert-base"], "ConfigError",
+         "is a masked language model"),
+    Case("train-masked-lm", "train on a masked LM (it learns next tokens)",
+         ["train", *MLM, "--text", "t.txt", "-o", "out"], "ConfigError",
+         "is a masked language model", files=(_text("t.txt", "a b c\n"),)),
+    Case("layernorm-no-norm", "layernorm --which ln1 where the family has none (OLMo 2)",
+         ["layernorm", "hi", "-c", "olmo.json"], "RangeError", "has no norm before",
+         files=(_text("olmo.json", '{"d_model": 8, "n_heads": 2, "n_layers": 1, '
+                       '"context_length": 16, "vocab_size": 64, "norm": "rmsnorm", '
+                       '"pre_norms": false, "sandwich_norm": true, "tokenizer": "word"}'),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -9,6 +9,7 @@ from ..errors import InputTextError, UsageError
 from ._model import Model, _model, report_html, write_report  # noqa: F401 (re-exported)
 from ._options import (_check_edits, _check_layer, _needs_head, _one_of_text_or_length, _spec,
                        _text)
+from ._options import _masked_lm_checks
 
 if TYPE_CHECKING:  # the result classes load with the command that makes them
     from ..core.results import (AttendInputsResult, AttendResult, AttributeResult,
@@ -248,6 +249,7 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  away=away, scale=scale)
     _check_edits(**edits)
     _needs_head(model, "generate")
+    _masked_lm_checks(model, "generate")
     return _model(model).generate(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
@@ -267,6 +269,7 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
                  away=away, scale=scale)
     _check_edits(**edits)
     _needs_head(model, "next")
+    _masked_lm_checks(model, "next", text)
     return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
                               candidates=candidates, truncate=truncate, target=target,
                               **edits)
@@ -317,6 +320,7 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     _needs_head(model, "patch")
+    _masked_lm_checks(model, "patch")
     return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
                                batch=batch, truncate=truncate, ablate=ablate,
                                ablate_mode=ablate_mode)
@@ -329,5 +333,6 @@ def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: boo
     `per_head`) and every FFN output through the frozen final norm, plus a remainder;
     result.parts sum to result.logit_diff."""
     _needs_head(model, "attribute")
+    _masked_lm_checks(model, "attribute")
     return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
                                    truncate=truncate)

@@ -13,6 +13,9 @@ from ..errors import ConfigError
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+# ModernBERT's GLU gates with the exact (erf) GELU, not GeGLU's tanh form
+ACTIVATIONS += ("geglu_exact",)
+MLM_ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")  # of a masked LM's head
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 POSITIONALS = ("learned", "sinusoidal", "rope", "none")
@@ -71,6 +74,17 @@ class ModelConfig:
     sinusoidal_layout: str = "interleaved"  # "halves": sin in the first half (Marian)
     pos_offset: int = 0  # BART: learned position p reads row p + 2 of its table
     logits_bias: bool = False  # Marian, BART: a fixed bias added to the logits
+    # Masked language models (BERT's, RoBERTa's and ModernBERT's heads), ModernBERT's
+    # encoder and OLMo 2's norms; each default is what the families above do. A model
+    # with an MLM head (one stack, not causal) is a masked LM: `next` fills its masks.
+    mlm_head: bool = False  # dense -> activation -> norm between the stream and the head
+    mlm_activation: str = "gelu"  # that head's activation
+    head_bias: bool = False  # a learned bias per vocabulary entry on the logits (MLM decoders)
+    norm_bias: bool = True  # LayerNorms with a shift (ModernBERT's have none)
+    pre_norms: bool = True  # False: no norm before attention or the FFN (OLMo 2 norms after)
+    first_block_norm: bool = True  # False: block 0 has no ln1 (ModernBERT: the embedding
+    # norm serves)
+    qk_norm_full: bool = False  # OLMo 2: q and k RMS-normed over all heads, before the split
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +156,29 @@ class ModelConfig:
             out.append(f"rope {self.rope.get('rope_type', 'default')}")
         if self.is_encoder_decoder:
             out.append("encoder–decoder")
+        out += self._mlm_features()
+        return out
+
+    @property
+    def is_masked_lm(self) -> bool:
+        """Predicts the tokens hidden behind a mask, reading the whole text (BERT,
+        RoBERTa, ModernBERT): one stack, not causal, an output head after an MLM head. (A
+        hand-made encoder with a plain head still reads as predicting after the text.)"""
+        return self.lm_head and self.mlm_head and not self.causal and \
+            not self.is_encoder_decoder
+
+    def _mlm_features(self) -> list[str]:
+        out = []
+        for flag, words in (("mlm_head", f"MLM head ({self.mlm_activation})"),
+                            ("head_bias", "logits bias"), ("qk_norm_full", "q/k norm (all heads)")):
+            if getattr(self, flag):
+                out.append(words)
+        for flag, words in (("norm_bias", "norms without shift" if self.norm == "layernorm"
+                             else ""),
+                            ("pre_norms", "no pre-norms"),
+                            ("first_block_norm", "no ln1 in block 0")):
+            if not getattr(self, flag) and words:
+                out.append(words)
         return out
 
     @property
@@ -198,6 +235,25 @@ class ModelConfig:
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
         self._validate_seq2seq()
+        self._validate_mlm()
+
+    def _validate_mlm(self) -> None:
+        if self.mlm_activation not in MLM_ACTIVATIONS:
+            raise ConfigError(f"config field mlm_activation={self.mlm_activation!r} is not one "
+                              f"of {', '.join(MLM_ACTIVATIONS)}")
+        if (self.mlm_head or self.head_bias or self.logits_bias) and not self.lm_head:
+            raise ConfigError("mlm_head, head_bias and logits_bias need lm_head: there is no "
+                              "head to put them on")
+        if self.qk_norm_full and self.qk_norm:
+            raise ConfigError("qk_norm (per head) and qk_norm_full (all heads at once) are "
+                              "two ways to norm q and k; set one of them")
+        if self.mlm_head and self.causal:
+            raise ConfigError("mlm_head is a masked LM's head, and a masked LM reads the "
+                              "whole text: set causal to false")
+        if self.is_encoder_decoder and (self.mlm_head or self.head_bias or not (
+                self.pre_norms and self.first_block_norm)):
+            raise ConfigError("mlm_head, head_bias, and pre_norms or first_block_norm false "
+                              "are not supported in encoder–decoder models")
 
     def _validate_seq2seq(self) -> None:
         n = self.n_decoder_layers
@@ -222,9 +278,6 @@ class ModelConfig:
         if self.causal:
             raise ConfigError("an encoder–decoder model's encoder reads the whole source: set "
                               "causal to false (the decoder is always causal)")
-        if not self.lm_head:
-            raise ConfigError("an encoder–decoder model needs lm_head: the decoder predicts "
-                              "words")
         if self.positional == "rope" or self.token_types or self.sliding_window is not None:
             raise ConfigError("rotary positions, token types and sliding windows are not "
                               "supported in encoder–decoder models")
@@ -282,6 +335,9 @@ class ModelConfig:
                 list(value) if isinstance(value, tuple) else value
         if self.head_dim * self.n_heads == self.d_model:
             out["head_dim"] = None
+        for name in QUIET_AT_DEFAULT:  # written only where a family switches them
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
         return out
 
 
@@ -301,6 +357,12 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
 
 
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+# The masked-LM and OLMo 2 switches are left out of the JSON config (and every --json
+# "model" object) where they keep their defaults: the configs of every other family read
+# and print as they did before the switches existed.
+QUIET_AT_DEFAULT = ("mlm_head", "mlm_activation", "head_bias", "norm_bias", "pre_norms",
+                    "first_block_norm", "qk_norm_full")
 
 
 

@@ -52,7 +52,7 @@ def _norm(name: str, label: str, cfg: ModelConfig, part: str, size: int | None =
           ) -> list[Row]:
     C = size or cfg.d_model
     rows = [Row(f"{name}.scale", f"{label} scale", (C,), C, part)]
-    if cfg.norm == "layernorm":  # RMSNorm has no shift
+    if cfg.norm == "layernorm" and cfg.norm_bias:  # RMSNorm (and ModernBERT's) has no shift
         rows.append(Row(f"{name}.shift", f"{label} shift", (C,), C, part))
     return rows
 
@@ -72,18 +72,22 @@ def block_rows(cfg: ModelConfig, *, decoder: bool = False) -> list[Row]:
     """One transformer block's parameters, in the order core.model creates them; an
     encoder–decoder's decoder block (decoder=True) adds cross-attention and a third norm."""
     C, F = cfg.d_model, cfg.d_ff
-    rows = _norm("ln1", "norm 1", cfg, "norms")
+    rows = _norm("ln1", "norm 1", cfg, "norms") if cfg.pre_norms else []
     rows += _attention_rows(cfg, "attn", "masked self-attn " if decoder else "", "attention")
     if cfg.qk_norm:  # one scale per head dimension, shared by every head
         rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.head_dim)
         rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.head_dim)
+    if cfg.qk_norm_full:  # OLMo 2: one scale per entry of the whole projections
+        rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.attn_dim)
+        rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.n_kv_heads * cfg.head_dim)
     if cfg.sandwich_norm:
         rows += _norm("ln_post_attn", "norm after attention", cfg, "norms")
-    rows += _norm("ln2", "norm 2", cfg, "norms")
+    if cfg.pre_norms:
+        rows += _norm("ln2", "norm 2", cfg, "norms")
     if decoder:  # queries from the decoder, keys and values from the encoder output
         rows += _attention_rows(cfg, "cross", "cross-attn ", "cross_attention")
         rows += _norm("ln3", "norm 3", cfg, "norms")
-    if cfg.activation in ("swiglu", "geglu"):  # act(x W_gate) * (x W_up), then W_down
+    if cfg.activation in ("swiglu", "geglu", "geglu_exact"):  # act(x W_gate) * (x W_up), W_down
         rows += _linear("ffn.gate_proj", "ffn gate", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc1", "ffn up", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc2", "ffn down", F, C, cfg.proj_bias, "ffn")
@@ -145,6 +149,31 @@ def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> 
     return rows
 
 
+def _block0_rows(cfg: ModelConfig) -> list[Row]:
+    """ModernBERT's block 0 has no ln1: counted against the blocks, right after them."""
+    if cfg.first_block_norm or not cfg.pre_norms:
+        return []
+    return [Row(f"blocks.0.{r.name}", "block 0 has no norm 1 (the embedding norm serves)",
+                r.shape, -r.count, "blocks")
+            for r in _norm("ln1", "norm 1", cfg, "norms")]
+
+
+def _mlm_rows(cfg: ModelConfig) -> list[Row]:
+    """A masked LM's head transform, before the output head (and after the final norm)."""
+    C = cfg.d_model
+    rows = []
+    if cfg.mlm_head:  # dense -> activation -> norm, then the head
+        rows += _linear("mlm.dense", "MLM head dense", C, C, cfg.proj_bias, "mlm_head")
+        rows += _norm("mlm.ln", "MLM head norm", cfg, "mlm_head")
+    return rows
+
+
+def _head_bias_rows(cfg: ModelConfig) -> list[Row]:
+    if not (cfg.lm_head and cfg.head_bias):
+        return []
+    return [Row("lm_head.bias", "output head bias", (cfg.vocab_size,), cfg.vocab_size, "head")]
+
+
 @dataclass
 class ParamCount:
     config: str
@@ -174,10 +203,14 @@ class ParamCount:
 
     def named_counts(self) -> dict[str, int]:
         """Full parameter name -> numel for every stored tensor (tied ones once)."""
-        out = {r.name: r.count for r in self.rows if r.count and not r.name.endswith("blocks")}
+        out = {r.name: r.count for r in self.rows if r.count > 0 and
+               not r.name.endswith("blocks")}
         enc = "encoder." if self.n_decoder_layers else ""
         for i in range(self.n_layers):
             out.update({f"{enc}blocks.{i}.{r.name}": r.count for r in self.block})
+        for r in self.rows:  # a block without a tensor the others have (ModernBERT's 0)
+            if r.count < 0:
+                out.pop(r.name, None)
         for i in range(self.n_decoder_layers):
             out.update({f"decoder.blocks.{i}.{r.name}": r.count for r in self.decoder_block})
         return out
@@ -202,6 +235,13 @@ def count_params(cfg: ModelConfig) -> ParamCount:
         blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
                      per_block * cfg.n_layers, "blocks")
         rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
+        if cfg.mlm_head or cfg.head_bias or not (cfg.first_block_norm and cfg.pre_norms):
+            at = rows.index(blocks) + 1
+            rows = rows[:at] + _block0_rows(cfg) + rows[at:]
+            at = next((i for i, r in enumerate(rows) if r.name == "lm_head.weight"),
+                      len(rows))  # the MLM transform before the head, the bias after it
+            rows = rows[:at] + _mlm_rows(cfg) + rows[at:at + 1] + _head_bias_rows(cfg) + \
+                rows[at + 1:]
         return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
                           n_layers=cfg.n_layers, total=sum(r.count for r in rows),
                           shared=shared, parts=_sum_parts(rows),
@@ -273,7 +313,7 @@ def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False) ->
     rows = attention("attn", "")
     if decoder:
         rows += attention("cross", "cross ")
-    if cfg.activation in ("swiglu", "geglu"):
+    if cfg.activation in ("swiglu", "geglu", "geglu_exact"):
         rows.append(mm("ffn.gate_proj", "x·W_gate", C, F, "ffn"))
         rows.append(mm("ffn.fc1", "x·W_up", C, F, "ffn"))
         rows.append(mm("ffn.fc2", "h·W_down", F, C, "ffn"))
@@ -313,6 +353,9 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
                                                                   per_dec),
                     None, per_dec * cfg.n_decoder_layers, "decoder_blocks")]
         attention += 8 * T * cfg.attn_dim * cfg.n_decoder_layers
+    if cfg.mlm_head:  # a masked LM's transform before the head
+        rows.append(Row("mlm.dense", "h·W_dense (MLM head)", None, 2 * C * C, "head",
+                        f"(1, {C})·({C}, {C})"))
     if cfg.lm_head:  # tied or not, the head multiplies by a (V, C) matrix
         rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
                         f"(1, {C})·({C}, {cfg.vocab_size})"))

@@ -57,6 +57,28 @@ PRESETS: dict[str, ModelConfig] = {
                                 activation="swiglu", positional="rope", rope_theta=100000.0,
                                 causal=True, tie_embeddings=True, tokenizer="smollm2",
                                 name="smollm2-135m"),
+    # -- masked language models (count-params; random weights read with their tokenizer)
+    # google-bert/bert-base-uncased as BertForMaskedLM: BERT-base with its MLM head (dense,
+    # GELU, LayerNorm, then the token table and a bias); its uncased WordPiece vocabulary
+    # is the one all-MiniLM-L6-v2 ships
+    "bert-base": ModelConfig(vocab_size=30522, context_length=512, d_model=768, n_heads=12,
+                             n_layers=12, d_ff=3072, qkv_bias=True, norm_position="post",
+                             ln_eps=1e-12, activation="gelu", positional="learned",
+                             causal=False, token_types=2, embed_norm=True, tie_embeddings=True,
+                             mlm_head=True, head_bias=True, tokenizer="minilm",
+                             name="bert-base"),
+    # answerdotai/ModernBERT-base (ModernBertForMaskedLM): rotary positions with base
+    # 160,000 on every third layer (global) and 10,000 on the others, which see 64 tokens
+    # either side (local_attention 128); GeGLU with exact GELU, no biases, LayerNorms
+    # without shift; no tokenizer of its own ships offline (GPT-2's is smaller: count only)
+    "modernbert-base": ModelConfig(
+        vocab_size=50368, context_length=8192, d_model=768, n_heads=12, n_layers=22,
+        d_ff=1152, qkv_bias=False, proj_bias=False, norm_position="pre", ln_eps=1e-5,
+        activation="geglu_exact", positional="rope", rope_theta=160000.0,
+        rope_local_theta=10000.0, sliding_window=65,
+        sliding_layers=tuple(i for i in range(22) if i % 3), causal=False,
+        embed_norm=True, tie_embeddings=True, mlm_head=True, head_bias=True,
+        norm_bias=False, first_block_norm=False, tokenizer="gpt2", name="modernbert-base"),
 }
 
 DEFAULT_CONFIG = "gpt124m"

@@ -14,6 +14,7 @@ from ...errors import InputTextError
 from ..results import AttributeResult, Part
 from ..trace import Trace
 from .common import encode, input_info
+from .fillmask import need_causal
 from .generate import check_vocab, need_head
 from .sites import one_token, single_stack
 
@@ -167,6 +168,7 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
     cfg, model = loaded.cfg, loaded.model
     single_stack(cfg, "tfx attribute")
     need_head(cfg, "attribute")
+    need_causal(cfg, "attribute")
     check_vocab(loaded)
     ids = encode(loaded, text, truncate=truncate)
     good = one_token(loaded, answer, "--answer")

@@ -18,6 +18,7 @@ from ...words import counted
 from ..results import PatchResult
 from ..trace import Trace
 from .common import encode, input_info
+from .fillmask import need_causal
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name, single_stack
 
@@ -122,6 +123,7 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
                          f"{', '.join(PATCH_SITES)}")
     single_stack(loaded.cfg, "tfx patch")
     need_head(loaded.cfg, "patch")
+    need_causal(loaded.cfg, "patch")
     check_vocab(loaded)
     ids = encode(loaded, clean_text, truncate=truncate)
     bad_ids = encode(loaded, corrupt, truncate=truncate)

@@ -171,6 +171,13 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
         check_range("layer", layer, seq.n_layers, "--layer")
         prefix = f"{p}blocks.{layer}.{which}"
         module, stop = getattr(stack_module.blocks[layer], which), layer
+        if getattr(module, "identity", False):  # OLMo 2's ln1/ln2, ModernBERT's first ln1
+            raise RangeError(
+                f"--which {which}: block {layer} of {cfg.name} has no norm before its "
+                f"{'attention' if which == 'ln1' else 'feed-forward'} ("
+                + ("its norms come after each sublayer" if not cfg.pre_norms else
+                   "the embedding norm serves block 0") + "); choose another, e.g. "
+                + ("--which ln_f" if not cfg.pre_norms else "--layer 1"))
     elif which == "ln_f":
         prefix, module, stop = p + "ln_f", stack_module.ln_f, None
     else:
@@ -218,6 +225,7 @@ FFN_FORMULAS = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
                 "silu": "out = SiLU(x W1 + b1) W2 + b2",
                 "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down",
                 "geglu": "out = (GELU_tanh(x W_gate) * (x W_up)) W_down"}
+FFN_FORMULAS["geglu_exact"] = "out = (GELU(x W_gate) * (x W_up)) W_down   (exact, erf)"
 
 
 def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,

@@ -149,6 +149,9 @@ class Attention(nn.Module):
         if cfg.qk_norm:  # each head's q and k rows normalised over D, before the rotation
             self.q_norm = Norm(cfg, cfg.head_dim, ("H", "T", "D"))
             self.k_norm = Norm(cfg, cfg.head_dim, ("H", "S", "D"))
+        if cfg.qk_norm_full:  # OLMo 2: the whole projections, before the split into heads
+            self.q_norm = Norm(cfg, cfg.attn_dim, ("T", "A"))
+            self.k_norm = Norm(cfg, kv_dim, ("S", "K"))
         if cfg.positional == "rope" and not cross:
             self.q_rot, self.k_rot = Tap("H", "T", "D"), Tap("H", "S", "D")
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
@@ -175,9 +178,11 @@ class Attention(nn.Module):
 
     def window_keep(self, T: int, S: int, start: int, device=None) -> torch.Tensor:
         """(T, S): key j is within the window of query start + i (it and the window - 1
-        keys before it)."""
+        keys before it; in a model that is not causal (ModernBERT's local layers), the
+        window - 1 keys on either side)."""
         q_pos = torch.arange(start, start + T, device=device)[:, None]
-        return q_pos - torch.arange(S, device=device)[None, :] < self.window
+        distance = q_pos - torch.arange(S, device=device)[None, :]
+        return (distance if self.cfg.causal else distance.abs()) < self.window
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
                 kv_x: torch.Tensor | None = None, rot: tuple | None = None,
@@ -196,6 +201,8 @@ class Attention(nn.Module):
         if self.is_cross:
             return self._cross(x, keep, kv_x, cache)
         q, k, v = self._project(x, kv_x)
+        if self.cfg.qk_norm_full:
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, T, A), (B, S, K)
         queries = self._heads(q, self.n_heads)  # (B, H, T, D)
         keys = self._heads(k, self.n_kv_heads)  # (B, Hkv, S, D)
         values = self._heads(v, self.n_kv_heads)  # (B, Hkv, S, D)

@@ -36,13 +36,18 @@ class FeedForward(nn.Module):
         return self.out(self.fc2(act))
 
     def activate(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.activation == "relu":
-            return F.relu(hidden)
-        if self.activation == "gelu":
-            return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT
-        if self.activation in ("swiglu", "silu"):
-            return F.silu(hidden)  # the gate of Llama's SwiGLU; Marian's plain "swish"
-        return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004; Gemma's GeGLU gate
+        return activate(self.activation, hidden)
 
 
-GATED = ("swiglu", "geglu")
+def activate(activation: str, hidden: torch.Tensor) -> torch.Tensor:
+    """An activation by its config name (a gated one's gate)."""
+    if activation == "relu":
+        return F.relu(hidden)
+    if activation in ("gelu", "geglu_exact"):
+        return F.gelu(hidden)  # exact (erf), as BERT and nanoGPT; ModernBERT's GLU gate
+    if activation in ("swiglu", "silu"):
+        return F.silu(hidden)  # the gate of Llama's SwiGLU; Marian's plain "swish"
+    return F.gelu(hidden, approximate="tanh")  # GPT-2, seed 004; Gemma's GeGLU gate
+
+
+GATED = ("swiglu", "geglu", "geglu_exact")

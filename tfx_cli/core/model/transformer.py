@@ -23,8 +23,8 @@ import torch.nn as nn
 from ..config import ModelConfig, tied_parameters
 from ..trace import Trace, compile_globs
 from .attention import Attention, KVCache
-from .feedforward import FeedForward
-from .norms import Norm
+from .feedforward import FeedForward, activate
+from .norms import NoNorm, Norm
 from .positions import Embed, rope_tables, sinusoidal_table
 from .taps import Tap, Taps
 
@@ -63,13 +63,16 @@ class Block(nn.Module):
         self.post_ln = cfg.norm_position == "post"
         self.parallel, self.sandwich = cfg.parallel_residual, cfg.sandwich_norm
         self.has_cross = cross
-        self.ln1 = Norm(cfg)
+        # OLMo 2 has no norm before its sublayers, ModernBERT none before block 0's
+        # attention: the stream passes through unchanged there
+        self.ln1 = Norm(cfg) if cfg.pre_norms and (layer or cfg.first_block_norm) \
+            else NoNorm()
         self.attn = Attention(cfg, layer)
         if self.sandwich:
             self.ln_post_attn = Norm(cfg)
         if not self.parallel:  # a parallel block has no stream between its sublayers
             self.resid_mid = Tap("T", "C")
-        self.ln2 = Norm(cfg)
+        self.ln2 = Norm(cfg) if cfg.pre_norms else NoNorm()
         if cross:
             self.cross = Attention(cfg, layer, cross=True)
             self.resid_cross = Tap("T", "C")
@@ -114,6 +117,23 @@ class Block(nn.Module):
         return self.resid_out(x + self.ffn(self.ln3(x)))
 
 
+class MLMHead(nn.Module):
+    """A masked LM's transform between the last stream and the output head (BERT's
+    cls.predictions.transform, RoBERTa's and ModernBERT's head): dense, activation, norm;
+    the head (the token table, tied) and its bias follow."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.activation = cfg.mlm_activation
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.proj_bias)
+        self.hidden, self.act = Tap("T", "C"), Tap("T", "C")
+        self.ln = Norm(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.hidden(self.dense(x))  # (B, T, C)
+        return self.ln(self.act(activate(self.activation, hidden)))
+
+
 class Stack(nn.Module):
     """One stack of an encoder–decoder: its input ids, embedding (the token table is the
     one both stacks share), blocks and, pre-LN, final norm. Trace names get the stack's
@@ -145,7 +165,8 @@ class Transformer(nn.Module):
             self.encoder = Stack(cfg, cfg.n_layers, cross=False)
             self.decoder = Stack(cfg, cfg.n_decoder_layers, cross=True,
                                  tok_emb=self.encoder.embed.tok_emb)
-            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            if cfg.lm_head:  # BartModel: none, the decoder's last stream is the output
+                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             token_table = self.encoder.embed.tok_emb
         else:
             self.built_blocks = cfg.n_layers if blocks is None else \
@@ -157,8 +178,10 @@ class Transformer(nn.Module):
             with torch.device("meta") if rest else nullcontext():
                 self.blocks.extend(Block(cfg, i) for i in range(self.built_blocks, cfg.n_layers))
                 self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+                if cfg.mlm_head:
+                    self.mlm = MLMHead(cfg)
                 if cfg.lm_head:
-                    self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+                    self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
             token_table = self.embed.tok_emb
         if cfg.lm_head and cfg.tie_embeddings:
             self.lm_head.weight = token_table.weight
@@ -389,7 +412,10 @@ class Transformer(nn.Module):
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """The head on a (normalised) residual stream: logits, soft-capped where the
-        model caps them (Gemma 2). Recorded as `logits`."""
+        model caps them (Gemma 2); a masked LM's head transform first. Recorded as
+        `logits`."""
+        if self.cfg.mlm_head:
+            x = self.mlm(x)
         logits = self.lm_head(x)
         if self.cfg.logits_bias:
             logits = logits + self.final_logits_bias

@@ -228,7 +228,8 @@ _LAZY = {
                "AttendResult", "AttendInputsResult", "LayerNormResult", "FFNResult",
                "TraceResult", "NormStats", "ReportResult"),
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
-                 "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
+                 "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult",
+                 "MaskPrediction"),
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
     "training": ("TrainCheck", "TrainResult"),
 }

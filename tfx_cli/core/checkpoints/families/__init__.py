@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Callable
 
 from ....errors import WeightsError
-from .bert import bert_config, map_bert
+from .bert import BERT_HEADS, bert_config, map_bert, roberta_config
 from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .modernbert import MODERNBERT, map_modernbert, modernbert_config
+from .olmo import olmo2_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
 
 # config.json `architectures` entry (or `model_type`) -> family
@@ -31,10 +33,19 @@ ARCHITECTURES = {
     "MarianMTModel": "marian", "BartForConditionalGeneration": "bart",
     "MBartForConditionalGeneration": "mbart",
 }
+# -- masked LMs and the newer encoders (bert.py, modernbert.py), OLMo 2 (olmo.py), and
+# BART's base model: every BERT and RoBERTa class tfx reads (bert.BERT_HEADS says which
+# head each has), ModernBERT's, and architectures with no head at all
+ARCHITECTURES.update({arch: "roberta" if arch.startswith("Roberta") else "bert"
+                      for arch in BERT_HEADS})
+ARCHITECTURES.update({arch: "modernbert" for arch in MODERNBERT})
+ARCHITECTURES.update({"Olmo2ForCausalLM": "olmo2", "BartModel": "bart"})
+HEADLESS = ("BartModel",)  # an encoder–decoder whose output is the decoder's last stream
 MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mistral",
                "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
                "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
-               "mbart": "mbart"}
+               "mbart": "mbart", "roberta": "roberta", "modernbert": "modernbert",
+               "olmo2": "olmo2"}
 # Architectures tfx has decided not to read, with the reason its one attention cannot
 # run them (said in the unknown-architecture message)
 _T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
@@ -70,19 +81,27 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return gpt2_config(hf, where)
     if family == "bert":
         return bert_config(hf, where)
+    if family in ("roberta", "modernbert", "olmo2"):
+        return {"roberta": roberta_config, "modernbert": modernbert_config,
+                "olmo2": olmo2_config}[family](hf, where)
     if family in SEQ2SEQ:  # Marian, BART, mBART
-        return seq2seq_config(family, hf, where)
+        out = seq2seq_config(family, hf, where)
+        archs = hf.get("architectures") or []
+        if any(arch in HEADLESS for arch in ([archs] if isinstance(archs, str) else archs)):
+            out.update(lm_head=False, logits_bias=False, tie_embeddings=False)
+        return out
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
 
 def hf_map(family: str) -> Callable:
     """The family's tensor-name mapping: (state, cfg) -> (tfx state, tfx name -> theirs)."""
-    if family in DECODERS:
+    if family in DECODERS or family == "olmo2":
         return lambda state, cfg: map_decoder(family, state, cfg)
     if family in SEQ2SEQ:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
-    return {"gpt2": map_gpt2, "bert": map_bert}[family]
+    return {"gpt2": map_gpt2, "bert": map_bert, "roberta": map_bert,
+            "modernbert": map_modernbert}[family]
 
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "REFUSED", "DECODERS", "SEQ2SEQ", "TOKEN_TABLES",
