@@ -173,6 +173,42 @@ def _seq2seq_folder(name: str, family: str, tables_differ: bool = False,
     return make
 
 
+def _t5_folder(name: str, **config) -> Callable[[Path], None]:
+    """A tiny HF T5 folder (one encoder and one decoder block, d_model 8, two heads 4
+    wide, a word tokenizer), every tensor zeros."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        cfg = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+               "d_model": 8, "d_kv": 4, "d_ff": 16, "num_layers": 1, "num_heads": 2,
+               "vocab_size": 16, "relative_attention_num_buckets": 8,
+               "relative_attention_max_distance": 16, "decoder_start_token_id": 0,
+               **config}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+        tensors = {"shared.weight": torch.zeros(16, 8)}
+        for stack, sublayers in (("encoder", ("SelfAttention", "DenseReluDense")),
+                                 ("decoder", ("SelfAttention", "EncDecAttention",
+                                              "DenseReluDense"))):
+            block = f"{stack}.block.0.layer"
+            for j, sub in enumerate(sublayers):
+                tensors[f"{block}.{j}.layer_norm.weight"] = torch.zeros(8)
+                shapes = {"wi": (16, 8), "wo": (8, 16)} if sub == "DenseReluDense" else \
+                    {"q": (8, 8), "k": (8, 8), "v": (8, 8), "o": (8, 8)}
+                for leaf, shape in shapes.items():
+                    tensors[f"{block}.{j}.{sub}.{leaf}.weight"] = torch.zeros(shape)
+            tensors[f"{block}.0.SelfAttention.relative_attention_bias.weight"] = \
+                torch.zeros(8, 2)
+            tensors[f"{stack}.final_layer_norm.weight"] = torch.zeros(8)
+        save_file(tensors, str(folder / "model.safetensors"))
+    return make
+
+
 def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
     """A GGUF file whose header names `arch` (and one tensor)."""
     def make(d: Path) -> None:
@@ -287,6 +323,11 @@ CASES = [
     Case("config-unknown-key", "config file with an unknown key (n_head for n_heads)",
          ["count-params", "-c", "typo.json"], "ConfigError", "unknown config key(s) n_head",
          files=(_text("typo.json", '{"d_model": 8, "n_head": 2}'),)),
+    Case("config-unknown-architecture", "a HuggingFace config.json of an architecture tfx "
+         "does not read", ["count-params", "-c", "mamba.json"], "ConfigError",
+         "unknown architecture MambaForCausalLM; tfx reads the families",
+         files=(_text("mamba.json", '{"architectures": ["MambaForCausalLM"], '
+                      '"model_type": "mamba", "hidden_size": 768, "state_size": 16}'),)),
     Case("config-wrong-type", "config file with a string where a number goes",
          ["count-params", "-c", "types.json"], "ConfigError", "must be a whole number",
          files=(_text("types.json", '{"d_model": "512"}'),)),
@@ -396,10 +437,13 @@ CASES = [
     Case("weights-gguf-architecture", "a GGUF of an architecture tfx does not read",
          ["next", "hi", "-w", "rwkv.gguf"], "WeightsError",
          "GGUF architecture 'rwkv6' is not supported", files=(_gguf_of("rwkv.gguf", "rwkv6"),)),
-    Case("weights-t5", "a T5 folder (a per-head relative-position bias on the scores)",
-         ["next", "hi", "-w", "t5"], "WeightsError",
-         "T5ForConditionalGeneration is not supported: it adds a learned bias per head",
-         files=(_seq2seq_folder("t5", "t5"),)),
+    # T5 (its relative position bias is a switch of the model)
+    Case("t5-decoder-without-target", "a T5 command on the decoder without --target",
+         ["trace", "hi", "-w", "t5", "-s", "decoder.*.cross.pattern"], "SelectError",
+         "give it with --target TEXT", files=(_t5_folder("t5"),)),
+    Case("weights-t5-activation", "a T5 config with a gated activation tfx lacks",
+         ["count-params", "-w", "t5"], "WeightsError", "feed_forward_proj 'gated-relu'",
+         files=(_t5_folder("t5", feed_forward_proj="gated-relu"),)),
     Case("weights-unshared-embeddings", "a Marian folder whose stacks have their own tables",
          ["generate", "hi", "-w", "marian"], "WeightsError",
          "share_encoder_decoder_embeddings is false",

@@ -147,7 +147,9 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
     if text is None and cfg.positional in ("sinusoidal", "rope", "none"):
         # the table follows from the config alone: no weights to build or load
         return posenc_stage(cfg, length=length, info=model_info(cfg, spec))
-    return Model(load_model(spec, blocks=0, **hooks)).posenc(
+    # T5's bias table is the embedding's; UMT5's the first layer's
+    blocks = 1 if cfg.positional == "relative" and cfg.relative_per_layer else 0
+    return Model(load_model(spec, blocks=blocks, **hooks)).posenc(
         text, length=length, truncate=truncate)
 
 

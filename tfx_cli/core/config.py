@@ -15,7 +15,7 @@ NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
-POSITIONALS = ("learned", "sinusoidal", "rope", "none")
+POSITIONALS = ("learned", "sinusoidal", "rope", "none", "relative")
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,13 @@ class ModelConfig:
     sinusoidal_layout: str = "interleaved"  # "halves": sin in the first half (Marian)
     pos_offset: int = 0  # BART: learned position p reads row p + 2 of its table
     logits_bias: bool = False  # Marian, BART: a fixed bias added to the logits
+    # T5, mT5, UMT5 (positional "relative"): no position rows; a learned bias per head and
+    # bucket of query-key distance is added to every self-attention score (one table per
+    # stack, read by all its layers; UMT5: one per layer). Cross-attention has none.
+    relative_buckets: int = 32  # distances binned: exact up to a quarter, then log-spaced
+    relative_max_distance: int = 128  # distances from here on share the last bucket
+    relative_per_layer: bool = False  # UMT5: each layer's self-attention its own table
+    unembed_scale: bool = False  # T5 with a tied head: the stream × d_model^-0.5 before it
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -126,8 +133,9 @@ class ModelConfig:
                             ("embed_scale", "embed × √d")):
             if getattr(self, flag):
                 out.append(words)
-        if self.attn_scalar is not None:
-            out.append(f"÷√{self.attn_scalar:g}")
+        if self.attn_scalar is not None:  # T5: 1, its scores are not scaled
+            out.append("unscaled scores" if self.attn_scalar == 1 else
+                       f"÷√{self.attn_scalar:g}")
         if self.attn_softcap is not None:
             out.append(f"softcap {self.attn_softcap:g}")
         if self.final_softcap is not None:
@@ -142,7 +150,16 @@ class ModelConfig:
             out.append(f"rope {self.rope.get('rope_type', 'default')}")
         if self.is_encoder_decoder:
             out.append("encoder–decoder")
+        out += self._relative_features()
         return out
+
+    def _relative_features(self) -> list[str]:
+        """T5's switches, in features()' words."""
+        if self.positional != "relative":
+            return ["logits × d^-0.5"] if self.unembed_scale else []
+        out = [f"relative bias ({self.relative_buckets} buckets"
+               + (", per layer)" if self.relative_per_layer else ")")]
+        return out + (["logits × d^-0.5"] if self.unembed_scale else [])
 
     @property
     def has_final_norm(self) -> bool:
@@ -198,6 +215,7 @@ class ModelConfig:
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
         self._validate_seq2seq()
+        self._validate_relative()
 
     def _validate_seq2seq(self) -> None:
         n = self.n_decoder_layers
@@ -222,12 +240,24 @@ class ModelConfig:
         if self.causal:
             raise ConfigError("an encoder–decoder model's encoder reads the whole source: set "
                               "causal to false (the decoder is always causal)")
-        if not self.lm_head:
-            raise ConfigError("an encoder–decoder model needs lm_head: the decoder predicts "
-                              "words")
         if self.positional == "rope" or self.token_types or self.sliding_window is not None:
             raise ConfigError("rotary positions, token types and sliding windows are not "
                               "supported in encoder–decoder models")
+
+    def _validate_relative(self) -> None:
+        """T5's relative position bias: half the buckets (a quarter, bidirectional) count
+        distances one by one, the rest spread logarithmically up to max_distance."""
+        for name in ("relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"config field {name} must be a positive whole number, got "
+                                  f"{value!r}")
+        if self.positional != "relative":
+            return
+        if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(f"config field relative_buckets={self.relative_buckets} needs at "
+                              "least 4 buckets and relative_max_distance above half of them, "
+                              f"got {self.relative_max_distance}")
 
     def _validate_family(self) -> None:
         for name in ("attn_scalar", "attn_softcap", "final_softcap", "rope_local_theta"):
