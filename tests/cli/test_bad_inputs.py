@@ -635,10 +635,11 @@ CASES = [
                                       "--lr", "0"], "UsageError", "must be a positive",
          files=(_text("p.tsv", "a b\tc d\n"),)),
     # interventions: sites, ablation, steering, patching, attribution (on a one-layer
-    # GPT reading words: interventions need one residual stream)
-    Case("steer-encoder-decoder", "--steer on an encoder–decoder model",
-         ["next", SENTENCE, *TOY, "--steer", "decoder.blocks.0.resid_pre", "--toward", "win",
-          "--away", "die"], "UsageError", "works on single-stack models"),
+    # GPT reading words, and on toy's two stacks)
+    Case("steer-decoder-position", "--steer narrowed past an encoder–decoder's steering "
+         "targets", ["next", SENTENCE, *TOY, "--target", "you win", "--steer",
+                     "decoder.blocks.0.resid_pre:p=3", "--toward", "win", "--away", "die"],
+         "RangeError", "have 2 tokens with the start token (0 to 1)"),
     Case("ablate-no-stack", "--ablate on an encoder–decoder without the stack in the name",
          ["next", SENTENCE, *TOY, "--ablate", "blocks.0.attn.out"], "SelectError",
          "write encoder.blocks.0.attn.out or decoder.blocks.0.attn.out"),

@@ -229,7 +229,8 @@ _LAZY = {
                "TraceResult", "NormStats", "ReportResult"),
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
-    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
+    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult",
+                      "PatchTable"),
     "training": ("TrainCheck", "TrainResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
