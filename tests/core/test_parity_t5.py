@@ -238,6 +238,7 @@ def _cli(args):
 COMMANDS = {
     "attend-cross": ["attend", "--target", "Hi", "--cross", "--layer", "2"],
     "attend-explain": ["attend", "--layer", "1", "--explain"],
+    "attend-kv": ["attend", "--layer", "1", "--kv", "Hi there"],
     "next": ["next", "--target", "Hi"],
     "generate": ["generate", "-n", "4", "--ignore-eos"],
     "trace": ["trace", "--target", "Hi", "-s", "*.position_bias"],
@@ -282,3 +283,18 @@ def test_cli_answers_are_transformers(decoding_kind):
     gen = json.loads(_cli(["generate", "Hello there", "-w", str(path), "-n", "5",
                            "--ignore-eos", "--json"]).stdout)["result"]
     assert gen["ids"] == out[0].tolist(), name
+
+
+def test_streamed_from_disk_is_the_same(decoding_kind):
+    """Past --max-memory the weights stay on disk, read part by part: the stack's bias
+    table with its embedding, a UMT5 layer's with its block; the same numbers."""
+    from tfx_cli import api
+
+    name, path, _ = decoding_kind
+    whole = api.next("Hello there", target="Hi", weights=str(path))
+    streamed = api.next("Hello there", target="Hi", weights=str(path), max_memory="300kB")
+    assert streamed.model.streamed and not whole.model.streamed
+    assert [c.logit for c in streamed.candidates] == [c.logit for c in whole.candidates]
+    ids = api.generate("Hello there", max_new_tokens=5, weights=str(path),
+                       max_memory="300kB").ids
+    assert ids == api.generate("Hello there", max_new_tokens=5, weights=str(path)).ids
