@@ -25,7 +25,8 @@ def resolve_config(name_or_path: str | None) -> ModelConfig:
 
         return foreign_config(Path(name)) or load_config_file(Path(name))
     raise ConfigError(f"unknown config {name!r}; valid presets: {', '.join(PRESETS)} "
-                      "(or a path to a .json config file)")
+                      "(or a path to a .json config file: tfx's, or a HuggingFace "
+                      "config.json; or a .gguf file)")
 
 
 def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | None = None,
