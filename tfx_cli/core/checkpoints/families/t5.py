@@ -36,8 +36,8 @@ WITH_HEAD = ("T5ForConditionalGeneration", "MT5ForConditionalGeneration",
              "UMT5ForConditionalGeneration")
 NO_HEAD = ("T5Model", "MT5Model", "UMT5Model")
 ENCODER_ONLY = ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel")
-T5_ARCHITECTURES = {**{a: "umt5" if a.startswith("UMT5") else "t5"
-                       for a in WITH_HEAD + NO_HEAD + ENCODER_ONLY}}
+T5_ARCHITECTURES = {a: "umt5" if a.startswith("UMT5") else "t5"
+                    for a in WITH_HEAD + NO_HEAD + ENCODER_ONLY}
 T5_MODEL_TYPES = {"t5": "t5", "mt5": "t5", "umt5": "umt5"}
 
 # the defaults of transformers' T5Config for keys a config.json leaves out, and the
