@@ -7,7 +7,7 @@ leave the folder as it was (nothing written, nothing overwritten).
 
 README.md's "What tfx does with bad input" table is generated from these cases and holds
 the messages of real runs; test_readme_table_matches_the_cases keeps the two the same
-(regenerate with `python tests/cli/test_bad_inputs.py`). Rows whose id names a test in
+(regenerate with `python tests/cli/test_bad_inputs.py --write`). Rows whose id names a test in
 test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
 """
 import json
@@ -174,6 +174,42 @@ def _seq2seq_folder(name: str, family: str, tables_differ: bool = False,
     return make
 
 
+def _t5_folder(name: str, **config) -> Callable[[Path], None]:
+    """A tiny HF T5 folder (one encoder and one decoder block, d_model 8, two heads 4
+    wide, a word tokenizer), every tensor zeros."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        cfg = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+               "d_model": 8, "d_kv": 4, "d_ff": 16, "num_layers": 1, "num_heads": 2,
+               "vocab_size": 16, "relative_attention_num_buckets": 8,
+               "relative_attention_max_distance": 16, "decoder_start_token_id": 0,
+               **config}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+        tensors = {"shared.weight": torch.zeros(16, 8)}
+        for stack, sublayers in (("encoder", ("SelfAttention", "DenseReluDense")),
+                                 ("decoder", ("SelfAttention", "EncDecAttention",
+                                              "DenseReluDense"))):
+            block = f"{stack}.block.0.layer"
+            for j, sub in enumerate(sublayers):
+                tensors[f"{block}.{j}.layer_norm.weight"] = torch.zeros(8)
+                shapes = {"wi": (16, 8), "wo": (8, 16)} if sub == "DenseReluDense" else \
+                    {"q": (8, 8), "k": (8, 8), "v": (8, 8), "o": (8, 8)}
+                for leaf, shape in shapes.items():
+                    tensors[f"{block}.{j}.{sub}.{leaf}.weight"] = torch.zeros(shape)
+            tensors[f"{block}.0.SelfAttention.relative_attention_bias.weight"] = \
+                torch.zeros(8, 2)
+            tensors[f"{stack}.final_layer_norm.weight"] = torch.zeros(8)
+        save_file(tensors, str(folder / "model.safetensors"))
+    return make
+
+
 def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
     """A GGUF file whose header names `arch` (and one tensor)."""
     def make(d: Path) -> None:
@@ -288,6 +324,11 @@ CASES = [
     Case("config-unknown-key", "config file with an unknown key (n_head for n_heads)",
          ["count-params", "-c", "typo.json"], "ConfigError", "unknown config key(s) n_head",
          files=(_text("typo.json", '{"d_model": 8, "n_head": 2}'),)),
+    Case("config-unknown-architecture", "a HuggingFace config.json of an architecture tfx "
+         "does not read", ["count-params", "-c", "mamba.json"], "ConfigError",
+         "unknown architecture MambaForCausalLM; tfx reads the families",
+         files=(_text("mamba.json", '{"architectures": ["MambaForCausalLM"], '
+                      '"model_type": "mamba", "hidden_size": 768, "state_size": 16}'),)),
     Case("config-wrong-type", "config file with a string where a number goes",
          ["count-params", "-c", "types.json"], "ConfigError", "must be a whole number",
          files=(_text("types.json", '{"d_model": "512"}'),)),
@@ -397,10 +438,13 @@ CASES = [
     Case("weights-gguf-architecture", "a GGUF of an architecture tfx does not read",
          ["next", "hi", "-w", "rwkv.gguf"], "WeightsError",
          "GGUF architecture 'rwkv6' is not supported", files=(_gguf_of("rwkv.gguf", "rwkv6"),)),
-    Case("weights-t5", "a T5 folder (a per-head relative-position bias on the scores)",
-         ["next", "hi", "-w", "t5"], "WeightsError",
-         "T5ForConditionalGeneration is not supported: it adds a learned bias per head",
-         files=(_seq2seq_folder("t5", "t5"),)),
+    # T5 (its relative position bias is a switch of the model)
+    Case("t5-decoder-without-target", "a T5 command on the decoder without --target",
+         ["trace", "hi", "-w", "t5", "-s", "decoder.*.cross.pattern"], "SelectError",
+         "give it with --target TEXT", files=(_t5_folder("t5"),)),
+    Case("weights-t5-activation", "a T5 config with a gated activation tfx lacks",
+         ["count-params", "-w", "t5"], "WeightsError", "feed_forward_proj 'gated-relu'",
+         files=(_t5_folder("t5", feed_forward_proj="gated-relu"),)),
     Case("weights-unshared-embeddings", "a Marian folder whose stacks have their own tables",
          ["generate", "hi", "-w", "marian"], "WeightsError",
          "share_encoder_decoder_embeddings is false",
@@ -592,10 +636,11 @@ CASES = [
                                       "--lr", "0"], "UsageError", "must be a positive",
          files=(_text("p.tsv", "a b\tc d\n"),)),
     # interventions: sites, ablation, steering, patching, attribution (on a one-layer
-    # GPT reading words: interventions need one residual stream)
-    Case("steer-encoder-decoder", "--steer on an encoder–decoder model",
-         ["next", SENTENCE, *TOY, "--steer", "decoder.blocks.0.resid_pre", "--toward", "win",
-          "--away", "die"], "UsageError", "works on single-stack models"),
+    # GPT reading words, and on toy's two stacks)
+    Case("steer-decoder-position", "--steer narrowed past an encoder–decoder's steering "
+         "targets", ["next", SENTENCE, *TOY, "--target", "you win", "--steer",
+                     "decoder.blocks.0.resid_pre:p=3", "--toward", "win", "--away", "die"],
+         "RangeError", "have 2 tokens with the start token (0 to 1)"),
     Case("ablate-no-stack", "--ablate on an encoder–decoder without the stack in the name",
          ["next", SENTENCE, *TOY, "--ablate", "blocks.0.attn.out"], "SelectError",
          "write encoder.blocks.0.attn.out or decoder.blocks.0.attn.out"),
@@ -1000,9 +1045,28 @@ def test_unwritable_folder(tmp_path):
     assert list(locked.iterdir()) == []
 
 
-if __name__ == "__main__":  # print README's table from real runs
+def write_readme_table(table: str) -> None:
+    """Put the generated rows into README.md's table, keeping the rows of cases that need
+    real processes (test_pipes.py's) after them, as they were."""
+    header = "| id | input | command | exit | error | stderr |"
+    lines = README.read_text(encoding="utf-8").split("\n")
+    start = lines.index(header)
+    end = start + 2
+    while end < len(lines) and lines[end].startswith("| "):
+        end += 1
+    ids = {case.id for case in CASES}
+    kept = [row for row in lines[start + 2:end] if row.split("|")[1].strip() not in ids]
+    lines[start:end] = table.split("\n") + kept
+    README.write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":  # README's table from real runs: printed, or written with --write
     import tempfile
 
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as scratch:
-        print(generate_table(Path(scratch)))
+        table = generate_table(Path(scratch))
+    if "--write" in sys.argv[1:]:
+        write_readme_table(table)
+    else:
+        print(table)

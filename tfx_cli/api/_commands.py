@@ -148,7 +148,9 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
     if text is None and cfg.positional in ("sinusoidal", "rope", "none"):
         # the table follows from the config alone: no weights to build or load
         return posenc_stage(cfg, length=length, info=model_info(cfg, spec))
-    return Model(load_model(spec, blocks=0, **hooks)).posenc(
+    # T5's bias table is the embedding's; UMT5's the first layer's
+    blocks = 1 if cfg.positional == "relative" and cfg.relative_per_layer else 0
+    return Model(load_model(spec, blocks=blocks, **hooks)).posenc(
         text, length=length, truncate=truncate)
 
 
@@ -306,11 +308,13 @@ def report(text: str, *, show_layers: str | Iterable[int] | None = None, candida
 def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          **model: Any) -> PatchResult:
+          target: str | None = None, **model: Any) -> PatchResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head), and measure m = logit(answer) - logit(wrong) at the last position.
-    tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell."""
+    tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell. An
+    encoder–decoder's CLEAN and CORRUPT are sources read against `target`; its sweep
+    covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect)."""
     from ..core.analysis.patching import PATCH_SITES
 
     if site not in PATCH_SITES:
@@ -323,16 +327,18 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
     _masked_lm_checks(model, "patch")
     return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
                                batch=batch, truncate=truncate, ablate=ablate,
-                               ablate_mode=ablate_mode)
+                               ablate_mode=ablate_mode, target=target)
 
 
 def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
-              truncate: bool = False, **model: Any) -> AttributeResult:
+              truncate: bool = False, target: str | None = None,
+              **model: Any) -> AttributeResult:
     """Direct logit attribution: the logit of `answer` (minus `wrong`'s) at the last
     position, split into the embedding, every attention output (every head with
     `per_head`) and every FFN output through the frozen final norm, plus a remainder;
-    result.parts sum to result.logit_diff."""
+    result.parts sum to result.logit_diff. An encoder–decoder's is the decoder's, after
+    `target`: its embedding, self-attention, cross-attention and FFN outputs."""
     _needs_head(model, "attribute")
     _masked_lm_checks(model, "attribute")
     return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
-                                   truncate=truncate)
+                                   truncate=truncate, target=target)

@@ -18,7 +18,7 @@ ACTIVATIONS += ("geglu_exact",)
 MLM_ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")  # of a masked LM's head
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
-POSITIONALS = ("learned", "sinusoidal", "rope", "none")
+POSITIONALS = ("learned", "sinusoidal", "rope", "none", "relative")
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,13 @@ class ModelConfig:
     first_block_norm: bool = True  # False: block 0 has no ln1 (ModernBERT: the embedding
     # norm serves)
     qk_norm_full: bool = False  # OLMo 2: q and k RMS-normed over all heads, before the split
+    # T5, mT5, UMT5 (positional "relative"): no position rows; a learned bias per head and
+    # bucket of query-key distance is added to every self-attention score (one table per
+    # stack, read by all its layers; UMT5: one per layer). Cross-attention has none.
+    relative_buckets: int = 32  # distances binned: exact up to a quarter, then log-spaced
+    relative_max_distance: int = 128  # distances from here on share the last bucket
+    relative_per_layer: bool = False  # UMT5: each layer's self-attention its own table
+    unembed_scale: bool = False  # T5 with a tied head: the stream × d_model^-0.5 before it
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -140,8 +147,9 @@ class ModelConfig:
                             ("embed_scale", "embed × √d")):
             if getattr(self, flag):
                 out.append(words)
-        if self.attn_scalar is not None:
-            out.append(f"÷√{self.attn_scalar:g}")
+        if self.attn_scalar is not None:  # T5: 1, its scores are not scaled
+            out.append("unscaled scores" if self.attn_scalar == 1 else
+                       f"÷√{self.attn_scalar:g}")
         if self.attn_softcap is not None:
             out.append(f"softcap {self.attn_softcap:g}")
         if self.final_softcap is not None:
@@ -157,6 +165,7 @@ class ModelConfig:
         if self.is_encoder_decoder:
             out.append("encoder–decoder")
         out += self._mlm_features()
+        out += self._relative_features()
         return out
 
     @property
@@ -180,6 +189,14 @@ class ModelConfig:
             if not getattr(self, flag) and words:
                 out.append(words)
         return out
+
+    def _relative_features(self) -> list[str]:
+        """T5's switches, in features()' words."""
+        if self.positional != "relative":
+            return ["logits × d^-0.5"] if self.unembed_scale else []
+        out = [f"relative bias ({self.relative_buckets} buckets"
+               + (", per layer)" if self.relative_per_layer else ")")]
+        return out + (["logits × d^-0.5"] if self.unembed_scale else [])
 
     @property
     def has_final_norm(self) -> bool:
@@ -236,6 +253,7 @@ class ModelConfig:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
         self._validate_seq2seq()
         self._validate_mlm()
+        self._validate_relative()
 
     def _validate_mlm(self) -> None:
         if self.mlm_activation not in MLM_ACTIVATIONS:
@@ -281,6 +299,21 @@ class ModelConfig:
         if self.positional == "rope" or self.token_types or self.sliding_window is not None:
             raise ConfigError("rotary positions, token types and sliding windows are not "
                               "supported in encoder–decoder models")
+
+    def _validate_relative(self) -> None:
+        """T5's relative position bias: half the buckets (a quarter, bidirectional) count
+        distances one by one, the rest spread logarithmically up to max_distance."""
+        for name in ("relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"config field {name} must be a positive whole number, got "
+                                  f"{value!r}")
+        if self.positional != "relative":
+            return
+        if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(f"config field relative_buckets={self.relative_buckets} needs at "
+                              "least 4 buckets and relative_max_distance above half of them, "
+                              f"got {self.relative_max_distance}")
 
     def _validate_family(self) -> None:
         for name in ("attn_scalar", "attn_softcap", "final_softcap", "rope_local_theta"):
@@ -338,6 +371,10 @@ class ModelConfig:
         for name in QUIET_AT_DEFAULT:  # written only where a family switches them
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        for kind, names in POSITIONAL_ONLY.items():
+            if self.positional != kind:
+                for name in names:
+                    del out[name]
         return out
 
 
@@ -362,7 +399,11 @@ _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 # "model" object) where they keep their defaults: the configs of every other family read
 # and print as they did before the switches existed.
 QUIET_AT_DEFAULT = ("mlm_head", "mlm_activation", "head_bias", "norm_bias", "pre_norms",
-                    "first_block_norm", "qk_norm_full")
+                    "first_block_norm", "qk_norm_full", "unembed_scale")
+# fields that mean something only with one kind of positions: written with it, left out
+# of every other config (each family's JSON then holds its own switches)
+POSITIONAL_ONLY = {"relative": ("relative_buckets", "relative_max_distance",
+                                "relative_per_layer")}
 
 
 

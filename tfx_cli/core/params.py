@@ -74,6 +74,7 @@ def block_rows(cfg: ModelConfig, *, decoder: bool = False) -> list[Row]:
     C, F = cfg.d_model, cfg.d_ff
     rows = _norm("ln1", "norm 1", cfg, "norms") if cfg.pre_norms else []
     rows += _attention_rows(cfg, "attn", "masked self-attn " if decoder else "", "attention")
+    rows += _relative_rows(cfg, "attn.", per_layer=True)
     if cfg.qk_norm:  # one scale per head dimension, shared by every head
         rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.head_dim)
         rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.head_dim)
@@ -120,12 +121,23 @@ def _embedding_rows(cfg: ModelConfig, p: str = "", shared: str | None = None) ->
     elif cfg.positional == "rope":
         rows.append(Row("rope", "rotary positions", None, 0, "position_embedding",
                         "q and k rotated by computed angles"))
+    rows += _relative_rows(cfg, f"{p}embed.", per_layer=False)
     if cfg.token_types:
         rows.append(Row(f"{p}embed.type_emb.weight", "token-type embedding",
                         (cfg.token_types, C), cfg.token_types * C, "token_type_embedding"))
     if cfg.embed_norm:  # BERT normalises the sum of the three embeddings
         rows += _norm(f"{p}embed.ln", "embedding norm", cfg, "embedding_norm")
     return rows
+
+
+def _relative_rows(cfg: ModelConfig, where: str, *, per_layer: bool) -> list[Row]:
+    """T5's relative position bias: one (buckets, heads) table per stack, held by its
+    embedding (per_layer=False), or one per layer's self-attention (UMT5)."""
+    if cfg.positional != "relative" or cfg.relative_per_layer != per_layer:
+        return []
+    n = cfg.relative_buckets * cfg.n_heads
+    return [Row(f"{where}rel_bias.weight", "relative position bias",
+                (cfg.relative_buckets, cfg.n_heads), n, "position_bias")]
 
 
 def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> list[Row]:

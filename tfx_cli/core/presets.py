@@ -81,6 +81,27 @@ PRESETS: dict[str, ModelConfig] = {
         norm_bias=False, first_block_norm=False, tokenizer="gpt2", name="modernbert-base"),
 }
 
+# ---------------------------------------------------------------------------------
+# T5 (encoder–decoder with relative position buckets; core/checkpoints/families/t5.py).
+# Read with random weights, they take the byte tokenizer (no T5 vocabulary ships offline):
+# its 256 ids are rows of the 32,128-row table, so the stage commands run; next and
+# generate need the real tokenizer of a checkpoint folder.
+_T5 = dict(vocab_size=32128, context_length=512, qkv_bias=False, proj_bias=False,
+           norm="rmsnorm", ln_eps=1e-6, positional="relative", attn_scalar=1.0,
+           relative_buckets=32, relative_max_distance=128, causal=False, decoder_start_id=0,
+           eos_ids=(1,), tokenizer="byte")
+PRESETS.update({
+    # google-t5/t5-base (T5ForConditionalGeneration): ReLU, the head tied to the token
+    # table and reading the stream × d_model^-0.5; 222,903,552 parameters
+    "t5-base": ModelConfig(**_T5, d_model=768, n_heads=12, head_dim=64, n_layers=12,
+                           n_decoder_layers=12, d_ff=3072, activation="relu",
+                           tie_embeddings=True, unembed_scale=True, name="t5-base"),
+    # google/flan-t5-xl (T5 v1.1 XL: gated GELU, a head of its own); 2,849,757,184
+    "flan-t5-xl": ModelConfig(**_T5, d_model=2048, n_heads=32, head_dim=64, n_layers=24,
+                              n_decoder_layers=24, d_ff=5120, activation="geglu",
+                              name="flan-t5-xl"),
+})
+
 DEFAULT_CONFIG = "gpt124m"
 
 

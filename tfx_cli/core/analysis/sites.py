@@ -36,7 +36,7 @@ from ...words import counted
 from ..config import split_stack
 from ..results import Intervention, TokenRef
 from ..trace import summarise_names
-from .common import encode, run
+from .common import Seq, encode, read_seq, run
 
 
 ABLATE_MODES = ("zero", "mean")
@@ -84,8 +84,14 @@ class Site:
 
     @property
     def layer(self) -> int | None:
-        match = re.match(r"blocks\.(\d+)\.", self.name)
-        return int(match.group(1)) if match else None
+        match = _BLOCK.match(self.name)
+        return int(match.group(2)) if match else None
+
+    @property
+    def stack(self) -> str:
+        """An encoder–decoder's stack the site is in ("encoder", "decoder"); "" for a
+        single-stack model."""
+        return split_stack(self.name)[0]
 
     def index(self, ndim: int, positions: slice | None = None) -> tuple:
         """Index into a (B, *dims) tensor: the site's head (kept as a length-1 axis) and
@@ -309,21 +315,11 @@ def check_options(*, ablate: Sequence[str] | None = None, ablate_mode: str | Non
         raise UsageError(f"--scale {scale} must be a finite number, e.g. 4")
 
 
-def single_stack(cfg, what: str) -> None:
-    """Interventions read one residual stream: refuse an encoder–decoder, by name."""
-    if cfg.is_encoder_decoder:
-        raise UsageError(f"{what} works on single-stack models (one residual stream); "
-                         f"{cfg.name} is an encoder–decoder: use a decoder-only config, e.g. "
-                         "--config gpt2, or real weights")
-
-
 def plan(loaded, *, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
          steer: str | None = None, toward: str | None = None, away: str | None = None,
          scale: float | None = None) -> Plan:
     check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                   away=away, scale=scale)
-    if steer is not None:  # an encoder–decoder takes --ablate, on either stack
-        single_stack(loaded.cfg, "--steer")
     model = loaded.model
     return Plan(ablate=[parse_site(model, s, "--ablate") for s in ablate or ()],
                 mode=ablate_mode or "zero",
@@ -359,9 +355,14 @@ def _counted(fn: Edit, counter: list[int]) -> Edit:
 
 
 @contextmanager
-def applied(loaded, p: Plan):
+def applied(loaded, p: Plan, source: str | None = None):
     """Install `p`'s ablations, compute its steering vector on the model as ablated, then
-    install that too; yields an Applied to finish the result with."""
+    install that too; yields an Applied to finish the result with.
+
+    An encoder–decoder's steering texts are read by the stack the site is in: an encoder
+    site's as the source, a decoder site's as the target (after the start token), with
+    the command's own `source` text in the encoder, so the vector holds what the two
+    targets write differently about the same source."""
     model = loaded.model
     counters, sites, records, edits = [], [], [], []
     for site in p.ablate:
@@ -379,7 +380,7 @@ def applied(loaded, p: Plan):
         site = p.steer
         ids = {}
         for option, text in (("--toward", p.toward), ("--away", p.away)):
-            ids[option] = encode(loaded, text)
+            ids[option] = _steering_ids(loaded, site, text)
         n, m = len(ids["--toward"]), len(ids["--away"])
         pieces = {k: loaded.tokenizer.pieces(v) for k, v in ids.items()}
         if n != m:
@@ -389,13 +390,13 @@ def applied(loaded, p: Plan):
                 f"{pieces['--toward']} and --away is {counted(m, 'token')} "
                 f"{pieces['--away']}; add or remove words until they match")
         if site.pos is not None and site.pos >= n:
+            start = " with the start token" if site.stack == "decoder" else ""
             raise RangeError(f"--steer {site.spec!r}: position {site.pos} is out of range: "
-                             f"--toward and --away have {counted(n, 'token')} (0 to {n - 1})")
-        layer = site.layer
+                             f"--toward and --away have {counted(n, 'token')}{start} "
+                             f"(0 to {n - 1})")
         acts = []
         for option in ("--toward", "--away"):
-            tr = run(loaded, ids[option], [site.name], validate=False,
-                            stop_after=-1 if site.name.startswith("embed.") else layer)
+            tr = _steering_run(loaded, site, ids[option], source)
             acts.append(tr.raw(site.name).clone())
         vector = acts[0] - acts[1]  # (*dims) over the steering texts' positions
         counter = [0]
@@ -412,6 +413,31 @@ def applied(loaded, p: Plan):
             c[0] = 0  # the steering texts' runs do not count as reaching a site
         with editing(model, [(site.name, _counted(steering(site, vector, p.scale), counter))]):
             yield Applied(records, counters, sites)
+
+
+def _steering_ids(loaded, site: Site, text: str) -> list[int]:
+    """A steering text's ids as the site's stack reads it: a decoder site's after the
+    start token, with no end token (the decoder goes on from it, as --target)."""
+    if site.stack != "decoder":
+        return encode(loaded, text)
+    return read_seq(loaded, target=text).target
+
+
+def _steering_run(loaded, site: Site, ids: list[int], source: str | None):
+    """A steering text's run up to the site (its activation is the site's value)."""
+    split = split_stack(site.name)[1]
+    stop = -1 if split.startswith("embed.") else site.layer
+    if not site.stack:
+        return run(loaded, ids, [site.name], validate=False, stop_after=stop)
+    if site.stack == "encoder":
+        seq = Seq("encoder", "encoder.", loaded.model.encoder)
+        return run(loaded, ids, [site.name], validate=False, stop_after=stop, seq=seq)
+    if source is None:
+        raise UsageError(f"--steer {site.spec!r} is in the decoder, whose steering texts "
+                         "are targets read against a source; give the command's text")
+    seq = Seq("decoder", "decoder.", loaded.model.decoder, target=ids)
+    return run(loaded, encode(loaded, source), [site.name], validate=False, stop_after=stop,
+               seq=seq)
 
 
 # -- one-token answers -----------------------------------------------------------------

@@ -119,6 +119,8 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
             tr.add("posenc.table", table.detach(), (P, "C"))
         formula = (f"learned: row pos of the position-embedding table ({prefix}embed.pos_emb)"
                    + (f", read from row pos + {cfg.pos_offset}" if cfg.pos_offset else ""))
+    elif cfg.positional == "relative":  # T5: buckets of distance, a learned bias per head
+        formula = _relative_posenc(loaded, cfg, n, P, tr)
     else:  # rope
         D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
         inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope, n)
@@ -136,6 +138,39 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
                         input=input_info(loaded, text, ids) if text is not None else None,
                         tensors=tr, positional=cfg.positional, n_positions=n,
                         d_model=cfg.d_model, formula=formula, **extra)
+
+
+def _relative_posenc(loaded: Loaded | None, cfg: ModelConfig, n: int, P: str,
+                     tr: Trace) -> str:
+    """T5's positions: the bucket of every (query, key) distance among n positions, as
+    the encoder (both directions) and a decoder or causal stack (keys up to the query)
+    bin them; with weights, the bias each head adds to a score, from the encoder's (or
+    the one stack's) table: the stack's, or its first layer's (UMT5)."""
+    from ..model.positions import relative_bias, relative_buckets
+
+    pos = torch.arange(n)
+    distance = pos[None, :] - pos[:, None]  # key - query
+    kw = dict(buckets=cfg.relative_buckets, max_distance=cfg.relative_max_distance)
+    stacks = [("encoder", True), ("decoder", False)] if cfg.is_encoder_decoder else \
+        [("", not cfg.causal)]
+    for stack, both_ways in stacks:
+        name = f"posenc.{stack}.bucket" if stack else "posenc.bucket"
+        tr.add(name, relative_buckets(distance, bidirectional=both_ways, **kw), (P, "S"))
+    if loaded is not None:
+        module, prefix = loaded.model.stack()
+        first = f"{prefix}blocks.0" if cfg.relative_per_layer else f"{prefix}embed"
+        with loaded.model.holding(first):
+            table = (module.blocks[0].attn if cfg.relative_per_layer else module.embed).rel_bias
+            bias = relative_bias(table.weight.detach(), n, n, 0,
+                                 bidirectional=stacks[0][1], cfg=cfg)[0]
+        tr.add(f"posenc.{stacks[0][0]}.bias" if stacks[0][0] else "posenc.bias", bias,
+               ("H", P, "S"))
+    return (f"bias(h, q, k) = table[bucket(k - q), h]: distances below "
+            f"{cfg.relative_buckets // 4} (one way: {cfg.relative_buckets // 2}) have a "
+            f"bucket each, longer ones share log-spaced buckets up to "
+            f"{cfg.relative_max_distance}; added to every self-attention score "
+            f"(attn.position_bias), one table per "
+            + ("layer" if cfg.relative_per_layer else "stack"))
 
 
 # -- layernorm ------------------------------------------------------------------------

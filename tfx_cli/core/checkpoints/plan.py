@@ -13,7 +13,7 @@ from ...errors import WeightsError
 from ..config import ModelConfig, tied_parameters
 from .architecture import read_json
 from .cache import cache_dir
-from .families import SEQ2SEQ, TOKEN_TABLES, check_tables, hf_family, hf_map, map_nanogpt
+from .families import check_tables, hf_family, hf_map, map_nanogpt, token_tables
 from .gguf import gguf_reader, gguf_source
 from .locate import Checkpoint
 from .sources import SafetensorsFiles, TorchFiles
@@ -206,12 +206,12 @@ def plan_tensors(ckpt: Checkpoint, cfg: ModelConfig, expected: Shapes, *,
         else:
             source = SafetensorsFiles(files)
         try:
-            if family in SEQ2SEQ:  # its token tables, saved under several names, are one
-                tables = [k for k in TOKEN_TABLES if k in source.shapes()]
-                if len(tables) > 1:
-                    read = source.read(tables)
-                    check_tables({k: read[k] for k in tables})
-                    del read
+            # an encoder–decoder's token tables, saved under several names, are one
+            tables = [k for k in token_tables(family, cfg) if k in source.shapes()]
+            if len(tables) > 1:
+                read = source.read(tables)
+                check_tables({k: read[k] for k in tables})
+                del read
             plan = Plan(ckpt, cfg, source, hf_map(family), expected)
         except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
             if exc.message.startswith(str(ckpt.path)):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .norms import Norm
-from .positions import apply_rope
+from .positions import apply_rope, embedding, relative_bias
 from .taps import Tap
 
 
@@ -40,7 +40,8 @@ class KVCache:
 
 def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                        keep: torch.Tensor | None, scale: float, taps=None, *,
-                       causal: bool = False, softcap: float | None = None) -> torch.Tensor:
+                       causal: bool = False, softcap: float | None = None,
+                       bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
 
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
@@ -49,6 +50,8 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     causal: keep is the square causal mask (key j visible to query i when j <= i).
     softcap (Gemma 2): the scaled scores become cap * tanh(scaled / cap) before the mask,
     recorded as `capped`.
+    bias (T5's relative position bias, (..., T, S)): added to the scaled scores before the
+    mask, so `masked` is scaled + bias with -inf where a key is hidden.
 
     scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
     the trace computes it again, with the same operations and so the same numbers, when
@@ -70,10 +73,15 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
             return scaled(rows, cols)
         return scaled(rows, cols).div_(softcap).tanh_().mul_(softcap)
 
+    def biased(rows=every, cols=every):
+        if bias is None:
+            return capped(rows, cols)
+        return capped(rows, cols).add_(bias[..., rows, cols])
+
     def masked(rows=every, cols=every):
         if keep is None:
-            return capped(rows, cols)
-        return capped(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
+            return biased(rows, cols)
+        return biased(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
 
     shape = (*queries.shape[:-1], keys.shape[-2])
     for name, compute in (("scores", scores), ("scaled", scaled), ("capped", capped),
@@ -131,9 +139,11 @@ class Attention(nn.Module):
     (Gemma's query_pre_attn_scalar), and a head width apart from d_model / n_heads.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False):
+    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False,
+                 bidirectional: bool = True):
         """cross: an encoder–decoder's cross-attention (queries from the decoder, keys and
-        values from the encoder output; no mask but the source's padding)."""
+        values from the encoder output; no mask but the source's padding).
+        bidirectional: the queries may see later keys (an encoder), for T5's buckets."""
         super().__init__()
         self.cfg, self.layer, self.is_cross = cfg, layer, cross
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -157,6 +167,14 @@ class Attention(nn.Module):
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
         if self.softcap is not None:
             self.capped = Tap("H", "T", "S")
+        # T5: a learned bias per head and bucket of relative distance on every score of
+        # self-attention (the stack's table, passed in; UMT5: this layer's own)
+        self.relative = cfg.positional == "relative" and not cross
+        if self.relative:
+            self.bidirectional = bidirectional
+            if cfg.relative_per_layer:
+                self.rel_bias = embedding(cfg.relative_buckets, cfg.n_heads)
+            self.position_bias = Tap("H", "T", "S")
         self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
         # A: the heads joined, H * D wide; C (d_model) unless head_dim is set apart
         joined = "C" if cfg.attn_dim == cfg.d_model else "A"
@@ -188,14 +206,17 @@ class Attention(nn.Module):
                 kv_x: torch.Tensor | None = None, rot: tuple | None = None,
                 k_rot: tuple | None = None, rot_local: tuple | None = None,
                 cache: KVCache | None = None, start: int = 0,
-                is_causal: bool = False) -> torch.Tensor:
+                is_causal: bool = False,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, C) queries' input; kv_x: keys/values' input (cross-attention), else x.
         keep: (T, S) bool, True where a query may look; None means no mask at all.
         rot: the (cos, sin) tables rotating q (rotary models); k_rot those of k when they
         differ (keys from another text), else rot; rot_local those of a sliding layer that
         rotates with its own base (Gemma 3).
         is_causal: keep is exactly the square causal mask, which the fused kernel can
-        apply by skipping the hidden blocks instead of reading a mask."""
+        apply by skipping the hidden blocks instead of reading a mask.
+        position_bias: T5's relative bias of the stack, (1, H, T, S) for these queries and
+        every key (a UMT5 layer computes its own)."""
         if self.window is not None and rot_local is not None:
             rot = rot_local
         if self.is_cross:
@@ -231,7 +252,14 @@ class Attention(nn.Module):
                                       device=queries.device)
             keep = inside if keep is None else keep & inside
             is_causal = False  # the mask is no longer the plain causal one
-        return self._attend(queries, keys, values, keep, is_causal)
+        bias = None
+        if self.relative:
+            T, S = queries.shape[-2], keys.shape[-2]
+            if self.cfg.relative_per_layer:
+                position_bias = relative_bias(self.rel_bias.weight, T, S, start,
+                                              bidirectional=self.bidirectional, cfg=self.cfg)
+            bias = self.position_bias(position_bias)
+        return self._attend(queries, keys, values, keep, is_causal, bias)
 
     def _cross(self, x: torch.Tensor, keep: torch.Tensor | None, memory: torch.Tensor,
                cache: KVCache | None) -> torch.Tensor:
@@ -251,14 +279,21 @@ class Attention(nn.Module):
         return self._attend(queries, keys, values, keep, False)
 
     def _attend(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                keep: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-        """softmax(mask(QKᵀ / scale)) V over the heads, joined and projected by W_O."""
+                keep: torch.Tensor | None, is_causal: bool,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(mask(QKᵀ / scale [+ bias])) V over the heads, joined and projected by
+        W_O."""
         explicit = self.softcap is not None or any(
             t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
             context_vec = explicit_attention(queries, keys, values, keep, self.scale,
                                              taps=self, causal=is_causal,
-                                             softcap=self.softcap)
+                                             softcap=self.softcap, bias=bias)
+        elif bias is not None:  # the bias and the mask as one float mask
+            mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
+            context_vec = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask.to(queries.dtype),
+                scale=1.0 / self.scale)
         else:
             causal = is_causal and keep is not None
             context_vec = F.scaled_dot_product_attention(

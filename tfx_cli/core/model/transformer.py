@@ -67,7 +67,8 @@ class Block(nn.Module):
         # attention: the stream passes through unchanged there
         self.ln1 = Norm(cfg) if cfg.pre_norms and (layer or cfg.first_block_norm) \
             else NoNorm()
-        self.attn = Attention(cfg, layer)
+        # a decoder block's self-attention (and a causal model's) sees no later key
+        self.attn = Attention(cfg, layer, bidirectional=not (cross or cfg.causal))
         if self.sandwich:
             self.ln_post_attn = Norm(cfg)
         if not self.parallel:  # a parallel block has no stream between its sublayers
@@ -143,7 +144,7 @@ class Stack(nn.Module):
                  tok_emb: nn.Embedding | None = None):
         super().__init__()
         self.tokens = Taps(ids=Tap("T"))
-        self.embed = Embed(cfg, tok_emb)
+        self.embed = Embed(cfg, tok_emb, bidirectional=not cross)
         self.blocks = nn.ModuleList(Block(cfg, i, cross=cross) for i in range(n_blocks))
         self.ln_f = Norm(cfg) if cfg.has_final_norm else None
 
@@ -165,14 +166,14 @@ class Transformer(nn.Module):
             self.encoder = Stack(cfg, cfg.n_layers, cross=False)
             self.decoder = Stack(cfg, cfg.n_decoder_layers, cross=True,
                                  tok_emb=self.encoder.embed.tok_emb)
-            if cfg.lm_head:  # BartModel: none, the decoder's last stream is the output
+            if cfg.lm_head:  # BartModel, T5Model: none, the decoder's last stream is the output
                 self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             token_table = self.encoder.embed.tok_emb
         else:
             self.built_blocks = cfg.n_layers if blocks is None else \
                 max(0, min(blocks, cfg.n_layers))
             self.tokens = Taps(ids=Tap("T"))
-            self.embed = Embed(cfg)
+            self.embed = Embed(cfg, bidirectional=not cfg.causal)
             self.blocks = nn.ModuleList(Block(cfg, i) for i in range(self.built_blocks))
             rest = self.built_blocks < cfg.n_layers
             with torch.device("meta") if rest else nullcontext():
@@ -364,7 +365,8 @@ class Transformer(nn.Module):
             x = dec.embed(target, torch.arange(start, start + T, device=self.device), None)
         if stop_after is not None and stop_after < 0:
             return None
-        context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True)
+        context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True,
+                                         stack=dec)
         context["memory"] = memory
         context["memory_keep"] = None if source_len is None else \
             self.mask(T, memory.shape[1], causal=False, valid_len=source_len)
@@ -388,16 +390,36 @@ class Transformer(nn.Module):
                 x = enc.embed(ids, torch.arange(S, device=self.device), None)
             if stop_after is not None and stop_after < 0:
                 return None
-            context = {"keep": keep, "cache": None, "start": 0}
+            context = self.encoder_context(S, keep)
             return self.run_blocks(x, context, stop_after=stop_after, stack=enc)
+
+    def encoder_context(self, S: int, keep: torch.Tensor | None = None) -> dict:
+        """What every encoder block's attention needs besides x: the source's keep-mask
+        (None: every position) and, for T5, the stack's relative position bias."""
+        context = {"keep": keep, "cache": None, "start": 0}
+        self._add_position_bias(context, self.encoder, S, S, 0)
+        return context
+
+    def _add_position_bias(self, context: dict, stack: nn.Module, T: int, S: int,
+                           start: int) -> None:
+        """T5: the stack's relative position bias (1, H, T, S), computed once for all its
+        layers (UMT5's layers compute their own)."""
+        cfg = self.cfg
+        if cfg.positional != "relative" or cfg.relative_per_layer:
+            return
+        prefix = "decoder." if stack is getattr(self, "decoder", None) else \
+            "encoder." if stack is getattr(self, "encoder", None) else ""
+        with self.holding(prefix + "embed"):
+            context["position_bias"] = stack.embed.position_bias(T, S, start)
 
     def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
                           keep: torch.Tensor | None | str = "auto",
-                          causal: bool | None = None) -> dict:
+                          causal: bool | None = None, stack: nn.Module | None = None) -> dict:
         """What every block's attention needs besides x: the keep-mask (the config's own
         for "auto", or causal when `causal`; sliding layers narrow it to their window
-        themselves), the cache and where the new positions start, and the rotary tables
-        of the new positions."""
+        themselves), the cache and where the new positions start, the rotary tables of
+        the new positions, and T5's relative position bias. `stack`: the decoder of an
+        encoder–decoder (default: the model's one stack)."""
         causal = self.cfg.causal if causal is None else causal
         attn_kw: dict = {"keep": keep, "cache": cache, "start": start}
         if isinstance(keep, str):
@@ -408,12 +430,16 @@ class Transformer(nn.Module):
             attn_kw["rot"] = self.rope_for(positions)
             if self.cfg.rope_local_theta is not None:
                 attn_kw["rot_local"] = self.rope_for(positions, local=True)
+        self._add_position_bias(attn_kw, stack if stack is not None else self, T, start + T,
+                                start)
         return attn_kw
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """The head on a (normalised) residual stream: logits, soft-capped where the
         model caps them (Gemma 2); a masked LM's head transform first. Recorded as
         `logits`."""
+        if self.cfg.unembed_scale:  # T5's tied head reads the stream × d_model^-0.5
+            x = x * self.cfg.d_model ** -0.5
         if self.cfg.mlm_head:
             x = self.mlm(x)
         logits = self.lm_head(x)

@@ -230,7 +230,8 @@ _LAZY = {
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult",
                  "MaskPrediction"),
-    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
+    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult",
+                      "PatchTable"),
     "training": ("TrainCheck", "TrainResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}

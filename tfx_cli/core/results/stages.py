@@ -47,6 +47,7 @@ class ExplainKey:
     dot: float
     scaled: float
     capped: float | None = optional()  # Gemma 2: cap * tanh(scaled / cap)
+    bias: float | None = optional()  # T5: the head's relative position bias for this key
     visible: bool
     exp: float
     weight: float

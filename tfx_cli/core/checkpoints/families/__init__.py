@@ -18,6 +18,7 @@ from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
 from .modernbert import MODERNBERT, map_modernbert, modernbert_config
 from .olmo import olmo2_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
+from .t5 import T5_ARCHITECTURES, T5_FAMILIES, T5_MODEL_TYPES, T5_TOKEN_TABLES, map_t5, t5_config
 
 # config.json `architectures` entry (or `model_type`) -> family
 ARCHITECTURES = {
@@ -32,6 +33,8 @@ ARCHITECTURES = {
     # encoder–decoders (translation, summarisation)
     "MarianMTModel": "marian", "BartForConditionalGeneration": "bart",
     "MBartForConditionalGeneration": "mbart",
+    # T5, mT5, UMT5: with the head, both stacks alone, the encoder alone
+    **T5_ARCHITECTURES,
 }
 # -- masked LMs and the newer encoders (bert.py, modernbert.py), OLMo 2 (olmo.py), and
 # BART's base model: every BERT and RoBERTa class tfx reads (bert.BERT_HEADS says which
@@ -45,15 +48,11 @@ MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mis
                "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
                "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
                "mbart": "mbart", "roberta": "roberta", "modernbert": "modernbert",
-               "olmo2": "olmo2"}
+               "olmo2": "olmo2", **T5_MODEL_TYPES}
 # Architectures tfx has decided not to read, with the reason its one attention cannot
-# run them (said in the unknown-architecture message)
-_T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
-       "score, a term tfx's attention does not have (its RMSNorm, unscaled scores and "
-       "bias-free projections are switches tfx has)")
-REFUSED = {"T5ForConditionalGeneration": _T5, "MT5ForConditionalGeneration": _T5,
-           "UMT5ForConditionalGeneration": _T5, "T5Model": _T5, "T5EncoderModel": _T5,
-           "t5": _T5, "mt5": _T5, "umt5": _T5}
+# run them (said in the unknown-architecture message); T5 was one until its relative
+# position bias became a switch of the model
+REFUSED: dict[str, str] = {}
 
 
 def hf_family(hf: dict, where: str) -> str:
@@ -71,8 +70,17 @@ def hf_family(hf: dict, where: str) -> str:
         if isinstance(name, str) and name in REFUSED:
             raise WeightsError(f"{where}: {name} is not supported: it {REFUSED[name]}")
     named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
-    raise WeightsError(f"{where}: unknown architecture {named}; tfx reads "
-                       f"{', '.join(ARCHITECTURES)}")
+    raise WeightsError(f"{where}: unknown architecture {named}; tfx reads the families "
+                       f"{families_read()}")
+
+
+def families_read() -> str:
+    """The families tfx reads, each with its HF architectures: "gpt2 (GPT2LMHeadModel,
+    GPT2Model), bert (BertModel), ..." (for the unknown-architecture message)."""
+    by_family: dict[str, list[str]] = {}
+    for arch, family in ARCHITECTURES.items():
+        by_family.setdefault(family, []).append(arch)
+    return ", ".join(f"{family} ({', '.join(archs)})" for family, archs in by_family.items())
 
 
 def hf_config(family: str, hf: dict, where: str) -> dict:
@@ -90,8 +98,20 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         if any(arch in HEADLESS for arch in ([archs] if isinstance(archs, str) else archs)):
             out.update(lm_head=False, logits_bias=False, tie_embeddings=False)
         return out
+    if family in T5_FAMILIES:  # T5, mT5, UMT5
+        return t5_config(family, hf, where)
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
+
+
+def token_tables(family: str, cfg) -> tuple[str, ...]:
+    """The names under which a family's encoder–decoder checkpoints may save their one
+    token table (a tied head's too): every copy saved must be the same tensor."""
+    if family in SEQ2SEQ:
+        return TOKEN_TABLES
+    if family in T5_FAMILIES:
+        return T5_TOKEN_TABLES + (("lm_head.weight",) if cfg.tie_embeddings else ())
+    return ()
 
 
 def hf_map(family: str) -> Callable:
@@ -100,10 +120,13 @@ def hf_map(family: str) -> Callable:
         return lambda state, cfg: map_decoder(family, state, cfg)
     if family in SEQ2SEQ:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
+    if family in T5_FAMILIES:
+        return map_t5
     return {"gpt2": map_gpt2, "bert": map_bert, "roberta": map_bert,
             "modernbert": map_modernbert}[family]
 
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "REFUSED", "DECODERS", "SEQ2SEQ", "TOKEN_TABLES",
+           "T5_FAMILIES", "T5_TOKEN_TABLES", "token_tables", "families_read",
            "hf_family", "hf_config", "hf_map", "check_tables", "decoder_config", "text_config",
            "nanogpt_config", "map_nanogpt"]
