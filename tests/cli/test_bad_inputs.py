@@ -34,6 +34,7 @@ LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
 TOY = ["-c", "toy"]
 WORDY = ["-c", "gpt2", "--layers", "1", "--d-model", "6", "--heads", "2", "-t", "word"]
 ELLIPSIS = "…"
+MOE = ["-c", "tiny-moe"]  # 4 layers, 8 experts, 2 per token
 
 
 # -- files the cases read -----------------------------------------------------------
@@ -682,6 +683,26 @@ CASES = [
     Case("attribute-wrong-split", "attribute --wrong of more than one token",
          ["attribute", SENTENCE, *WORDY, "--answer", "win", "--wrong", "or die"],
          "InputTextError", "must be one token"),
+    # -- mixtures of experts: the router and its sites
+    Case("route-dense", "tfx route on a model without experts",
+         ["route", SENTENCE, *WORDY], "ConfigError", "has no mixture-of-experts layers"),
+    Case("ablate-router-dense", "a router site on a dense model",
+         ["next", SENTENCE, *WORDY, "--ablate", "blocks.0.moe.expert:e=1"], "SelectError",
+         "is a router site"),
+    Case("ablate-expert-range", "--ablate an expert past the last",
+         ["route", "hi", *MOE, "--ablate", "blocks.1.moe.expert:e=8"], "RangeError",
+         "expert 8 is out of range"),
+    Case("ablate-expert-unnamed", "--ablate an expert site without :e=",
+         ["next", "hi", *MOE, "--ablate", "blocks.1.moe.expert"], "UsageError",
+         "names no expert"),
+    Case("ablate-expert-indices", "--ablate the chosen experts' indices",
+         ["trace", "hi", *MOE, "--ablate", "blocks.0.moe.experts"], "SelectError",
+         "holds expert indices"),
+    Case("steer-expert", "--steer an expert site",
+         ["next", "hi", *MOE, "--steer", "blocks.0.moe.expert:e=1", "--toward", "a",
+          "--away", "b"], "UsageError", "routed around with --ablate"),
+    Case("ffn-moe-layer", "tfx ffn on a mixture-of-experts layer",
+         ["ffn", "hi", *MOE, "--layer", "2"], "UsageError", "is a mixture of experts"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

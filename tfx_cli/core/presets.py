@@ -59,6 +59,34 @@ PRESETS: dict[str, ModelConfig] = {
                                 name="smollm2-135m"),
 }
 
+# -- mixtures of experts: the released models' shapes (count-params), from their
+# config.json files, and a tiny one to run (random weights, bytes as tokens). Counted as
+# transformers counts them: tests/core/test_params_moe.py.
+_MOE = dict(norm="rmsnorm", activation="swiglu", positional="rope", qkv_bias=False,
+            proj_bias=False, causal=True, tie_embeddings=False, tokenizer="byte")
+PRESETS.update({
+    # mistralai/Mixtral-8x7B-v0.1
+    "mixtral-8x7b": ModelConfig(**_MOE, vocab_size=32000, context_length=32768, d_model=4096,
+                                n_heads=32, n_kv_heads=8, n_layers=32, d_ff=14336,
+                                ln_eps=1e-5, rope_theta=1e6, n_experts=8,
+                                experts_per_token=2, name="mixtral-8x7b"),
+    # Qwen/Qwen3-30B-A3B
+    "qwen3-30b-a3b": ModelConfig(**_MOE, vocab_size=151936, context_length=40960,
+                                 d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128,
+                                 n_layers=48, d_ff=6144, ln_eps=1e-6, rope_theta=1e6,
+                                 qk_norm=True, n_experts=128, experts_per_token=8,
+                                 expert_d_ff=768, name="qwen3-30b-a3b"),
+    # allenai/OLMoE-1B-7B-0924
+    "olmoe-1b-7b": ModelConfig(**_MOE, vocab_size=50304, context_length=4096, d_model=2048,
+                               n_heads=16, n_layers=16, d_ff=1024, ln_eps=1e-5,
+                               qk_norm_full=True, n_experts=64, experts_per_token=8,
+                               router_norm=False, name="olmoe-1b-7b"),
+    # a Mixtral-shaped model small enough to run anywhere: 4 layers, 8 experts, 2 per token
+    "tiny-moe": ModelConfig(**_MOE, vocab_size=256, context_length=256, d_model=64,
+                            n_heads=4, n_kv_heads=2, n_layers=4, d_ff=96, ln_eps=1e-5,
+                            n_experts=8, experts_per_token=2, name="tiny-moe"),
+})
+
 DEFAULT_CONFIG = "gpt124m"
 
 

@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError
+from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..trace import Trace
 from .common import encode, input_info
@@ -77,7 +78,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     names = list(embeds) + [out] + (["embed.ln.var"] if cfg.embed_norm else [])
     for i in range(cfg.n_layers):
         names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
-                  f"blocks.{i}.ffn.out"]
+                  ffn_out_name(cfg, i)]  # an MoE layer's: blocks.{i}.moe.out
         if post:
             names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
         if sandwich:
@@ -130,7 +131,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         if per_head:
             context = _host(tr.raw(f"blocks.{i}.attn.context")[:, -1])  # (H, D)
             W_O = _host(attn.out_proj.weight)  # (C, H·D)
-            D = cfg.head_dim
+            D = cfg.v_dim  # a value head's width (latent attention's differs from D)
             for h in range(cfg.n_heads):
                 add(f"blocks.{i}.attn.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
             if attn.out_proj.bias is not None:
@@ -145,7 +146,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         first, before = len(vectors), rest
         if sandwich:
             rest = torch.zeros_like(rest)
-        add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
+        add(ffn_out_name(cfg, i), tr.raw(ffn_out_name(cfg, i))[-1])
         if sandwich:
             through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
             rest = before + rest

@@ -15,6 +15,7 @@ import torch
 
 from ...errors import InputTextError, UsageError
 from ...words import counted
+from ..config_moe import ffn_out_label, ffn_out_name
 from ..results import PatchResult
 from ..trace import Trace
 from .common import encode, input_info
@@ -28,10 +29,13 @@ PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out
 BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
 
 
-def _source(site: str, layer: int) -> str:
-    """The trace name a patch at `site` and `layer` copies from CLEAN."""
+def _source(site: str, layer: int, cfg=None) -> str:
+    """The trace name a patch at `site` and `layer` copies from CLEAN (an MoE layer's FFN
+    output is its moe.out)."""
     if site == "resid_pre":
         return resid_pre_name(layer)
+    if site == "ffn_out" and cfg is not None:
+        return ffn_out_name(cfg, layer)
     return PATCHED[site].format(i=layer)
 
 
@@ -69,7 +73,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     """
     cfg = model.cfg
     L, T = cfg.n_layers, len(clean)
-    wanted = [_source(site, layer) for layer in range(L)]
+    wanted = [_source(site, layer, cfg) for layer in range(L)]
     pres = [resid_pre_name(layer) for layer in range(L)]
     with torch.inference_mode():
         with model.record(wanted) as clean_tr:
@@ -153,7 +157,8 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     tr.add("patch.metric", done.metric, ("L", cols))
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
-        patched=PATCHED[site], answer=good, wrong=bad,
+        patched=ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site],
+        answer=good, wrong=bad,
         metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
         m_clean=done.m_clean, m_corrupt=done.m_corrupt,
         effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",

@@ -92,8 +92,9 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float,
 def rope_tables(positions: torch.Tensor, cfg: ModelConfig, *, local: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (T, rotary dims), that rotate q and k: the sliding layers of
-    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims."""
-    dim = cfg.rotary_dim or cfg.head_dim
+    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims, and
+    latent attention (DeepSeek-V3) the last qk_rope_dim of each head."""
+    dim = cfg.qk_rope_dim or cfg.rotary_dim or cfg.head_dim
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta else cfg.rope_theta
     scaling = None if local and cfg.rope_local_theta else cfg.rope
     length = int(positions.max()) + 1 if positions.numel() else 0

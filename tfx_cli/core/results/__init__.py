@@ -231,6 +231,8 @@ _LAZY = {
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
     "training": ("TrainCheck", "TrainResult"),
+    # mixtures of experts: tfx route, and count-params' active parameters
+    "moe": ("MoeCount", "LayerRouting", "RouteResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

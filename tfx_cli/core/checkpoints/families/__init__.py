@@ -15,6 +15,7 @@ from ....errors import WeightsError
 from .bert import bert_config, map_bert
 from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
 
 # config.json `architectures` entry (or `model_type`) -> family
@@ -35,6 +36,10 @@ MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mis
                "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
                "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
                "mbart": "mbart"}
+# -- mixtures of experts (moe.py): Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
+ARCHITECTURES.update({"MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
+                      "Qwen3MoeForCausalLM": "qwen3_moe", "OlmoeForCausalLM": "olmoe"})
+MODEL_TYPES.update({family: family for family in MOE})
 # Architectures tfx has decided not to read, with the reason its one attention cannot
 # run them (said in the unknown-architecture message)
 _T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
@@ -72,6 +77,8 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return bert_config(hf, where)
     if family in SEQ2SEQ:  # Marian, BART, mBART
         return seq2seq_config(family, hf, where)
+    if family in MOE:  # mixtures of experts
+        return {**moe_config(family, hf, where), "causal": True}
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
@@ -82,6 +89,8 @@ def hf_map(family: str) -> Callable:
         return lambda state, cfg: map_decoder(family, state, cfg)
     if family in SEQ2SEQ:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
+    if family in MOE:
+        return lambda state, cfg: map_moe(family, state, cfg)
     return {"gpt2": map_gpt2, "bert": map_bert}[family]
 
 

@@ -1,0 +1,123 @@
+"""count-params of the released mixtures of experts, from their config.json alone: the
+total equals transformers' own count of the model built on the meta device (the numbers
+below, which that build gives), and the active parameters per token are the total less
+the experts a token skips.
+
+The config.json contents are the published files' (the keys that set a shape), quoted
+from each model's Hub folder: mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
+allenai/OLMoE-1B-7B-0924, openai/gpt-oss-20b, openai/gpt-oss-120b,
+deepseek-ai/DeepSeek-V3 (its multi-token-prediction layer, num_nextn_predict_layers, is
+not part of DeepseekV3ForCausalLM and not counted).
+"""
+import pytest
+
+MIXTRAL = {  # mistralai/Mixtral-8x7B-v0.1
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 1e6, "router_aux_loss_coef": 0.02, "sliding_window": None,
+    "tie_word_embeddings": False, "vocab_size": 32000, "bos_token_id": 1, "eos_token_id": 2}
+QWEN3_MOE = {  # Qwen/Qwen3-30B-A3B
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "moe_intermediate_size": 768,
+    "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
+    "sliding_window": None, "tie_word_embeddings": False, "use_sliding_window": False,
+    "vocab_size": 151936, "bos_token_id": 151643, "eos_token_id": 151645}
+OLMOE = {  # allenai/OLMoE-1B-7B-0924
+    "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "attention_bias": False,
+    "clip_qkv": None, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+    "max_position_embeddings": 4096, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16,
+    "num_key_value_heads": 16, "rms_norm_eps": 1e-05, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "vocab_size": 50304,
+    "eos_token_id": 50279, "pad_token_id": 1}
+
+# name -> (config.json, preset, transformers' num_parameters() of the meta-built model)
+MODELS = {
+    "mixtral-8x7b": (MIXTRAL, 46_702_792_704),
+    "qwen3-30b-a3b": (QWEN3_MOE, 30_532_122_624),
+    "olmoe-1b-7b": (OLMOE, 6_919_161_856),
+}
+# active parameters per token as the model cards quote them, rounded: 12.9B, 3.3B, 1.3B
+ACTIVE = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704,
+          "olmoe-1b-7b": 1_282_017_280}
+
+
+def config_of(hf: dict, name: str):
+    """The ModelConfig a config.json names, read through the families as --weights and
+    count-params --config read it."""
+    from tfx_cli.core.checkpoints.families import hf_config, hf_family
+    from tfx_cli.core.config import ModelConfig
+
+    return ModelConfig(**hf_config(hf_family(hf, name), hf, name), name=name)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_config_json_counts_as_transformers_does(name):
+    from tfx_cli.core.params import analyse
+
+    hf, want = MODELS[name]
+    result = analyse(config_of(hf, name))
+    assert result.total == want
+    assert result.moe.active_params == ACTIVE[name]
+    E, k = result.moe.n_experts, result.moe.experts_per_token
+    skipped = len(result.moe.moe_layers) * (E - k) * result.moe.expert_params
+    assert result.total - result.moe.active_params == skipped
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_preset_is_the_config_json(name):
+    from tfx_cli.core.params import total_params
+    from tfx_cli.core.presets import PRESETS
+
+    hf, want = MODELS[name]
+    assert total_params(PRESETS[name]) == want
+    from_json = config_of(hf, name)
+    for field in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "n_experts",
+                  "experts_per_token", "router_norm", "qk_norm", "qk_norm_full",
+                  "vocab_size", "rope_theta", "moe_layers"):
+        assert getattr(PRESETS[name], field) == getattr(from_json, field), (name, field)
+    width = [c.expert_d_ff or c.d_ff for c in (PRESETS[name], from_json)]
+    assert width[0] == width[1], name
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_transformers_meta_build_gives_the_same_count(name):
+    """The numbers above are transformers' own: its model built on the meta device."""
+    from checkpoint_makers import need
+
+    need("transformers", "pip install transformers")
+    import torch
+    import transformers
+
+    hf, want = MODELS[name]
+    config = transformers.AutoConfig.for_model(**hf)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert model.num_parameters() == want
+
+
+def test_a_moe_block_counts_as_the_model_builds_it():
+    """--verify on a preset: the meta-built tfx model's parameters, name by name."""
+    from tfx_cli import api
+
+    result = api.count_params(config="tiny-moe", verify=True)
+    assert result.verify.verified, result.verify.mismatched
+    assert result.moe.active_params < result.total
+
+
+def test_flops_count_the_k_experts_a_token_runs():
+    from tfx_cli.core.params import count_flops
+    from tfx_cli.core.presets import PRESETS
+
+    cfg = PRESETS["mixtral-8x7b"]
+    flops = count_flops(cfg, 1024)
+    expert = 3 * 2 * cfg.d_model * cfg.d_ff  # gate, up and down of one expert
+    router = 2 * cfg.d_model * cfg.n_experts
+    moe = [r for r in flops.block if r.part in ("experts", "router")]
+    assert sum(r.count for r in moe) == 2 * expert + router
