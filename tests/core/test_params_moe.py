@@ -37,15 +37,42 @@ OLMOE = {  # allenai/OLMoE-1B-7B-0924
     "rope_theta": 10000.0, "tie_word_embeddings": False, "vocab_size": 50304,
     "eos_token_id": 50279, "pad_token_id": 1}
 
+GPT_OSS_20B = {  # openai/gpt-oss-20b
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
+    "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "max_position_embeddings": 131072, "num_attention_heads": 64,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+    "num_local_experts": 32, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                     "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                     "truncate": False},
+    "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": False, "vocab_size": 201088, "eos_token_id": 200002,
+    "pad_token_id": 199999,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+                                                       "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"],
+                            "quant_method": "mxfp4"}}
+GPT_OSS_120B = {**GPT_OSS_20B,  # openai/gpt-oss-120b: 36 layers, 128 experts
+                "layer_types": ["sliding_attention", "full_attention"] * 18,
+                "num_hidden_layers": 36, "num_local_experts": 128}
+
 # name -> (config.json, preset, transformers' num_parameters() of the meta-built model)
 MODELS = {
     "mixtral-8x7b": (MIXTRAL, 46_702_792_704),
     "qwen3-30b-a3b": (QWEN3_MOE, 30_532_122_624),
     "olmoe-1b-7b": (OLMOE, 6_919_161_856),
+    "gpt-oss-20b": (GPT_OSS_20B, 20_914_757_184),
+    "gpt-oss-120b": (GPT_OSS_120B, 116_829_156_672),
 }
 # active parameters per token as the model cards quote them, rounded: 12.9B, 3.3B, 1.3B
 ACTIVE = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704,
-          "olmoe-1b-7b": 1_282_017_280}
+          "olmoe-1b-7b": 1_282_017_280, "gpt-oss-20b": 4_187_440_704,
+          "gpt-oss-120b": 5_711_982_912}
+# less the token-embedding table (a token reads one row of it): openai's model card quotes
+# 3.6B and 5.1B active parameters for gpt-oss-20b and -120b, counted this way
+WITHOUT_EMBEDDING = {"gpt-oss-20b": 3_608_307_264, "gpt-oss-120b": 5_132_849_472}
 
 
 def config_of(hf: dict, name: str):
@@ -65,6 +92,8 @@ def test_the_config_json_counts_as_transformers_does(name):
     result = analyse(config_of(hf, name))
     assert result.total == want
     assert result.moe.active_params == ACTIVE[name]
+    if name in WITHOUT_EMBEDDING:
+        assert result.moe.active_without_embedding == WITHOUT_EMBEDDING[name]
     E, k = result.moe.n_experts, result.moe.experts_per_token
     skipped = len(result.moe.moe_layers) * (E - k) * result.moe.expert_params
     assert result.total - result.moe.active_params == skipped
@@ -80,7 +109,8 @@ def test_the_preset_is_the_config_json(name):
     from_json = config_of(hf, name)
     for field in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "n_experts",
                   "experts_per_token", "router_norm", "qk_norm", "qk_norm_full",
-                  "vocab_size", "rope_theta", "moe_layers"):
+                  "vocab_size", "rope_theta", "moe_layers", "attn_sinks", "router",
+                  "sliding_window", "sliding_layers", "rope_scaling", "swiglu_limit"):
         assert getattr(PRESETS[name], field) == getattr(from_json, field), (name, field)
     width = [c.expert_d_ff or c.d_ff for c in (PRESETS[name], from_json)]
     assert width[0] == width[1], name

@@ -172,5 +172,7 @@ def moe_count(cfg: ModelConfig, params, flops):
                     dense_layers=[i for i in range(cfg.n_layers) if i not in layers],
                     expert_params=one, active_params=active,
                     active_share=active / params.total, dense_per_block=dense,
+                    active_without_embedding=active - (0 if cfg.tie_embeddings else
+                                                       params.parts.get("token_embedding", 0)),
                     active_flops_per_token=flops.per_token,
                     every_expert_flops_per_token=every)

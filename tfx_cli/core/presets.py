@@ -81,6 +81,21 @@ PRESETS.update({
                                n_heads=16, n_layers=16, d_ff=1024, ln_eps=1e-5,
                                qk_norm_full=True, n_experts=64, experts_per_token=8,
                                router_norm=False, name="olmoe-1b-7b"),
+    # openai/gpt-oss-20b and openai/gpt-oss-120b (the expert weights ship in MXFP4;
+    # counted as parameters, as transformers counts them)
+    **{name: ModelConfig(**{**_MOE, "qkv_bias": True, "proj_bias": True},
+                         vocab_size=201088, context_length=131072, d_model=2880,
+                         n_heads=64, n_kv_heads=8, head_dim=64, n_layers=layers, d_ff=2880,
+                         ln_eps=1e-5, rope_theta=150000.0,
+                         rope_scaling={"rope_type": "yarn", "factor": 32.0,
+                                       "beta_fast": 32.0, "beta_slow": 1.0,
+                                       "original_max_position_embeddings": 4096,
+                                       "truncate": 0},
+                         sliding_window=128, sliding_layers=tuple(range(0, layers, 2)),
+                         attn_sinks=True, n_experts=experts, experts_per_token=4,
+                         router="softmax_topk", router_bias=True, expert_bias=True,
+                         swiglu_limit=7.0, name=name)
+       for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))},
     # a Mixtral-shaped model small enough to run anywhere: 4 layers, 8 experts, 2 per token
     "tiny-moe": ModelConfig(**_MOE, vocab_size=256, context_length=256, d_model=64,
                             n_heads=4, n_kv_heads=2, n_layers=4, d_ff=96, ln_eps=1e-5,

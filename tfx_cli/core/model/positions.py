@@ -69,8 +69,10 @@ def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
         def dim_turning(turns: float) -> float:  # the dimension that turns `turns` times
             return dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(theta))
 
-        lo = max(math.floor(dim_turning(fast)), 0)
-        hi = min(math.ceil(dim_turning(slow)), dim - 1)
+        lo, hi = dim_turning(fast), dim_turning(slow)
+        if scaling.get("truncate", 1):  # gpt-oss: truncate 0 keeps the ends unrounded
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
         ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) /
                 (max(hi - lo, 0.001))).clamp(0, 1)  # 0: keep, 1: interpolate
         keep = 1 - ramp

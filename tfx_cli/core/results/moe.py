@@ -22,6 +22,9 @@ class MoeCount:
     expert_params: int  # one expert
     active_params: int  # per token: the total less the experts a token skips
     active_share: float  # active_params / total
+    # less the token-embedding table (a token reads one row of it), as some model cards
+    # count (gpt-oss); the same as active_params when the head is that table (tied)
+    active_without_embedding: int
     dense_per_block: BlockCount | None  # a dense layer's block (per_block is an MoE one's)
     active_flops_per_token: int  # = flops_per_token: the router, k experts, shared
     every_expert_flops_per_token: int  # were every expert run on every token

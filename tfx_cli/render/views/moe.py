@@ -147,7 +147,10 @@ def moe_counts(console: Console, result, param_table, si) -> None:
         "active parameters": f"{moe.active_params:,} per token ({si(moe.active_params)}, "
                              f"{100 * moe.active_share:.1f}% of {si(result.total)}): the "
                              f"total less the {E - k} experts a token skips in each MoE "
-                             "layer, embeddings and head included",
+                             "layer, embeddings and head included; "
+                             f"{moe.active_without_embedding:,} "
+                             f"({si(moe.active_without_embedding)}) without the token "
+                             "embedding table",
         "active FLOPs": f"{moe.active_flops_per_token:,} per token "
                         f"({si(moe.active_flops_per_token, 'FLOP')}) at T = "
                         f"{result.seq_len:,}; every expert on every token would be "

@@ -15,6 +15,7 @@ from ....errors import WeightsError
 from .bert import bert_config, map_bert
 from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .gptoss import gptoss_config, map_gptoss
 from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
 
@@ -40,6 +41,8 @@ MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mis
 ARCHITECTURES.update({"MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
                       "Qwen3MoeForCausalLM": "qwen3_moe", "OlmoeForCausalLM": "olmoe"})
 MODEL_TYPES.update({family: family for family in MOE})
+# gpt-oss (gptoss.py): sinks, alternating windows, MXFP4 experts
+ARCHITECTURES["GptOssForCausalLM"] = MODEL_TYPES["gpt_oss"] = "gpt_oss"
 # Architectures tfx has decided not to read, with the reason its one attention cannot
 # run them (said in the unknown-architecture message)
 _T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
@@ -79,6 +82,8 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return seq2seq_config(family, hf, where)
     if family in MOE:  # mixtures of experts
         return {**moe_config(family, hf, where), "causal": True}
+    if family == "gpt_oss":
+        return gptoss_config(hf, where)
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
@@ -91,6 +96,8 @@ def hf_map(family: str) -> Callable:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
     if family in MOE:
         return lambda state, cfg: map_moe(family, state, cfg)
+    if family == "gpt_oss":
+        return map_gptoss
     return {"gpt2": map_gpt2, "bert": map_bert}[family]
 
 
