@@ -58,6 +58,24 @@ GPT_OSS_120B = {**GPT_OSS_20B,  # openai/gpt-oss-120b: 36 layers, 128 experts
                 "layer_types": ["sliding_attention", "full_attention"] * 18,
                 "num_hidden_layers": 36, "num_local_experts": 128}
 
+DEEPSEEK_V3 = {  # deepseek-ai/DeepSeek-V3
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "attention_bias": False, "first_k_dense_replace": 3, "hidden_act": "silu",
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+    "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True,
+    "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+    "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc",
+    "v_head_dim": 128, "vocab_size": 129280, "bos_token_id": 0, "eos_token_id": 1,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "weight_block_size": [128, 128]}}
+
 # name -> (config.json, preset, transformers' num_parameters() of the meta-built model)
 MODELS = {
     "mixtral-8x7b": (MIXTRAL, 46_702_792_704),
@@ -65,11 +83,12 @@ MODELS = {
     "olmoe-1b-7b": (OLMOE, 6_919_161_856),
     "gpt-oss-20b": (GPT_OSS_20B, 20_914_757_184),
     "gpt-oss-120b": (GPT_OSS_120B, 116_829_156_672),
+    "deepseek-v3": (DEEPSEEK_V3, 671_026_404_352),
 }
 # active parameters per token as the model cards quote them, rounded: 12.9B, 3.3B, 1.3B
 ACTIVE = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704,
           "olmoe-1b-7b": 1_282_017_280, "gpt-oss-20b": 4_187_440_704,
-          "gpt-oss-120b": 5_711_982_912}
+          "gpt-oss-120b": 5_711_982_912, "deepseek-v3": 37_552_282_624}
 # less the token-embedding table (a token reads one row of it): openai's model card quotes
 # 3.6B and 5.1B active parameters for gpt-oss-20b and -120b, counted this way
 WITHOUT_EMBEDDING = {"gpt-oss-20b": 3_608_307_264, "gpt-oss-120b": 5_132_849_472}
@@ -110,7 +129,9 @@ def test_the_preset_is_the_config_json(name):
     for field in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "n_experts",
                   "experts_per_token", "router_norm", "qk_norm", "qk_norm_full",
                   "vocab_size", "rope_theta", "moe_layers", "attn_sinks", "router",
-                  "sliding_window", "sliding_layers", "rope_scaling", "swiglu_limit"):
+                  "sliding_window", "sliding_layers", "rope_scaling", "swiglu_limit",
+                  "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim", "attn_scalar",
+                  "router_groups", "router_topk_groups", "router_scale", "shared_d_ff"):
         assert getattr(PRESETS[name], field) == getattr(from_json, field), (name, field)
     width = [c.expert_d_ff or c.d_ff for c in (PRESETS[name], from_json)]
     assert width[0] == width[1], name

@@ -186,6 +186,8 @@ class ParamCount:
         if self.n_experts:  # MoE layers and dense ones, in the config's order
             for i, moe in enumerate(self.layer_kinds):
                 for r in self.block if moe else self.dense_block:
+                    if not r.count:
+                        continue  # a buffer (the score correction), not a parameter
                     for name, n in params_moe.expand(r.name, r.count, self.n_experts).items():
                         out[f"blocks.{i}.{name}"] = n
             return out

@@ -2,6 +2,8 @@
 (`tfx configs` lists them). Pure Python, like config.py."""
 from __future__ import annotations
 
+import math
+
 from .config import ModelConfig
 
 # ---------------------------------------------------------------------------------
@@ -96,6 +98,22 @@ PRESETS.update({
                          router="softmax_topk", router_bias=True, expert_bias=True,
                          swiglu_limit=7.0, name=name)
        for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))},
+    # deepseek-ai/DeepSeek-V3 without its multi-token-prediction layer: latent attention,
+    # three dense layers, 256 routed experts in 8 groups and one shared expert
+    "deepseek-v3": ModelConfig(**_MOE, vocab_size=129280, context_length=163840,
+                               d_model=7168, n_heads=128, n_layers=61, head_dim=192,
+                               d_ff=18432, ln_eps=1e-6,
+                               rope_scaling={"rope_type": "yarn", "factor": 40.0,
+                                             "beta_fast": 32, "beta_slow": 1,
+                                             "original_max_position_embeddings": 4096,
+                                             "attention_factor": 1.0},
+                               attn_scalar=192 / (0.1 * math.log(40.0) + 1) ** 4,
+                               q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64,
+                               v_head_dim=128, n_experts=256, experts_per_token=8,
+                               expert_d_ff=2048, moe_layers=tuple(range(3, 61)),
+                               router="sigmoid", router_groups=8, router_topk_groups=4,
+                               router_correction=True, router_scale=2.5, shared_d_ff=2048,
+                               name="deepseek-v3"),
     # a Mixtral-shaped model small enough to run anywhere: 4 layers, 8 experts, 2 per token
     "tiny-moe": ModelConfig(**_MOE, vocab_size=256, context_length=256, d_model=64,
                             n_heads=4, n_kv_heads=2, n_layers=4, d_ff=96, ln_eps=1e-5,

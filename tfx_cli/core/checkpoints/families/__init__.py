@@ -15,6 +15,7 @@ from ....errors import WeightsError
 from .bert import bert_config, map_bert
 from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .deepseek import deepseek_config, map_deepseek
 from .gptoss import gptoss_config, map_gptoss
 from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
@@ -43,6 +44,8 @@ ARCHITECTURES.update({"MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "q
 MODEL_TYPES.update({family: family for family in MOE})
 # gpt-oss (gptoss.py): sinks, alternating windows, MXFP4 experts
 ARCHITECTURES["GptOssForCausalLM"] = MODEL_TYPES["gpt_oss"] = "gpt_oss"
+# DeepSeek-V3 (deepseek.py): latent attention, grouped sigmoid routing, FP8 weights
+ARCHITECTURES["DeepseekV3ForCausalLM"] = MODEL_TYPES["deepseek_v3"] = "deepseek_v3"
 # Architectures tfx has decided not to read, with the reason its one attention cannot
 # run them (said in the unknown-architecture message)
 _T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
@@ -84,6 +87,8 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return {**moe_config(family, hf, where), "causal": True}
     if family == "gpt_oss":
         return gptoss_config(hf, where)
+    if family == "deepseek_v3":
+        return deepseek_config(hf, where)
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
@@ -98,6 +103,8 @@ def hf_map(family: str) -> Callable:
         return lambda state, cfg: map_moe(family, state, cfg)
     if family == "gpt_oss":
         return map_gptoss
+    if family == "deepseek_v3":
+        return map_deepseek
     return {"gpt2": map_gpt2, "bert": map_bert}[family]
 
 

@@ -119,6 +119,8 @@ def map_moe(family: str, state: dict, cfg, map_rest=None) -> tuple[dict, dict]:
         elif parts[0] in ("shared_expert", "shared_experts") and len(parts) == 3 and \
                 parts[1] in _SHARED:
             put(f"{moe}.shared.{_SHARED[parts[1]]}.{parts[2]}", key, t)
+        elif what == "gate.e_score_correction_bias":  # DeepSeek-V3: shifts the choice
+            put(f"{moe}.score_correction", key, t)
         elif what == "shared_expert_gate.weight":
             put(f"{moe}.shared_gate.weight", key, t)
         else:
