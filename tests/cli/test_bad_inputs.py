@@ -189,6 +189,20 @@ def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
     return make
 
 
+def _gguf_moe(d: Path) -> None:
+    """A llama GGUF whose header says it has 8 experts (llama.cpp's Mixtral)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(d / "mixtral.gguf"), "llama")
+    w.add_uint32("llama.expert_count", 8)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _gpt2_wrong_shape(d: Path) -> None:
     """A GPT-2 folder whose config says a 12-wide MLP where the tensors are 32 wide."""
     import json
@@ -703,6 +717,9 @@ CASES = [
           "--away", "b"], "UsageError", "routed around with --ablate"),
     Case("ffn-moe-layer", "tfx ffn on a mixture-of-experts layer",
          ["ffn", "hi", *MOE, "--layer", "2"], "UsageError", "is a mixture of experts"),
+    Case("weights-gguf-moe", "a GGUF mixture of experts (llama.cpp's stacked experts)",
+         ["route", "hi", "-w", "mixtral.gguf"], "WeightsError", "is not read yet",
+         files=(_gguf_moe,)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
