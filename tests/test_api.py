@@ -112,6 +112,13 @@ CASES = {
          "decoder.blocks.0.cross.pattern:h=1", "--dtype", "bfloat16"],
         lambda: api.next(SENTENCE, config="toy", target="you win",
                          ablate=["decoder.blocks.0.cross.pattern:h=1"], dtype="bfloat16")),
+    # mixtures of experts: the router, with an expert routed around; count-params' active
+    "route-ablated": (["route", CAPITAL, "-c", "tiny-moe", "--ablate",
+                       "blocks.1.moe.expert:e=3"],
+                      lambda: api.route(CAPITAL, config="tiny-moe",
+                                        ablate=["blocks.1.moe.expert:e=3"])),
+    "count-params-moe": (["count-params", "-c", "qwen3-30b-a3b", "--seq-len", "4096"],
+                         lambda: api.count_params(config="qwen3-30b-a3b", seq_len=4096)),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
     "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),

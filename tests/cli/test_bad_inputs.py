@@ -35,6 +35,7 @@ TOY = ["-c", "toy"]
 WORDY = ["-c", "gpt2", "--layers", "1", "--d-model", "6", "--heads", "2", "-t", "word"]
 MLM = ["-c", "bert-base", "--layers", "1", "--d-model", "8", "--heads", "2"]  # a tiny masked LM
 ELLIPSIS = "…"
+MOE = ["-c", "tiny-moe"]  # 4 layers, 8 experts, 2 per token
 
 
 # -- files the cases read -----------------------------------------------------------
@@ -223,6 +224,20 @@ def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
         w.write_tensors_to_file()
         w.close()
     return make
+
+
+def _gguf_moe(d: Path) -> None:
+    """A llama GGUF whose header says it has 8 experts (llama.cpp's Mixtral)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(d / "mixtral.gguf"), "llama")
+    w.add_uint32("llama.expert_count", 8)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def _gpt2_wrong_shape(d: Path) -> None:
@@ -752,6 +767,29 @@ CASES = [
          files=(_text("olmo.json", '{"d_model": 8, "n_heads": 2, "n_layers": 1, '
                        '"context_length": 16, "vocab_size": 64, "norm": "rmsnorm", '
                        '"pre_norms": false, "sandwich_norm": true, "tokenizer": "word"}'),)),
+    # -- mixtures of experts: the router and its sites
+    Case("route-dense", "tfx route on a model without experts",
+         ["route", SENTENCE, *WORDY], "ConfigError", "has no mixture-of-experts layers"),
+    Case("ablate-router-dense", "a router site on a dense model",
+         ["next", SENTENCE, *WORDY, "--ablate", "blocks.0.moe.expert:e=1"], "SelectError",
+         "is a router site"),
+    Case("ablate-expert-range", "--ablate an expert past the last",
+         ["route", "hi", *MOE, "--ablate", "blocks.1.moe.expert:e=8"], "RangeError",
+         "expert 8 is out of range"),
+    Case("ablate-expert-unnamed", "--ablate an expert site without :e=",
+         ["next", "hi", *MOE, "--ablate", "blocks.1.moe.expert"], "UsageError",
+         "names no expert"),
+    Case("ablate-expert-indices", "--ablate the chosen experts' indices",
+         ["trace", "hi", *MOE, "--ablate", "blocks.0.moe.experts"], "SelectError",
+         "holds expert indices"),
+    Case("steer-expert", "--steer an expert site",
+         ["next", "hi", *MOE, "--steer", "blocks.0.moe.expert:e=1", "--toward", "a",
+          "--away", "b"], "UsageError", "routed around with --ablate"),
+    Case("ffn-moe-layer", "tfx ffn on a mixture-of-experts layer",
+         ["ffn", "hi", *MOE, "--layer", "2"], "UsageError", "is a mixture of experts"),
+    Case("weights-gguf-moe", "a GGUF mixture of experts (llama.cpp's stacked experts)",
+         ["route", "hi", "-w", "mixtral.gguf"], "WeightsError", "is not read yet",
+         files=(_gguf_moe,)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..errors import ConfigError
+from .config_moe import moe_features, validate_moe
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
@@ -92,10 +93,34 @@ class ModelConfig:
     relative_max_distance: int = 128  # distances from here on share the last bucket
     relative_per_layer: bool = False  # UMT5: each layer's self-attention its own table
     unembed_scale: bool = False  # T5 with a tied head: the stream × d_model^-0.5 before it
+    # -- Mixture of experts, attention sinks, latent attention (Mixtral, Qwen2-MoE,
+    # Qwen3-MoE, OLMoE, gpt-oss, DeepSeek-V3). Each default keeps the model dense and its
+    # attention as above; config_moe.py checks them and names them in features().
+    n_experts: int = 0  # routed experts of an MoE layer (0: every layer is dense)
+    experts_per_token: int = 0  # k: the experts each token is routed to
+    expert_d_ff: int | None = None  # one expert's FFN width (None: d_ff)
+    moe_layers: tuple[int, ...] | None = None  # the MoE layers (None: all); the rest dense
+    router: str = "softmax"  # how logits become scores: softmax | softmax_topk | sigmoid
+    router_norm: bool = True  # the k chosen scores renormalised to sum to 1
+    router_bias: bool = False  # gpt-oss: a bias on the router's logits
+    router_groups: int = 1  # DeepSeek-V3: experts in groups, a token picks ...
+    router_topk_groups: int = 1  # ... this many groups, then its k experts inside them
+    router_correction: bool = False  # DeepSeek-V3: a bias on the scores, for choosing only
+    router_scale: float = 1.0  # DeepSeek-V3: the chosen weights times routed_scaling_factor
+    shared_d_ff: int = 0  # a shared expert every token goes through (its width; 0: none)
+    shared_gate: bool = False  # Qwen2-MoE: the shared expert scaled by sigmoid(x W_gate)
+    expert_bias: bool = False  # gpt-oss: biases on the experts' projections
+    swiglu_limit: float | None = None  # gpt-oss: gate <= limit, |up| <= limit, (up + 1)
+    swiglu_alpha: float = 1.702  # gpt-oss: the gate's SiLU is g * sigmoid(alpha * g)
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax
+    q_lora_rank: int = 0  # DeepSeek-V3 (MLA): queries through a latent this wide (0: none)
+    kv_lora_rank: int = 0  # MLA: keys and values through a latent this wide (0: no MLA)
+    qk_rope_dim: int = 0  # MLA: the rotated dims at the end of each q and k head
+    v_head_dim: int | None = None  # MLA: a value head's width (None: head_dim)
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("eos_ids", "sliding_layers"):  # lists from a JSON config file
+        for key in ("eos_ids", "sliding_layers", "moe_layers"):  # lists from a JSON config file
             if isinstance(getattr(self, key), list):
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if isinstance(self.rope_scaling, dict):  # lists (longrope's factors) become tuples
@@ -166,7 +191,26 @@ class ModelConfig:
             out.append("encoder–decoder")
         out += self._mlm_features()
         out += self._relative_features()
+        out += moe_features(self)
         return out
+
+    # -- mixture of experts (config_moe.py) ----------------------------------------------
+    def is_moe_layer(self, layer: int) -> bool:
+        """Does block `layer` route its tokens to experts (else a dense FFN)?"""
+        return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
+
+    @property
+    def moe_layer_list(self) -> list[int]:
+        return [i for i in range(self.n_layers) if self.is_moe_layer(i)]
+
+    @property
+    def v_dim(self) -> int:
+        """A value head's width: head_dim, or MLA's v_head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def is_masked_lm(self) -> bool:
@@ -254,6 +298,7 @@ class ModelConfig:
         self._validate_seq2seq()
         self._validate_mlm()
         self._validate_relative()
+        validate_moe(self)
 
     def _validate_mlm(self) -> None:
         if self.mlm_activation not in MLM_ACTIVATIONS:
@@ -395,11 +440,17 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
 
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
-# The masked-LM and OLMo 2 switches are left out of the JSON config (and every --json
+# The masked-LM, OLMo 2, T5 head, mixture-of-experts, sink and latent-attention
+# switches are left out of the JSON config (and every --json
 # "model" object) where they keep their defaults: the configs of every other family read
 # and print as they did before the switches existed.
+MOE_FIELDS = ("n_experts", "experts_per_token", "expert_d_ff", "moe_layers", "router",
+              "router_norm", "router_bias", "router_groups", "router_topk_groups",
+              "router_correction", "router_scale", "shared_d_ff", "shared_gate",
+              "expert_bias", "swiglu_limit", "swiglu_alpha", "attn_sinks",
+              "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim")
 QUIET_AT_DEFAULT = ("mlm_head", "mlm_activation", "head_bias", "norm_bias", "pre_norms",
-                    "first_block_norm", "qk_norm_full", "unembed_scale")
+                    "first_block_norm", "qk_norm_full", "unembed_scale", *MOE_FIELDS)
 # fields that mean something only with one kind of positions: written with it, left out
 # of every other config (each family's JSON then holds its own switches)
 POSITIONAL_ONLY = {"relative": ("relative_buckets", "relative_max_distance",

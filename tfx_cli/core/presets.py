@@ -2,6 +2,8 @@
 (`tfx configs` lists them). Pure Python, like config.py."""
 from __future__ import annotations
 
+import math
+
 from .config import ModelConfig
 
 # ---------------------------------------------------------------------------------
@@ -100,6 +102,65 @@ PRESETS.update({
     "flan-t5-xl": ModelConfig(**_T5, d_model=2048, n_heads=32, head_dim=64, n_layers=24,
                               n_decoder_layers=24, d_ff=5120, activation="geglu",
                               name="flan-t5-xl"),
+})
+
+# -- mixtures of experts: the released models' shapes (count-params), from their
+# config.json files, and a tiny one to run (random weights, bytes as tokens). Counted as
+# transformers counts them: tests/core/test_params_moe.py.
+_MOE = dict(norm="rmsnorm", activation="swiglu", positional="rope", qkv_bias=False,
+            proj_bias=False, causal=True, tie_embeddings=False, tokenizer="byte")
+PRESETS.update({
+    # mistralai/Mixtral-8x7B-v0.1
+    "mixtral-8x7b": ModelConfig(**_MOE, vocab_size=32000, context_length=32768, d_model=4096,
+                                n_heads=32, n_kv_heads=8, n_layers=32, d_ff=14336,
+                                ln_eps=1e-5, rope_theta=1e6, n_experts=8,
+                                experts_per_token=2, name="mixtral-8x7b"),
+    # Qwen/Qwen3-30B-A3B
+    "qwen3-30b-a3b": ModelConfig(**_MOE, vocab_size=151936, context_length=40960,
+                                 d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128,
+                                 n_layers=48, d_ff=6144, ln_eps=1e-6, rope_theta=1e6,
+                                 qk_norm=True, n_experts=128, experts_per_token=8,
+                                 expert_d_ff=768, name="qwen3-30b-a3b"),
+    # allenai/OLMoE-1B-7B-0924
+    "olmoe-1b-7b": ModelConfig(**_MOE, vocab_size=50304, context_length=4096, d_model=2048,
+                               n_heads=16, n_layers=16, d_ff=1024, ln_eps=1e-5,
+                               qk_norm_full=True, n_experts=64, experts_per_token=8,
+                               router_norm=False, name="olmoe-1b-7b"),
+    # openai/gpt-oss-20b and openai/gpt-oss-120b (the expert weights ship in MXFP4;
+    # counted as parameters, as transformers counts them)
+    **{name: ModelConfig(**{**_MOE, "qkv_bias": True, "proj_bias": True},
+                         vocab_size=201088, context_length=131072, d_model=2880,
+                         n_heads=64, n_kv_heads=8, head_dim=64, n_layers=layers, d_ff=2880,
+                         ln_eps=1e-5, rope_theta=150000.0,
+                         rope_scaling={"rope_type": "yarn", "factor": 32.0,
+                                       "beta_fast": 32.0, "beta_slow": 1.0,
+                                       "original_max_position_embeddings": 4096,
+                                       "truncate": 0},
+                         sliding_window=128, sliding_layers=tuple(range(0, layers, 2)),
+                         attn_sinks=True, n_experts=experts, experts_per_token=4,
+                         router="softmax_topk", router_bias=True, expert_bias=True,
+                         swiglu_limit=7.0, name=name)
+       for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))},
+    # deepseek-ai/DeepSeek-V3 without its multi-token-prediction layer: latent attention,
+    # three dense layers, 256 routed experts in 8 groups and one shared expert
+    "deepseek-v3": ModelConfig(**_MOE, vocab_size=129280, context_length=163840,
+                               d_model=7168, n_heads=128, n_layers=61, head_dim=192,
+                               d_ff=18432, ln_eps=1e-6,
+                               rope_scaling={"rope_type": "yarn", "factor": 40.0,
+                                             "beta_fast": 32, "beta_slow": 1,
+                                             "original_max_position_embeddings": 4096,
+                                             "attention_factor": 1.0},
+                               attn_scalar=192 / (0.1 * math.log(40.0) + 1) ** 4,
+                               q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64,
+                               v_head_dim=128, n_experts=256, experts_per_token=8,
+                               expert_d_ff=2048, moe_layers=tuple(range(3, 61)),
+                               router="sigmoid", router_groups=8, router_topk_groups=4,
+                               router_correction=True, router_scale=2.5, shared_d_ff=2048,
+                               name="deepseek-v3"),
+    # a Mixtral-shaped model small enough to run anywhere: 4 layers, 8 experts, 2 per token
+    "tiny-moe": ModelConfig(**_MOE, vocab_size=256, context_length=256, d_model=64,
+                            n_heads=4, n_kv_heads=2, n_layers=4, d_ff=96, ln_eps=1e-5,
+                            n_experts=8, experts_per_token=2, name="tiny-moe"),
 })
 
 DEFAULT_CONFIG = "gpt124m"

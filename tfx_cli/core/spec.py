@@ -51,6 +51,9 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
         changes["n_layers"] = layers
         if cfg.is_encoder_decoder:  # N encoder and N decoder blocks
             changes["n_decoder_layers"] = layers
+        for name in ("sliding_layers", "moe_layers"):  # the listed layers that remain
+            if getattr(cfg, name) is not None:
+                changes[name] = tuple(i for i in getattr(cfg, name) if i < layers)
     if context is not None:
         changes["context_length"] = context
     if tie is not None:

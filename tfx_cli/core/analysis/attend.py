@@ -16,7 +16,7 @@ from .common import Seq, check_range, encode, input_info, read_seq, run, seq_inf
 
 # -- attend -------------------------------------------------------------------------
 ATTN_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "capped",
-               "position_bias", "masked", "pattern", "context", "concat", "out")
+               "position_bias", "masked", "pattern", "sink", "context", "concat", "out")
 
 
 def attn_stages(cfg: ModelConfig) -> list[str]:
@@ -25,7 +25,8 @@ def attn_stages(cfg: ModelConfig) -> list[str]:
     return [s for s in ATTN_STAGES
             if (not s.endswith("_rot") or cfg.positional == "rope")
             and (s != "capped" or cfg.attn_softcap is not None)
-            and (s != "position_bias" or cfg.positional == "relative")]
+            and (s != "position_bias" or cfg.positional == "relative")
+            and (s != "sink" or cfg.attn_sinks)]  # gpt-oss: each row's share of the sink
 
 
 def attn_scale(cfg: ModelConfig) -> float:
@@ -186,7 +187,8 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
             head=h, tokens=q_tokens, kv_tokens=k_tokens,
             scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
             f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap,
-            bias=tr.array(bias)[local][query_pos] if bias in tr else None)
+            bias=tr.array(bias)[local][query_pos] if bias in tr else None,
+            sink=_sink_logit(module, h) if cfg.attn_sinks and not cross else None)
         if show:
             tr = tr.subset([where + s_ for s_ in show if where + s_ in tr])
     return AttendResult(
@@ -196,20 +198,28 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
         scale=attn_scale(cfg),
         mask=("causal" if causal else "none") + (f" + window {window}" if window else ""),
         valid_lens=valid_lens, cross_attention=kv is not None or cross,
-        shown=show or ["pattern"], show_given=bool(show),
+        # gpt-oss: the pattern's rows sum to less than 1; the sink's share is the rest
+        shown=show or (["pattern", "sink"] if cfg.attn_sinks and not cross else ["pattern"]),
+        show_given=bool(show),
         kv_groups=kv_groups(cfg) if cfg.n_kv_heads != cfg.n_heads else None,
         explain=explained)
+
+
+def _sink_logit(attn, head: int) -> float:
+    return float(attn.sinks.detach()[head].float())
 
 
 def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                 tokens: list | None = None, kv_tokens: list | None = None,
                 scale_label: str = "sqrt(d_k)", softcap: float | None = None,
-                bias=None) -> ExplainRow:
+                bias=None, sink: float | None = None) -> ExplainRow:
     """Query position i of one head, number by number, in float64: each q·k_j, ÷ scale,
     (T5) + the relative position bias of key j, the mask, exp (less the row's largest
     visible score, which leaves the softmax unchanged), the sum, each weight × v_j and
     their sum. `pattern` is the recorded one, to show the hand arithmetic agrees with
-    the model's. `bias`: query i's row of the head's position bias, (S,)."""
+    the model's. `bias`: query i's row of the head's position bias, (S,). `sink`
+    (gpt-oss): the head's sink logit, one more term of the sum that takes its share and
+    gives no value."""
     import numpy as np
 
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
@@ -220,9 +230,10 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
     capped = scaled if softcap is None else softcap * np.tanh(scaled / softcap)
     bias = None if bias is None else np.asarray(bias, dtype=np.float64)
     scored = capped if bias is None else capped + bias  # T5: the bias, before the mask
-    top = scored[visible].max()
+    top = scored[visible].max() if sink is None else max(scored[visible].max(), sink)
     exps = np.where(visible, np.exp(np.where(visible, scored, top) - top), 0.0)
-    total = exps.sum()
+    sink_exp = 0.0 if sink is None else float(np.exp(sink - top))
+    total = exps.sum() + sink_exp
     weights = exps / total
     weighted = weights[:, None] * v  # (S, Dv)
     context = weighted.sum(axis=0)
@@ -240,7 +251,9 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                       q=q[i].tolist(), softcap=softcap, max_scaled=float(top),
                       sum_exp=float(total),
                       keys=keys, context=context.tolist(),
-                      max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()))
+                      max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()),
+                      sink=None if sink is None else sink,
+                      sink_weight=None if sink is None else sink_exp / float(total))
 
 
 __all__ = ["attend", "explain_row", "attn_stages", "attn_scale", "check_show", "kv_groups",

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError
+from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..trace import Trace
 from .common import encode, read_seq, seq_info
@@ -91,11 +92,15 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
     names = list(embeds) + [out] + ([p + "embed.ln.var"] if cfg.embed_norm else [])
     sublayers = ("attn", "cross", "ffn") if seq2seq else ("attn", "ffn")
+
+    def ffn_name(i: int) -> str:  # an MoE layer's output is blocks.{i}.moe.out
+        return f"{p}blocks.{i}.ffn.out" if seq2seq else ffn_out_name(cfg, i)
+
     norms = ("ln1", "ln2", "ln3") if seq2seq else ("ln1", "ln2")
     for i in range(len(stack.blocks)):
         for sub in sublayers:
-            names.append(f"{p}blocks.{i}.{sub}." + ("out" if sub == "ffn" or not per_head
-                                                   else "context"))
+            names.append(ffn_name(i) if sub == "ffn" else f"{p}blocks.{i}.{sub}."
+                         + ("context" if per_head else "out"))
         if post:
             names += [f"{p}blocks.{i}.{norm}.var" for norm in norms]
         if sandwich:
@@ -157,7 +162,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             return
         context = _host(tr.raw(f"{where}.context")[:, -1])  # (H, D)
         W_O = _host(attn.out_proj.weight)  # (C, H·D)
-        D = cfg.head_dim
+        D = cfg.v_dim  # a value head's width (latent attention's differs from D)
         for h in range(cfg.n_heads):
             add(f"{where}.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
         if attn.out_proj.bias is not None:
@@ -172,7 +177,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             if sandwich:
                 rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
             if sub == "ffn":
-                add(f"{p}blocks.{i}.ffn.out", tr.raw(f"{p}blocks.{i}.ffn.out")[-1])
+                add(ffn_name(i), tr.raw(ffn_name(i))[-1])
             else:
                 attention_parts(i, sub, getattr(block, sub))
             if sandwich:

@@ -21,6 +21,7 @@ import torch
 
 from ...errors import InputTextError, UsageError
 from ...words import counted
+from ..config_moe import ffn_out_label, ffn_out_name
 from ..results import PatchResult, PatchTable
 from ..trace import Trace
 from .common import encode, input_info, read_seq, seq_info
@@ -35,10 +36,13 @@ PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out
 BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
 
 
-def _source(site: str, layer: int) -> str:
-    """The trace name a patch at `site` and `layer` copies from CLEAN."""
+def _source(site: str, layer: int, cfg=None) -> str:
+    """The trace name a patch at `site` and `layer` copies from CLEAN (an MoE layer's FFN
+    output is its moe.out)."""
     if site == "resid_pre":
         return resid_pre_name(layer)
+    if site == "ffn_out" and cfg is not None:
+        return ffn_out_name(cfg, layer)
     return PATCHED[site].format(i=layer)
 
 
@@ -76,7 +80,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     """
     cfg = model.cfg
     L, T = cfg.n_layers, len(clean)
-    wanted = [_source(site, layer) for layer in range(L)]
+    wanted = [_source(site, layer, cfg) for layer in range(L)]
     pres = [resid_pre_name(layer) for layer in range(L)]
     with torch.inference_mode():
         with model.record(wanted) as clean_tr:
@@ -278,7 +282,8 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
         effect = (done.metric - done.m_corrupt) / gap + 0.0
         tr.add("patch.effect", effect, ("L", cols))
         tr.add("patch.metric", done.metric, ("L", cols))
-        n_cells, widest, patched = int(effect.numel()), int(effect.shape[1]), PATCHED[site]
+        n_cells, widest = int(effect.numel()), int(effect.shape[1])
+        patched = ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
     where = "the target's last position" if seq.target is not None else "the last position"
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,

@@ -37,6 +37,7 @@ from ..config import split_stack
 from ..results import Intervention, TokenRef
 from ..trace import summarise_names
 from .common import Seq, encode, read_seq, run
+from .sites_moe import ROUTE_AROUND, expert_site, moe_why_not, route_around
 
 
 ABLATE_MODES = ("zero", "mean")
@@ -76,6 +77,7 @@ class Site:
     head: int | None = None
     pos: int | None = None
     option: str = "--ablate"
+    expert: int | None = None  # blocks.{i}.moe.expert:e=E: the expert routed around
 
     @property
     def pos_axis(self) -> int:
@@ -133,7 +135,7 @@ def _why_not(name: str, cfg) -> str | None:
         return _ROPE_K
     if ".attn.k_norm." in name and cfg.n_kv_heads != cfg.n_heads:
         return _SHARED_K_NORM
-    return None
+    return moe_why_not(name)  # a mixture of experts' indices (sites_moe.py)
 
 
 def site_names(model) -> list[str]:
@@ -147,6 +149,8 @@ def site_names(model) -> list[str]:
         if match:
             out.append(f"{match.group(1) or ''}blocks.{match.group(2)}.resid_pre")
         out.append(name)
+        if name.endswith(".moe.router_logits"):  # routing around an expert (sites_moe.py)
+            out.append(name[:-len("router_logits")] + "expert")
     return out
 
 
@@ -158,6 +162,10 @@ def parse_site(model, spec: str, option: str = "--ablate") -> Site:
     cfg = model.cfg
     spec = spec.strip()
     name, *narrowing = spec.split(":")
+    # an expert routed around, or a router name on a dense model or layer (sites_moe.py)
+    special = expert_site(model, spec, name, narrowing, option, Site)
+    if special is not None:
+        return special
     valid = site_names(model)
     summary = summarise_names(valid)
     if name not in valid:
@@ -369,9 +377,12 @@ def applied(loaded, p: Plan, source: str | None = None):
         counter = [0]
         counters.append(counter)
         sites.append(site)
-        edits.append((site.name, _counted(ablation(site, p.mode), counter)))
+        rerouted = site.expert is not None  # an expert routed around, whatever the mode
+        edit = route_around(site) if rerouted else ablation(site, p.mode)
+        edits.append((site.name, _counted(edit, counter)))
         records.append(Intervention(kind="ablate", site=site.spec, name=site.name,
-                                    head=site.head, position=site.pos, mode=p.mode))
+                                    head=site.head, position=site.pos,
+                                    mode=ROUTE_AROUND if rerouted else p.mode))
     with editing(model, edits):
         if p.steer is None:
             done = Applied(records, counters, sites)

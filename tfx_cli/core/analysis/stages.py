@@ -17,6 +17,7 @@ from ..results import (EmbedResult, FFNResult, LayerNormResult, ModelInfo, Param
                        PosencResult, RowStats, TraceResult)
 from ..trace import Trace
 from .common import check_range, encode, input_info, read_seq, run, seq_info
+from .route import check_dense_ffn
 
 
 # -- trace ----------------------------------------------------------------------------
@@ -269,6 +270,7 @@ def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
     cfg = loaded.cfg
     seq = read_seq(loaded, target=target, stack=stack)
     check_range("layer", layer, seq.n_layers, "--layer")
+    check_dense_ffn(cfg, layer)  # an MoE layer's FFN is its experts: tfx route
     ids = encode(loaded, text, truncate=truncate)
     b = f"{seq.prefix}blocks.{layer}"
     decoder = seq.stack == "decoder"

@@ -137,7 +137,13 @@ class Plan:
                 torch.device(device).type == "cpu"
 
         out = {}
-        keys = sorted({self.keys[n] for n in cut if self.keys[n]})
+        keys = {self.keys[n] for n in cut if self.keys[n]}
+        # tensors a mapping reads together with another (gpt-oss: an MXFP4 weight's
+        # blocks with its scales), named by the mapping's `companions`
+        companions = getattr(self.mapper, "companions", None)
+        if companions is not None:
+            keys |= {c for k in keys for c in companions(k) if c in self.file_dtype}
+        keys = sorted(keys)
         if cut:
             read = self.source.read([k for k in keys if not as_stored(k)])
             read.update({k: self.source.view(k) for k in keys if as_stored(k)})
@@ -245,7 +251,10 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, expected: Shapes, *,
     """(state, src, from_cache): every tensor in tfx names (float32 for a GGUF), their
     checkpoint names, and whether they came from the dequantised-weights cache."""
     plan, from_cache = plan_tensors(ckpt, cfg, expected, use_cache=use_cache, update=update)
-    state, src = plan.mapper(plan.source.read(sorted(set(filter(None, plan.keys.values())))),
-                             cfg)
+    keys = set(filter(None, plan.keys.values()))
+    companions = getattr(plan.mapper, "companions", None)  # gpt-oss: MXFP4 scales
+    if companions is not None:
+        keys |= {c for k in keys for c in companions(k) if c in plan.file_dtype}
+    state, src = plan.mapper(plan.source.read(sorted(keys)), cfg)
     plan.source.release()
     return state, src, from_cache

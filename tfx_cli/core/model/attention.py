@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
+from .mla import build_latent, latent_qkv
 from .norms import Norm
 from .positions import apply_rope, embedding, relative_bias
 from .taps import Tap
@@ -21,10 +22,11 @@ class KVCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         max_len = max_len or cfg.context_length
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        v_shape = shape[:-1] + (cfg.v_dim,)  # latent attention's value heads are narrower
         # the decoder's self-attention in an encoder–decoder; every block otherwise
         layers = cfg.n_decoder_layers or cfg.n_layers
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.empty(v_shape, dtype=dtype, device=device) for _ in range(layers)]
         # cross-attention's keys and values of the encoder output, per decoder layer:
         # computed at the first step and read at every later one
         self.memory_kv: dict = {}
@@ -41,7 +43,8 @@ class KVCache:
 def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                        keep: torch.Tensor | None, scale: float, taps=None, *,
                        causal: bool = False, softcap: float | None = None,
-                       bias: torch.Tensor | None = None) -> torch.Tensor:
+                       bias: torch.Tensor | None = None,
+                       sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
 
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
@@ -52,6 +55,9 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     recorded as `capped`.
     bias (T5's relative position bias, (..., T, S)): added to the scaled scores before the
     mask, so `masked` is scaled + bias with -inf where a key is hidden.
+    sinks (gpt-oss): one learned logit per head (H,), appended to every row of the masked
+    scores as an extra key column before the softmax and dropped after it, so a pattern
+    row sums to less than 1; what the sink took of each row is recorded as `sink` (H, T).
 
     scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
     the trace computes it again, with the same operations and so the same numbers, when
@@ -91,6 +97,8 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     T = queries.shape[-2]
     # an edited pattern must be whole before the context is formed from it
     edited = getattr(tap.pattern, "edit", None) is not None
+    if sinks is not None:
+        return _attend_with_sinks(masked(), values, sinks, tap)
     if edited or not (causal and keep is not None and T > CAUSAL_BLOCK):
         attn_weights = tap.pattern(softmax_rows(masked()))
         return attn_weights @ values  # (..., T, Dv)
@@ -111,6 +119,18 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
 
 
 CAUSAL_BLOCK = 128  # query rows per block of explicit causal attention
+
+
+def _attend_with_sinks(masked: torch.Tensor, values: torch.Tensor, sinks: torch.Tensor,
+                       tap) -> torch.Tensor:
+    """softmax over the keys and one more column, the head's sink logit, which is then
+    dropped: the sink takes a share of each row and gives back no value."""
+    sink_col = sinks.to(masked.dtype).view(-1, 1, 1).expand(*masked.shape[:-1], 1)
+    weights = softmax_rows(torch.cat([masked, sink_col], dim=-1))  # (..., T, S + 1)
+    if getattr(getattr(tap, "sink", None), "on", False):
+        tap.sink(weights[..., -1])  # (..., H, T): the sink's share of each row
+    attn_weights = tap.pattern(weights[..., :-1])
+    return attn_weights @ values
 
 
 def softmax_rows(scores: torch.Tensor) -> torch.Tensor:
@@ -151,11 +171,17 @@ class Attention(nn.Module):
         self.softcap = cfg.attn_softcap
         self.scale = math.sqrt(cfg.attn_scalar or cfg.head_dim)  # scores are divided by it
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
-        self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.out_proj = nn.Linear(cfg.attn_dim, cfg.d_model, bias=cfg.proj_bias)
-        self.q, self.k, self.v = Tap("H", "T", "D"), Tap("H", "S", "D"), Tap("H", "S", "D")
+        self.latent = cfg.is_mla and not cross
+        if self.latent:  # DeepSeek-V3: q, k and v decompressed from latents (mla.py)
+            build_latent(self, cfg)
+        else:
+            self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
+            self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+            self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        out_dim = cfg.n_heads * cfg.v_dim  # attn_dim, or latent attention's value heads
+        self.out_proj = nn.Linear(out_dim, cfg.d_model, bias=cfg.proj_bias)
+        self.q, self.k = Tap("H", "T", "D"), Tap("H", "S", "D")
+        self.v = Tap("H", "S", "Dv" if cfg.v_dim != cfg.head_dim else "D")
         if cfg.qk_norm:  # each head's q and k rows normalised over D, before the rotation
             self.q_norm = Norm(cfg, cfg.head_dim, ("H", "T", "D"))
             self.k_norm = Norm(cfg, cfg.head_dim, ("H", "S", "D"))
@@ -176,9 +202,13 @@ class Attention(nn.Module):
                 self.rel_bias = embedding(cfg.relative_buckets, cfg.n_heads)
             self.position_bias = Tap("H", "T", "S")
         self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
+        if cfg.attn_sinks and not cross:  # gpt-oss: one learned logit per head
+            self.sinks = nn.Parameter(torch.zeros(cfg.n_heads))
+            self.sink = Tap("H", "T")
         # A: the heads joined, H * D wide; C (d_model) unless head_dim is set apart
-        joined = "C" if cfg.attn_dim == cfg.d_model else "A"
-        self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", joined), Tap("T", "C")
+        joined = "C" if out_dim == cfg.d_model else "A"
+        self.context = Tap("H", "T", "Dv" if cfg.v_dim != cfg.head_dim else "D")
+        self.concat, self.out = Tap("T", joined), Tap("T", "C")
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
@@ -221,6 +251,12 @@ class Attention(nn.Module):
             rot = rot_local
         if self.is_cross:
             return self._cross(x, keep, kv_x, cache)
+        if self.latent:
+            queries, keys, values = latent_qkv(self, x, rot)  # (B, H, T|S, D|Dv)
+            if cache is not None:
+                keys, values = cache.append(self.layer, keys, values, start)
+            return self._attend(self.q_rot(queries), self.k_rot(keys), self.v(values), keep,
+                                is_causal)
         q, k, v = self._project(x, kv_x)
         if self.cfg.qk_norm_full:
             q, k = self.q_norm(q), self.k_norm(k)  # (B, T, A), (B, S, K)
@@ -283,12 +319,14 @@ class Attention(nn.Module):
                 bias: torch.Tensor | None = None) -> torch.Tensor:
         """softmax(mask(QKᵀ / scale [+ bias])) V over the heads, joined and projected by
         W_O."""
-        explicit = self.softcap is not None or any(
+        sinks = getattr(self, "sinks", None)
+        explicit = self.softcap is not None or sinks is not None or any(
             t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
             context_vec = explicit_attention(queries, keys, values, keep, self.scale,
                                              taps=self, causal=is_causal,
-                                             softcap=self.softcap, bias=bias)
+                                             softcap=self.softcap, bias=bias,
+                                             sinks=sinks)
         elif bias is not None:  # the bias and the mask as one float mask
             mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
             context_vec = F.scaled_dot_product_attention(

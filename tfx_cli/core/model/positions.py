@@ -69,8 +69,10 @@ def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
         def dim_turning(turns: float) -> float:  # the dimension that turns `turns` times
             return dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(theta))
 
-        lo = max(math.floor(dim_turning(fast)), 0)
-        hi = min(math.ceil(dim_turning(slow)), dim - 1)
+        lo, hi = dim_turning(fast), dim_turning(slow)
+        if scaling.get("truncate", 1):  # gpt-oss: truncate 0 keeps the ends unrounded
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
         ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) /
                 (max(hi - lo, 0.001))).clamp(0, 1)  # 0: keep, 1: interpolate
         keep = 1 - ramp
@@ -92,8 +94,9 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float,
 def rope_tables(positions: torch.Tensor, cfg: ModelConfig, *, local: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (T, rotary dims), that rotate q and k: the sliding layers of
-    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims."""
-    dim = cfg.rotary_dim or cfg.head_dim
+    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims, and
+    latent attention (DeepSeek-V3) the last qk_rope_dim of each head."""
+    dim = cfg.qk_rope_dim or cfg.rotary_dim or cfg.head_dim
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta else cfg.rope_theta
     scaling = None if local and cfg.rope_local_theta else cfg.rope
     length = int(positions.max()) + 1 if positions.numel() else 0

@@ -24,6 +24,7 @@ from ..config import ModelConfig, tied_parameters
 from ..trace import Trace, compile_globs
 from .attention import Attention, KVCache
 from .feedforward import FeedForward, activate
+from .moe import MoE
 from .norms import NoNorm, Norm
 from .positions import Embed, rope_tables, sinusoidal_table
 from .taps import Tap, Taps
@@ -78,7 +79,11 @@ class Block(nn.Module):
             self.cross = Attention(cfg, layer, cross=True)
             self.resid_cross = Tap("T", "C")
             self.ln3 = Norm(cfg)
-        self.ffn = FeedForward(cfg)
+        self.is_moe = cfg.is_moe_layer(layer) and not cross
+        if self.is_moe:  # a router and experts in place of the FFN (core/model/moe.py)
+            self.moe = MoE(cfg, layer)
+        else:
+            self.ffn = FeedForward(cfg)
         if self.sandwich:
             self.ln_post_ffn = Norm(cfg)
         self.resid_out = Tap("T", "C")
@@ -92,18 +97,22 @@ class Block(nn.Module):
             return self._decoder_block(x, keep, memory, memory_keep, attn_kw)
         if self.post_ln:  # LayerNorm(x + Sublayer(x)), the original encoder (seed 000)
             x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
-            return self.resid_out(self.ln2(x + self.ffn(x)))
+            return self.resid_out(self.ln2(x + self.feed_forward(x)))
         if self.parallel:
             attended = self.attn(self.ln1(x), keep, **attn_kw)
-            return self.resid_out(x + attended + self.ffn(self.ln2(x)))
+            return self.resid_out(x + attended + self.feed_forward(self.ln2(x)))
         attended = self.attn(self.ln1(x), keep, **attn_kw)
         if self.sandwich:
             attended = self.ln_post_attn(attended)
         x = self.resid_mid(x + attended)
-        fed = self.ffn(self.ln2(x))
+        fed = self.feed_forward(self.ln2(x))
         if self.sandwich:
             fed = self.ln_post_ffn(fed)
         return self.resid_out(x + fed)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's FFN: the dense one, or the mixture of experts of an MoE layer."""
+        return self.moe(x) if self.is_moe else self.ffn(x)
 
     def _decoder_block(self, x, keep, memory, memory_keep, attn_kw) -> torch.Tensor:
         cache = attn_kw.get("cache")

@@ -233,6 +233,8 @@ _LAZY = {
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult",
                       "PatchTable"),
     "training": ("TrainCheck", "TrainResult"),
+    # mixtures of experts: tfx route, and count-params' active parameters
+    "moe": ("MoeCount", "LayerRouting", "RouteResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

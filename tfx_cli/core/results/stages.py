@@ -72,6 +72,9 @@ class ExplainRow:
     keys: list[ExplainKey]
     context: list[float]
     max_abs_diff_vs_pattern: float
+    # gpt-oss: the head's sink logit and the share of the row it takes (1 - Σ weights)
+    sink: float | None = optional()
+    sink_weight: float | None = optional()
 
 
 @dataclass(kw_only=True)

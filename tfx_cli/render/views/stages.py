@@ -156,6 +156,12 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
     console.print(Text(f"   exp(s − max) with max = {format_number(ex.max_scaled, p)}: "
                        "the same softmax, and exp stays finite", style="dim"), overflow="fold")
     console.print(Text("   weight = exp / sum", style="dim"))
+    if ex.sink is not None:  # gpt-oss: the sink logit joins the sum and takes its share
+        console.print(Text(f"   the sum includes the head's sink, exp({format_number(ex.sink, p)}"
+                           f" − max): it takes {format_number(ex.sink_weight, p)} of the row, "
+                           "so the weights sum to "
+                           f"{format_number(1 - ex.sink_weight, p)}", style="dim"),
+                      overflow="fold")
     console.print(Text(f"{next(step)}. weight × v_j, then their sum", style="bold"))
     for key in ex.keys:
         if not key.visible:

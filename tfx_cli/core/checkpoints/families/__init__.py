@@ -17,6 +17,9 @@ from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
 from .modernbert import MODERNBERT, map_modernbert, modernbert_config
 from .olmo import olmo2_config
+from .deepseek import deepseek_config, map_deepseek
+from .gptoss import gptoss_config, map_gptoss
+from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
 from .t5 import T5_ARCHITECTURES, T5_FAMILIES, T5_MODEL_TYPES, T5_TOKEN_TABLES, map_t5, t5_config
 
@@ -49,6 +52,14 @@ MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mis
                "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
                "mbart": "mbart", "roberta": "roberta", "modernbert": "modernbert",
                "olmo2": "olmo2", **T5_MODEL_TYPES}
+# -- mixtures of experts (moe.py): Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
+ARCHITECTURES.update({"MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
+                      "Qwen3MoeForCausalLM": "qwen3_moe", "OlmoeForCausalLM": "olmoe"})
+MODEL_TYPES.update({family: family for family in MOE})
+# gpt-oss (gptoss.py): sinks, alternating windows, MXFP4 experts
+ARCHITECTURES["GptOssForCausalLM"] = MODEL_TYPES["gpt_oss"] = "gpt_oss"
+# DeepSeek-V3 (deepseek.py): latent attention, grouped sigmoid routing, FP8 weights
+ARCHITECTURES["DeepseekV3ForCausalLM"] = MODEL_TYPES["deepseek_v3"] = "deepseek_v3"
 # Architectures tfx has decided not to read, with the reason its one attention cannot
 # run them (said in the unknown-architecture message); T5 was one until its relative
 # position bias became a switch of the model
@@ -100,6 +111,12 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return out
     if family in T5_FAMILIES:  # T5, mT5, UMT5
         return t5_config(family, hf, where)
+    if family in MOE:  # mixtures of experts
+        return {**moe_config(family, hf, where), "causal": True}
+    if family == "gpt_oss":
+        return gptoss_config(hf, where)
+    if family == "deepseek_v3":
+        return deepseek_config(hf, where)
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
@@ -120,6 +137,12 @@ def hf_map(family: str) -> Callable:
         return lambda state, cfg: map_decoder(family, state, cfg)
     if family in SEQ2SEQ:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
+    if family in MOE:
+        return lambda state, cfg: map_moe(family, state, cfg)
+    if family == "gpt_oss":
+        return map_gptoss
+    if family == "deepseek_v3":
+        return map_deepseek
     if family in T5_FAMILIES:
         return map_t5
     return {"gpt2": map_gpt2, "bert": map_bert, "roberta": map_bert,
