@@ -231,6 +231,9 @@ _LAZY = {
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
     "training": ("TrainCheck", "TrainResult"),
+    "datasets": ("CorpusRun", "ScanResult", "TopContext", "TopExample", "TopUnit",
+                 "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
+                 "PatchPairsResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
