@@ -546,13 +546,15 @@ def plot_patch(result: Result, plt):
         ax.set_xticks(range(n), [str(h) for h in range(n)], fontsize=7)
         ax.set_xlabel("head")
     else:
-        labels = [tex_safe(visible(t)) + ("*" if i in result.differing_positions else "")
+        differing = getattr(result, "differing_positions", [])  # none with --pairs
+        labels = [tex_safe(visible(t)) + ("*" if i in differing else "")
                   for i, t in enumerate(result.tokens)]
         label_axis(ax, "x", labels, n, token_fontsize(n))
         ax.set_xlabel("position (* where CORRUPT differs)")
     fig.colorbar(image, ax=ax, label="effect (1: restores CLEAN's answer)", shrink=0.9)
-    ax.set_title(tex_safe(f"activation patching · {result.patched} · "
-                          f"logit({result.answer.token!r}) − logit({result.wrong.token!r})\n"
+    measured = f"logit({result.answer.token!r}) − logit({result.wrong.token!r})" \
+        if hasattr(result, "answer") else f"mean over {result.n_pairs} pairs"
+    ax.set_title(tex_safe(f"activation patching · {result.patched} · {measured}\n"
                           f"{describe(result)}"), fontsize=10)
     return fig
 
@@ -579,4 +581,25 @@ def plot_attribute(result: Result, plt):
     more = f" (the {len(chosen) - 1} largest parts)" if len(chosen) < len(values) else ""
     ax.set_title(tex_safe(f"direct logit attribution{more}: sum {result.sum_of_parts:.4g} = "
                           f"{result.logit_diff:.4g}\n{describe(result)}"), fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- scan (datasets)
+
+@plotter("scan")
+def plot_scan(result: Result, plt):
+    """One layers × heads heat map per attention metric."""
+    panels = [(metric, np.asarray(result.tensors.array(f"scan.{metric}"), dtype=np.float64))
+              for metric in result.metrics]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4.2),
+                             squeeze=False, layout="constrained")
+    for ax, (metric, values) in zip(axes[0], panels):
+        image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(metric.replace("_", " "), fontsize=10)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
+                          f"{describe(result)}"), fontsize=11)
     return fig

@@ -129,7 +129,7 @@ def top(loaded, corpus: Corpus, *, site: str, units=None, k=10, context=8, ctx=N
     if k < 1:
         raise UsageError(f"-k {k} must be at least 1")
     if context < 0:
-        raise UsageError(f"--context {context} must be 0 or more")
+        raise UsageError(f"--around {context} must be 0 or more")
     sites = row_sites(loaded.model)
     name = check_sites(loaded.model, [site], "--site")
     if len(name) != 1:

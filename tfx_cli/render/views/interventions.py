@@ -32,6 +32,10 @@ def patch_columns(result: PatchResult) -> list[str] | None:
 
 @register("patch")
 def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None:
+    if hasattr(result, "n_pairs"):  # tfx patch --pairs: the averaged effect
+        from .datasets import pairs_view
+
+        return pairs_view(result, console, opts)
     header(console, result)
     corrupt = result.corrupt
     console.print(Text("corrupt: ", style="dim") + Text(repr(corrupt.text)) +
