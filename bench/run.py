@@ -936,6 +936,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         cases += seq2seq_cases(args, peers)
     if "bigmodels" in cases_wanted and not args.smoke:
         cases += bigmodel_cases(args)
+    # "datasets" (scan, collect and the batch-8 forward over python-docs) runs apart:
+    # bench/datasets_bench.py, started by main()
     return cases
 
 
@@ -1260,6 +1262,14 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if "datasets" in args.cases.split(","):
+        # the corpus commands against a TransformerLens loop, a per-document trace loop
+        # and transformers' hidden states: bench/datasets_bench.py, in its own processes
+        done = subprocess.run([sys.executable, str(HERE / "datasets_bench.py"), "--docs",
+                               "16" if args.smoke else "64"]).returncode
+        args.cases = ",".join(c for c in args.cases.split(",") if c != "datasets")
+        if not args.cases:
+            return done
     if args.worker:
         args.repeats = args.repeats if args.repeats is not None else 2
         worker(args)
