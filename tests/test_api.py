@@ -22,7 +22,8 @@ CAPITAL, OTHER = "The capital of France is", "The capital of Italy is"
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
 SMALL_KW = dict(layers=2, d_model=32, heads=4)
 POST_LN = str(ROOT / "tests" / "post_ln_words.json")
-TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")  # train writes a folder  # toy's encoder as one stack, with a head
+TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")
+COLLECTED = str(Path(tempfile.gettempdir()) / "tfx-test-api-collected")  # train writes a folder  # toy's encoder as one stack, with a head
 
 # (CLI arguments, the same call through the API)
 CASES = {
@@ -121,6 +122,17 @@ CASES = {
                          lambda: api.count_params(config="qwen3-30b-a3b", seq_len=4096)),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
+    # a corpus instead of one prompt
+    "scan": (["scan", "repeated-tokens", "--max-docs", "3", *SMALL],
+             lambda: api.scan("repeated-tokens", max_docs=3, **SMALL_KW)),
+    "top": (["top", "python-docs", "--max-docs", "4", "--site", "blocks.1.ffn.act", "--units",
+             "0,5", "-k", "3", "--ctx", "32", *SMALL],
+            lambda: api.top("python-docs", max_docs=4, site="blocks.1.ffn.act", units=[0, 5],
+                            k=3, ctx=32, **SMALL_KW)),
+    "collect": (["collect", "python-docs", "--max-docs", "3", "--select",
+                 "blocks.0.resid_out", "-o", COLLECTED, "--force", *SMALL],
+                lambda: api.collect("python-docs", max_docs=3, select=["blocks.0.resid_out"],
+                                    output=COLLECTED, force=True, **SMALL_KW)),
     "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),
                "--steps", "20", "-o", TRAINED, "--force"],
               lambda: api.train(config="toy", pairs=ROOT / "samples" / "seed001.tsv",

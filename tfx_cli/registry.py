@@ -75,6 +75,15 @@ COMMANDS: tuple[Command, ...] = (
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "
             "next-token top-k."),
+    # -- over a corpus (core/datasets) --
+    Command("scan", "scan", "scan", "datasets",
+            "Attention head statistics, residual norms and FFN activity over a corpus."),
+    Command("top", "top", "top", "datasets",
+            "Each unit's highest activations over a corpus (max-activating examples)."),
+    Command("collect", "collect", "collect", "datasets",
+            "Write an activation dataset: DIR/shard-00000.safetensors ... (one 2-D tensor "
+            "per site, rows = tokens in corpus order), DIR/tokens.parquet and "
+            "DIR/manifest.json."),
 )
 
 BY_NAME = {command.name: command for command in COMMANDS}

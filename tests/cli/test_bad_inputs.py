@@ -284,6 +284,25 @@ def _llama_zeros(d: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"))
 
 
+# -- corpus commands -------------------------------------------------------------------
+TINY = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2"]
+
+
+def _parquet(d: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["hi there"]}), d / "docs.parquet")
+
+
+def _other_run(d: Path) -> None:
+    """A collect folder of another model (gpt2) over the same corpus."""
+    (d / "acts").mkdir()
+    (d / "acts" / "manifest.json").write_text(json.dumps({
+        "schema": "tfx/1", "kind": "activations", "model": {"config": "gpt2"},
+        "corpus": {"source": "python-docs"}, "options": {}}))
+
+
 # -- the cases ------------------------------------------------------------------------
 @dataclass
 class Case:
@@ -790,6 +809,63 @@ CASES = [
     Case("weights-gguf-moe", "a GGUF mixture of experts (llama.cpp's stacked experts)",
          ["route", "hi", "-w", "mixtral.gguf"], "WeightsError", "is not read yet",
          files=(_gguf_moe,)),
+    # corpus commands: scan, top, collect, patch --pairs (core/datasets)
+    Case("dataset-missing", "a corpus file that does not exist",
+         ["scan", "nope.txt", *TINY], "InputTextError", "does not exist"),
+    Case("corpus-empty", "a corpus with no document (blank lines only)",
+         ["scan", "empty.txt", *TINY], "InputTextError", "holds no document",
+         files=(_text("empty.txt", "\n  \n\n"),)),
+    Case("dataset-binary", "a binary file given as a .txt corpus",
+         ["scan", "noise.txt", *TINY], "InputTextError", "binary file",
+         files=(_bytes("noise.txt", NOISE),)),
+    Case("corpus-kind", "a corpus file that is neither .txt, .jsonl nor .parquet",
+         ["top", "docs.csv", *TINY, "--site", "blocks.0.ffn.act"], "InputTextError",
+         "neither .txt", files=(_text("docs.csv", "a,b\n"),)),
+    Case("corpus-jsonl-line", "a JSONL corpus with a line that is not JSON",
+         ["scan", "docs.jsonl", *TINY], "InputTextError", "line 2",
+         files=(_text("docs.jsonl", '{"text": "hi there"}\n{oops\n'),)),
+    Case("corpus-field", "a JSONL corpus without the --field key",
+         ["scan", "docs.jsonl", *TINY], "InputTextError", "no field 'text'",
+         files=(_text("docs.jsonl", '{"body": "hi there"}\n'),)),
+    Case("corpus-column", "a Parquet corpus without the --field column",
+         ["collect", "docs.parquet", *TINY, "--field", "body", "-s", "blocks.0.resid_out",
+          "-o", "acts"], "InputTextError", "no column 'body'", files=(_parquet,)),
+    Case("corpus-max-docs", "--max-docs 0", ["scan", "python-docs", *TINY, "--max-docs", "0"],
+         "UsageError", "at least 1"),
+    Case("corpus-ctx", "--ctx longer than the model's context",
+         ["scan", "python-docs", *TINY, "--ctx", "5000"], "RangeError",
+         "longer than the model's context"),
+    Case("collect-select", "collect --select that matches no site",
+         ["collect", "python-docs", *TINY, "-s", "blocks.7.*", "-o", "acts"], "SelectError",
+         "matches no site"),
+    Case("collect-no-output", "collect without -o DIR",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out"], "UsageError",
+         "-o DIR is missing"),
+    Case("collect-other-run", "collect into a folder that holds another run",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts"],
+         "OutputFileError", "holds another run", files=(_other_run,),
+         volatile=(r"'[0-9a-f]{64}'", r"(?<=documents None -> )\d+")),
+    Case("collect-strangers", "collect into a folder of files tfx did not write",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts"],
+         "OutputFileError", "did not write", files=(_folder("acts"),
+                                                    _text("acts/notes.txt", "mine"))),
+    Case("top-no-site", "top without --site", ["top", "python-docs", *TINY], "UsageError",
+         "--site is missing"),
+    Case("top-site", "top --site that names no site with one row per token",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.attn.pattern"], "SelectError",
+         "matches no site"),
+    Case("top-unit", "top --units past the site's width",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--units", "0,99"],
+         "RangeError", "unit 99 is out of range"),
+    Case("pairs-not-json", "patch --pairs with a line that is not JSON",
+         ["patch", "--pairs", "pairs.jsonl", *TINY], "InputTextError", "line 1",
+         files=(_text("pairs.jsonl", "{clean\n"),)),
+    Case("pairs-key", "patch --pairs with a line missing a key",
+         ["patch", "--pairs", "pairs.jsonl", *TINY], "InputTextError", "no text 'corrupt'",
+         files=(_text("pairs.jsonl", '{"clean": "hi", "answer": " a", "wrong": " b"}\n'),)),
+    Case("pairs-and-clean", "patch --pairs together with CLEAN",
+         ["patch", "hi", "--pairs", "pairs.jsonl", *TINY], "UsageError",
+         "does not go with --pairs"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

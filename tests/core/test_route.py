@@ -29,6 +29,8 @@ def test_route_is_what_the_router_taps_hold(model):
         weights = tr.tensors.array(f"blocks.{layer}.moe.expert_weights")
         assert np.array_equal(np.sort(r.tensors.array("route.experts")[row], -1),
                               np.sort(chosen, -1))
+        np.testing.assert_allclose(np.sort(r.tensors.array("route.weights")[row], -1),
+                                   np.sort(weights, -1), atol=1e-6)
         np.testing.assert_allclose(r.tensors.array("route.weights")[row].sum(-1), 1,
                                    atol=1e-6)  # Mixtral renormalises the top k
         load = r.tensors.array("route.load")[row]

@@ -15,8 +15,8 @@ if TYPE_CHECKING:  # the result classes load with the command that makes them
     from ..core.results import (AttendInputsResult, AttendResult, AttributeResult,
                                 ConfigsResult, CountParamsResult, EmbedResult, FFNResult,
                                 GenerateResult, LayerNormResult, LensResult, NextResult,
-                                PatchResult, PosencResult, ReportResult, TokenizeResult,
-                                TraceResult, TrainResult)
+                                PatchPairsResult, PatchResult, PosencResult, ReportResult,
+                                TokenizeResult, TraceResult, TrainResult)
 
 
 # -- commands without a model --------------------------------------------------------
@@ -305,16 +305,21 @@ def report(text: str, *, show_layers: str | Iterable[int] | None = None, candida
 
 
 # -- interventions -----------------------------------------------------------------
-def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "resid_pre",
+def patch(clean: str | None = None, *, corrupt: str | None = None,
+          answer: str | None = None, wrong: str | None = None,
+          pairs: str | Path | None = None, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          target: str | None = None, **model: Any) -> PatchResult:
+          target: str | None = None, engine: str = "local",
+          **model: Any) -> PatchResult | PatchPairsResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head), and measure m = logit(answer) - logit(wrong) at the last position.
     tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell. An
     encoder–decoder's CLEAN and CORRUPT are sources read against `target`; its sweep
-    covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect)."""
+    covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect).
+    With `pairs` (a JSONL file of {clean, corrupt, answer, wrong} lines) the effect is
+    averaged over the pairs (tensors["patch.effect_std"]: its standard deviation)."""
     from ..core.analysis.patching import PATCH_SITES
 
     if site not in PATCH_SITES:
@@ -322,6 +327,23 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
                          f"{', '.join(PATCH_SITES)}")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    if pairs is not None:
+        from ._datasets import patch_pairs
+
+        given = [name for name, value in (("CLEAN", clean), ("--corrupt", corrupt),
+                                          ("--answer", answer), ("--wrong", wrong),
+                                          ("--truncate", truncate or None),
+                                          ("--ablate", ablate or None),
+                                          ("--target", target)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} does not go with --pairs: every pair brings its own "
+                             "clean, corrupt, answer and wrong; drop it")
+        _needs_head(model, "patch")
+        return patch_pairs(pairs, site=site, batch=batch, engine=engine, **model)
+    for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
+        if value is None:
+            raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
+                             "TOKEN --wrong TOKEN (or --pairs FILE.jsonl)")
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     _needs_head(model, "patch")
     _masked_lm_checks(model, "patch")

@@ -5,7 +5,7 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
-                       ScaleOpt, SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt,
+                       ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt,
                        edit_options,
                        model_command, read_text, split_list)
 

@@ -525,10 +525,11 @@ def plot_patch(result: Result, plt):
     tables (encoder, decoder, cross-attention) one above the other."""
     from ..core.tokenizers.base import visible
 
-    if result.tables:
+    tables = getattr(result, "tables", None)  # an encoder–decoder's (none with --pairs)
+    if tables:
         target = [tex_safe(visible(t)) for t in result.input.target.tokens]
         panels = [(f"patch.{t.part}.effect", t.patched, t.cells if t.cells != "target"
-                   else target) for t in result.tables]
+                   else target) for t in tables]
     else:
         panels = [("patch.effect", result.patched, "heads" if result.site == "heads"
                    else "source")]
@@ -547,9 +548,10 @@ def plot_patch(result: Result, plt):
             ax.set_title(tex_safe(f"{name} · {patched}"), fontsize=9)
     fig.colorbar(image, ax=list(axes[:, 0]), label="effect (1: restores CLEAN's answer)",
                  shrink=0.9)
-    patched = result.site if result.tables else result.patched  # the panels name theirs
-    fig.suptitle(tex_safe(f"activation patching · {patched} · "
-                          f"logit({result.answer.token!r}) − logit({result.wrong.token!r})\n"
+    patched = result.site if tables else result.patched  # the panels name theirs
+    measured = f"logit({result.answer.token!r}) − logit({result.wrong.token!r})" \
+        if hasattr(result, "answer") else f"mean over {result.n_pairs} pairs"
+    fig.suptitle(tex_safe(f"activation patching · {patched} · {measured}\n"
                           f"{describe(result)}"), fontsize=10)
     return fig
 
@@ -578,7 +580,8 @@ def _patch_panel(ax, effect, bound: float, columns, result):
         ax.set_xticks(range(n), [str(h) for h in range(n)], fontsize=7)
         ax.set_xlabel("head")
     elif columns == "source":
-        labels = [tex_safe(visible(t)) + ("*" if i in result.differing_positions else "")
+        differing = getattr(result, "differing_positions", [])  # none with --pairs
+        labels = [tex_safe(visible(t)) + ("*" if i in differing else "")
                   for i, t in enumerate(result.tokens)]
         label_axis(ax, "x", labels, n, token_fontsize(n))
         ax.set_xlabel("position (* where CORRUPT differs)")
@@ -610,4 +613,25 @@ def plot_attribute(result: Result, plt):
     more = f" (the {len(chosen) - 1} largest parts)" if len(chosen) < len(values) else ""
     ax.set_title(tex_safe(f"direct logit attribution{more}: sum {result.sum_of_parts:.4g} = "
                           f"{result.logit_diff:.4g}\n{describe(result)}"), fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- scan (datasets)
+
+@plotter("scan")
+def plot_scan(result: Result, plt):
+    """One layers × heads heat map per attention metric."""
+    panels = [(metric, np.asarray(result.tensors.array(f"scan.{metric}"), dtype=np.float64))
+              for metric in result.metrics]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4.2),
+                             squeeze=False, layout="constrained")
+    for ax, (metric, values) in zip(axes[0], panels):
+        image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(metric.replace("_", " "), fontsize=10)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
+                          f"{describe(result)}"), fontsize=11)
     return fig

@@ -21,7 +21,6 @@ core.config and core.trace (and core.params for type hints only).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import PurePath
@@ -235,6 +234,9 @@ _LAZY = {
     "training": ("TrainCheck", "TrainResult"),
     # mixtures of experts: tfx route, and count-params' active parameters
     "moe": ("MoeCount", "LayerRouting", "RouteResult"),
+    "datasets": ("CorpusRun", "ScanResult", "TopContext", "TopExample", "TopUnit",
+                 "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
+                 "PatchPairsResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

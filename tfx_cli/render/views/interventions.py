@@ -51,6 +51,10 @@ def patch_tables(result: PatchResult) -> list[tuple[str, list[str] | None, str]]
 
 @register("patch")
 def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None:
+    if hasattr(result, "n_pairs"):  # tfx patch --pairs: the averaged effect
+        from .datasets import pairs_view
+
+        return pairs_view(result, console, opts)
     header(console, result)
     corrupt = result.corrupt
     console.print(Text("corrupt: ", style="dim") + Text(repr(corrupt.text)) +
