@@ -66,6 +66,9 @@ COMMANDS: tuple[Command, ...] = (
             "Train a model from random weights on a few examples, as seed 001 describes "
             "it: the model sees the target, errs, is corrected (cross-entropy) and its "
             "weights are updated (Adam), until it answers right."),
+    Command("features", "features", "features", "features",
+            "Show a sparse autoencoder's features on TEXT: per token the most active "
+            "features, how many fire (L0), and how well the SAE reconstructs its site."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

@@ -38,7 +38,9 @@ from ._commands import (attend, attribute, configs, count_params, embed, ffn, ge
                         layernorm, lens, model_config, next, patch, posenc, report, tokenize,
                         trace, train)
 from ._model import Model, load, report_html, write_report
+from ._features import features
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
-           "report_html", "write_report", "patch", "attribute", "train", "model_config"]
+           "report_html", "write_report", "patch", "attribute", "train", "model_config",
+           "features"]

@@ -157,7 +157,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
            query_pos: int | None = None, inputs: str | Path | None = None,
            truncate: bool = False, ablate: Sequence[str] | None = None,
            ablate_mode: str | None = None, target: str | None = None,
-           stack: str | None = None, cross: bool = False,
+           stack: str | None = None, cross: bool = False, sae: str | None = None,
+           sae_site: str | None = None,
            **model: Any) -> AttendResult | AttendInputsResult:
     """One layer's attention, stage by stage (blocks 0..layer are built and run); or,
     with `inputs`, attention on hand-made matrices from a JSON file."""
@@ -169,7 +170,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
                  "--valid-lens": valid_lens, "--truncate": truncate or None,
                  "--ablate": ablate or None, "--ablate-mode": ablate_mode,
-                 "--target": target, "--stack": stack, "--cross": cross or None}
+                 "--target": target, "--stack": stack, "--cross": cross or None,
+                 "--sae": sae, "--sae-site": sae_site}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
                       if k in SPEC_DEFAULTS and v != SPEC_DEFAULTS[k]})
         named = [name for name, value in given.items() if value is not None]
@@ -179,12 +181,13 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
                                  "and no model is built")
         return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
                              show=show)
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     _check_layer(model, layer, target=target, stack=stack)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate, ablate=ablate,
-        ablate_mode=ablate_mode, target=target, stack=stack, cross=cross)
+        ablate_mode=ablate_mode, target=target, stack=stack, cross=cross, sae=sae,
+        sae_site=sae_site)
 
 
 def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool = False,
@@ -211,10 +214,12 @@ def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = Fa
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
           steer: str | None = None, toward: str | None = None, away: str | None = None,
           scale: float | None = None, target: str | None = None,
-          **model: Any) -> TraceResult:
+          sae: str | None = None, sae_site: str | None = None,
+          steer_feature: str | None = None, **model: Any) -> TraceResult:
     """The whole forward pass, recording the trace names `select` picks (globs)."""
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     return _model(model).trace(text, select=select, truncate=truncate, target=target,
                                **edits)
@@ -237,7 +242,8 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
              steer: str | None = None, toward: str | None = None, away: str | None = None,
              scale: float | None = None, target: str | None = None,
-             **model: Any) -> GenerateResult:
+             sae: str | None = None, sae_site: str | None = None,
+             steer_feature: str | None = None, **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced."""
     from ..core.analysis.sampling import Sampling, check_new_tokens, check_sampling
@@ -245,7 +251,8 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     check_new_tokens(max_new_tokens)
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     _needs_head(model, "generate")
     return _model(model).generate(
@@ -258,13 +265,16 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
          top_p: float | None = None, candidates: int = 10, truncate: bool = False,
          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
          steer: str | None = None, toward: str | None = None, away: str | None = None,
-         scale: float | None = None, target: str | None = None, **model: Any) -> NextResult:
+         scale: float | None = None, target: str | None = None, sae: str | None = None,
+         sae_site: str | None = None, steer_feature: str | None = None,
+         **model: Any) -> NextResult:
     """The distribution over the token after `text`, and what sampling filters keep."""
     from ..core.analysis.sampling import Sampling, check_sampling
 
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     _needs_head(model, "next")
     return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -274,36 +284,38 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
 
 def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
          ablate_mode: str | None = None, target: str | None = None,
-         **model: Any) -> LensResult:
+         sae: str | None = None, sae_site: str | None = None, **model: Any) -> LensResult:
     """Logit lens: every layer's residual stream read through ln_f and the head (an
     encoder–decoder's decoder, on `target`)."""
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     _needs_head(model, "lens")
     return _model(model).lens(text, truncate=truncate, ablate=ablate, ablate_mode=ablate_mode,
-                              target=target)
+                              target=target, sae=sae, sae_site=sae_site)
 
 
 def report(text: str, *, show_layers: str | Iterable[int] | None = None, candidates: int = 5,
            truncate: bool = False, output: str | Path | None = None, force: bool = False,
            ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-           target: str | None = None, **model: Any) -> ReportResult:
+           target: str | None = None, sae: str | None = None, sae_site: str | None = None,
+           **model: Any) -> ReportResult:
     """What `tfx report` puts on its HTML page; with `output`, the page is written (an
     encoder–decoder's decoder, self- and cross-attention, with `target`)."""
     if output is not None:
         from ..render.plot import check_output_path
 
         check_output_path(output, force, suffixes=(".html", ".htm"), option="--output")
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     return _model(model).report(text, show_layers=show_layers, candidates=candidates,
                                 truncate=truncate, output=output, force=force, ablate=ablate,
-                                ablate_mode=ablate_mode, target=target)
+                                ablate_mode=ablate_mode, target=target, sae=sae,
+                                sae_site=sae_site)
 
 
 # -- interventions -----------------------------------------------------------------
 def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          **model: Any) -> PatchResult:
+          sae: str | None = None, sae_site: str | None = None, **model: Any) -> PatchResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head), and measure m = logit(answer) - logit(wrong) at the last position.
@@ -315,19 +327,27 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
                          f"{', '.join(PATCH_SITES)}")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    if (site == "features") != (sae is not None):
+        raise UsageError("--site features patches the features of an SAE: give --sae DIR"
+                         if sae is None else "--sae gives the SAE whose features --site "
+                         f"features patches, but --site is {site}; pass --site features")
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
+                 sae_used=True)
     _needs_head(model, "patch")
     return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
                                batch=batch, truncate=truncate, ablate=ablate,
-                               ablate_mode=ablate_mode)
+                               ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
 
 
 def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
-              truncate: bool = False, **model: Any) -> AttributeResult:
+              truncate: bool = False, sae: str | None = None, sae_site: str | None = None,
+              **model: Any) -> AttributeResult:
     """Direct logit attribution: the logit of `answer` (minus `wrong`'s) at the last
     position, split into the embedding, every attention output (every head with
     `per_head`) and every FFN output through the frozen final norm, plus a remainder;
     result.parts sum to result.logit_diff."""
+    if sae is not None or sae_site is not None:
+        _check_edits(sae=sae, sae_site=sae_site, sae_used=True)
     _needs_head(model, "attribute")
     return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
-                                   truncate=truncate)
+                                   truncate=truncate, sae=sae, sae_site=sae_site)

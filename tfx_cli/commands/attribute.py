@@ -3,7 +3,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, SaeOpt, SaeSiteOpt, TextArg,
                        TruncateOpt, model_command, read_text)
 
 
@@ -20,6 +20,8 @@ def attribute(
         "--per-head", help="One part per attention head (its context times its slice of "
         "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
     truncate: TruncateOpt = False,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -63,6 +65,7 @@ def attribute(
         raise UsageError("--answer is missing; tfx attribute TEXT --answer TOKEN "
                          "[--wrong TOKEN]")
     result = api.attribute(read_text(text, encoding=encoding), answer=answer, wrong=wrong,
-                           per_head=per_head, truncate=truncate, **model)
+                           per_head=per_head, truncate=truncate, sae=sae, sae_site=sae_site,
+                           **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

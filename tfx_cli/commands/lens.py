@@ -1,5 +1,5 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt, SaeOpt, SaeSiteOpt,
                        PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
 
@@ -11,6 +11,8 @@ def lens(
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -54,6 +56,7 @@ def lens(
 
     check_plot(plot, force)
     result = api.lens(read_text(text, encoding=encoding), truncate=truncate, target=target,
-                      **edit_options(ablate, ablate_mode), **model)
+                      **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

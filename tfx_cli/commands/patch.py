@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt, SaeOpt, SaeSiteOpt,
                        PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
 
@@ -14,6 +14,7 @@ class PatchSite(str, Enum):
     attn_out = "attn_out"
     ffn_out = "ffn_out"
     heads = "heads"
+    features = "features"
 
 
 @model_command
@@ -32,7 +33,8 @@ def patch(
     site: Annotated[PatchSite, typer.Option(
         "--site", help="What one cell patches: resid_pre (block i's input at one position), "
         "attn_out, ffn_out (a sublayer's output at one position), heads (one head's context "
-        "at every position).")] = PatchSite.resid_pre,
+        "at every position), features (one feature of --sae's SAE at one position, the "
+        "32 features that differ most).")] = PatchSite.resid_pre,
     batch: Annotated[Optional[int], typer.Option(
         "--batch", min=1, show_default=False,
         help="Cells run together in one forward pass (default: as many as fill 4,096 "
@@ -41,6 +43,8 @@ def patch(
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -85,6 +89,7 @@ def patch(
     result = api.patch(read_text(clean, encoding=encoding, what="CLEAN text"),
                        corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
                        wrong=wrong, site=site.value, batch=batch, truncate=truncate,
-                       **edit_options(ablate, ablate_mode), **model)
+                       **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

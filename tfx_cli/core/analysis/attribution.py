@@ -5,12 +5,13 @@ answer - wrong direction; the parts sum to the logit difference."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from ...errors import InputTextError
+from ...errors import InputTextError, UsageError
 from ..results import AttributeResult, Part
 from ..trace import Trace
 from .common import encode, input_info
@@ -50,7 +51,7 @@ class Attribution:
 
 
 def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
-                      per_head: bool = False) -> Attribution:
+                      per_head: bool = False, sae=None) -> Attribution:
     """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
 
     Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
@@ -84,6 +85,9 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
     if model.ln_f is not None:
         names.append("ln_f.var")
+    if sae is not None:
+        check_sae_site(sae, per_head)
+        names += [sae.site, sae.site_out]
     with model.record(names) as tr, torch.inference_mode():
         model(torch.tensor([list(ids)]), head="last")
     logits = tr.raw(out)[-1].double()  # (V,)
@@ -120,6 +124,39 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         with model.holding("embed"):
             through(model.embed.ln, "embed.ln")
 
+    features = None  # the SAE's parts of its site, at the last position
+    if sae is not None:
+        from .features import feature_parts, site_values
+
+        x_in, x_out = site_values(sae, tr)
+        features = feature_parts(sae, x_in[-1], x_out[-1])
+
+    def stream_is(name: str) -> None:
+        """At the point where the stream is `name`'s value: an SAE of it replaces
+        every part so far (and the remainder) by its own parts."""
+        nonlocal rest
+        if sae is not None and sae.site_out == name:
+            labels.clear()
+            vectors.clear()
+            rest = torch.zeros_like(rest)
+            for label, vector in features:
+                add(label, vector)
+
+    def sublayer(name: str, value, out_proj=None) -> None:
+        """A sublayer's output part, or the SAE's parts of it (through W_O for an SAE
+        of attention's context, whose output bias joins the remainder)."""
+        nonlocal rest
+        if sae is None or sae.site_out not in (name, name.replace(".out", ".context")):
+            add(name, value)
+            return
+        W = _host(out_proj.weight) if sae.site_out.endswith(".context") else None
+        for label, vector in features:
+            add(label, vector if W is None else W @ vector)
+        if W is not None and out_proj.bias is not None:
+            rest = rest + _host(out_proj.bias)
+
+    stream_is("embed.out")
+
     def block_parts(i: int, block) -> None:
         """Block i's attention (or its heads) and FFN outputs, through its norms."""
         nonlocal rest
@@ -136,21 +173,24 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             if attn.out_proj.bias is not None:
                 rest = rest + _host(attn.out_proj.bias)
         else:
-            add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
+            sublayer(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1],
+                     attn.out_proj)
         if sandwich:
             through(block.ln_post_attn, f"blocks.{i}.ln_post_attn", since=first)
             rest = before + rest
         if post:
             through(block.ln1, f"blocks.{i}.ln1")
+        stream_is(f"blocks.{i}.resid_mid")
         first, before = len(vectors), rest
         if sandwich:
             rest = torch.zeros_like(rest)
-        add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
+        sublayer(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
         if sandwich:
             through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
             rest = before + rest
         if post:
             through(block.ln2, f"blocks.{i}.ln2")
+        stream_is(f"blocks.{i}.resid_out")
     for i, block in enumerate(model.blocks):
         with model.holding(f"blocks.{i}"):
             block_parts(i, block)
@@ -161,8 +201,26 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     return Attribution(labels + ["remainder"], values, logit_diff)
 
 
+# the sites whose value attribution can split by feature: the residual stream at a
+# block's boundaries, a sublayer's output, attention's context (through W_O)
+SAE_SITES = re.compile(r"^(embed\.out|blocks\.\d+\.(resid_mid|resid_out|attn\.out|ffn\.out|"
+                       r"attn\.context))$")
+
+
+def check_sae_site(sae, per_head: bool) -> None:
+    if not SAE_SITES.match(sae.site_out):
+        raise UsageError(f"tfx attribute --sae splits the residual stream (resid_pre, "
+                         f"resid_mid, resid_out), a sublayer's output (attn.out, ffn.out) or "
+                         f"attention's context by feature; the SAE's site {sae.site_out} is "
+                         "none of them")
+    if per_head and sae.site_out.endswith((".attn.context", ".attn.out")):
+        raise UsageError("--per-head splits attention by head and --sae splits it by "
+                         "feature; choose one")
+
+
 def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
-              per_head: bool = False, truncate: bool = False) -> AttributeResult:
+              per_head: bool = False, truncate: bool = False,
+              sae=None) -> AttributeResult:
     """`tfx attribute`: logit_attribution of TEXT's last position, as a result."""
     cfg, model = loaded.cfg, loaded.model
     single_stack(cfg, "tfx attribute")
@@ -175,7 +233,7 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
                              "every part would be 0")
     found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
-                              per_head=per_head)
+                              per_head=per_head, sae=sae)
     parts = [Part(name, value) for name, value in zip(found.names, found.values)]
     total = sum(found.values)
     post = cfg.norm_position == "post"
@@ -201,7 +259,14 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=found.logit_diff,
         parts=parts, sum_of_parts=total, unexplained=found.logit_diff - total,
         per_head=per_head, norm=norm_text,
-        remainder=", ".join(held) if held else "nothing (no biases or shifts)")
+        remainder=", ".join(held) if held else "nothing (no biases or shifts)",
+        sae=None if sae is None else _sae_info(sae))
+
+
+def _sae_info(sae):
+    from .features import sae_info
+
+    return sae_info(sae)
 
 
 def _norms(model, post: bool) -> list:

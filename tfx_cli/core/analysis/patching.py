@@ -21,10 +21,11 @@ from .common import encode, input_info
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name, single_stack
 
-PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
+PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads", "features")
 # -- activation patching -----------------------------------------------------------------
 PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out",
-           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context"}
+           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context",
+           "features": "features.{k}"}  # an SAE's features (--sae): core/analysis/features.py
 BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
 
 
@@ -115,8 +116,14 @@ def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -
 
 def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
           site: str = "resid_pre", batch: int | None = None,
-          truncate: bool = False) -> PatchResult:
-    """`tfx patch`: the sweep over every layer and position (or head) of `site`."""
+          truncate: bool = False, sae=None) -> PatchResult:
+    """`tfx patch`: the sweep over every layer and position (or head) of `site`; with
+    site "features", over the features of `sae` (a core.features.SAE) × positions."""
+    if (site == "features") != (sae is not None):
+        raise UsageError("--site features patches the features of an SAE: give --sae DIR"
+                         if sae is None else
+                         f"--sae gives the SAE whose features --site features patches, but "
+                         f"--site is {site}; pass --site features")
     if site not in PATCH_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
                          f"{', '.join(PATCH_SITES)}")
@@ -139,7 +146,13 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
                              "the logit difference would be 0 in every run")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
+    if sae is not None:
+        from .features import feature_sweep, sae_info
+
+        done = feature_sweep(loaded.model, sae, ids, bad_ids, good.id, bad.id,
+                             batch=batch or default_batch(len(ids)))
+    else:
+        done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
     gap = done.m_clean - done.m_corrupt
     if gap == 0:
         raise InputTextError(
@@ -148,19 +161,23 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
             "answers differ")
     effect = (done.metric - done.m_corrupt) / gap + 0.0  # + 0.0: no -0.0 where m = m_corrupt
     cols = "H" if site == "heads" else "T"
+    rows = "F" if site == "features" else "L"  # features × positions, or layers × ...
     tr = Trace()
-    tr.add("patch.effect", effect, ("L", cols))
-    tr.add("patch.metric", done.metric, ("L", cols))
+    tr.add("patch.effect", effect, (rows, cols))
+    tr.add("patch.metric", done.metric, (rows, cols))
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
-        patched=PATCHED[site], answer=good, wrong=bad,
+        patched=PATCHED[site] if sae is None else f"features.{{k}} at {sae.spec}",
+        answer=good, wrong=bad,
         metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
         m_clean=done.m_clean, m_corrupt=done.m_corrupt,
         effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",
         differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
         n_cells=int(effect.numel()),
         batch=min(batch or default_batch(len(ids)), int(effect.shape[1])),
-        batched_runs=done.batched_runs)
+        batched_runs=done.batched_runs,
+        sae=None if sae is None else sae_info(sae),
+        features=getattr(done, "features", None))
 
 
 __all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch"]

@@ -120,7 +120,7 @@ def tensor_json(array: np.ndarray, dims: tuple[str, ...]) -> dict:
 
 
 def tensors_json(trace: Trace) -> dict:
-    return {name: tensor_json(array, dims) for name, array, dims in trace.items()}
+    return {name: tensor_json(array, dims) for name, array, dims in trace.entries()}
 
 
 # -- what every result carries --------------------------------------------------------
@@ -192,7 +192,7 @@ class Result:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every recorded tensor as a numpy array, by trace name."""
-        return {name: array for name, array, _ in self.tensors.items()}
+        return dict(self.tensors)
 
     @property
     def tokens(self) -> list[str]:
@@ -231,6 +231,8 @@ _LAZY = {
                  "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
     "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
     "training": ("TrainCheck", "TrainResult"),
+    "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
+                 "FeaturesResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -25,6 +25,10 @@ class Intervention:
     away_tokens: list[str] | None = optional()
     scale: float | None = optional()
     vector_norm: float | None = optional()  # L2 norm of activation(toward) - activation(away)
+    # a feature of an SAE (--ablate features.{k} with --sae, --steer-feature DIR:IDX): the
+    # SAE's folder and the feature's index; `name` is the site the SAE reconstructs
+    sae: str | None = optional()
+    feature: int | None = optional()
 
 
 @dataclass
@@ -54,6 +58,10 @@ class PatchResult(Result):
     n_cells: int
     batch: int  # cells per forward pass
     batched_runs: int  # forward passes the sweep made, each from its layer's input
+    # --site features: the SAE (results/features.SAEInfo) and the features patched, one
+    # row of patch.effect each (positions across)
+    sae: object | None = optional()
+    features: list[int] | None = optional()
 
 
 @dataclass
@@ -79,3 +87,6 @@ class AttributeResult(Result):
     per_head: bool
     norm: str  # how the norms were frozen
     remainder: str  # what the remainder part holds
+    # with an SAE (--sae): the SAE (results/features.SAEInfo); its site's share of the
+    # stream is split into features.{k}, features.bias and features.error parts
+    sae: object | None = optional()

@@ -39,6 +39,10 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
                   no_wrap=True, overflow="ellipsis")
     cells = "positions" if result.site != "heads" else "heads"
     L, n = result.tensors.shape("patch.effect")
+    if result.sae is not None:
+        from .features import sae_lines
+
+        console.print(kv_table(sae_lines(result.sae), precision=opts.precision))
     p = opts.precision
     console.print(kv_table({
         "patched": f"{result.patched} ({result.site}; one {cells[:-1]} per cell"
@@ -47,11 +51,15 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         "m_clean": format_number(result.m_clean, max(p, 4)),
         "m_corrupt": format_number(result.m_corrupt, max(p, 4)),
         "effect": result.effect + "  (1: the cell restores CLEAN's answer)",
-        "cells": f"{L} layers × {n} {cells} in {counted(result.batched_runs, 'forward pass', 'forward passes')}"
+        "cells": f"{L} {'features' if result.features else 'layers'} × {n} {cells} in {counted(result.batched_runs, 'forward pass', 'forward passes')}"
                  f" of up to {result.batch} rows",
     }, precision=p))
     axes = {"T": patch_columns(result)}
     title = f"patch.effect  ({result.site}: rows are layers, columns {cells})"
+    if result.features:  # --site features: one row per feature of the SAE
+        axes["F"] = [f"#{k}" for k in result.features]
+        title = (f"patch.effect  (features of the SAE at {result.sae.site}: rows are "
+                 f"features, columns positions)")
     console.print(TensorView("patch.effect", result.tensors.array("patch.effect"),
                              result.tensors.dims("patch.effect"), axes=axes, precision=p,
                              full=opts.full, title=title))
@@ -78,6 +86,10 @@ def attribute_view(result: AttributeResult, console: Console, opts: ViewOptions)
     what = f"logit({result.answer.token!r})"
     if result.wrong is not None:
         what += f" − logit({result.wrong.token!r})"
+    if result.sae is not None:
+        from .features import sae_lines
+
+        console.print(kv_table(sae_lines(result.sae), precision=p))
     console.print(kv_table({
         "measured": f"{what} at position {result.position}",
         "each part": f"through {result.norm}, then · ({result.direction})",
