@@ -77,6 +77,12 @@ COMMANDS: tuple[Command, ...] = (
 
 BY_NAME = {command.name: command for command in COMMANDS}
 
+# How a result draws itself outside the command line: "html" (result -> an HTML fragment,
+# for a notebook's _repr_html_) and "rich" (result -> a Rich renderable, __rich__).
+# core/results calls them; tfx_cli.api puts render.notebook's here when it is imported
+# (the core may not import render).
+DRAWERS: dict = {}
+
 
 def find(name: str | None) -> Command | None:
     return BY_NAME.get(name or "")
