@@ -372,3 +372,33 @@ def test_attribution_over_features_sums_to_the_logit_difference(tmp_path, hook):
     else:  # the stream at the site: everything before it replaced
         assert "embed.tok" not in names
     assert r.sae.site == fs.open_sae(loaded(), tmp_path / "sae").spec
+
+
+@pytest.mark.slow
+def test_the_readme_sae_on_smollm2(tmp_path):
+    """README "Features": eight unit unembedding directions of SmolLM2 as an SAE at the
+    last block's output; taking the ' Paris' one out takes Paris out of the answer."""
+    from tfx_cli.core.features import write_saelens
+
+    m = api.load(weights="smollm2")
+    words = [" Paris", " Rome", " London", " Berlin", " Madrid", " France", " Italy",
+             " capital"]
+    rows = torch.stack([m.module.lm_head.weight[m.tokenizer.encode(w)[0]] for w in words])
+    rows = rows / rows.norm(dim=-1, keepdim=True)
+    sae = write_saelens(tmp_path / "city-sae", activation="relu", W_enc=rows.T, W_dec=rows,
+                        b_enc=torch.zeros(8), b_dec=torch.zeros(576),
+                        apply_b_dec_to_input=False, hook_name="blocks.29.hook_resid_post")
+    text = "The capital of France is"
+    f = m.features(text, sae=str(sae), per_token=3)
+    assert [a.index for a in f.positions[4].top] == [0, 2, 5]
+    assert f.positions[4].top[0].activation == pytest.approx(95.5, abs=0.1)
+    assert f.fvu == pytest.approx(1.43, abs=0.01)
+    plain = m.next(text)
+    assert plain.greedy.token == " Paris" and plain.greedy.prob == pytest.approx(0.773, abs=1e-3)
+    ablated = m.next(text, sae=str(sae), ablate=["features.0"], candidates=200)
+    assert " Paris" not in [c.token for c in ablated.candidates]
+    assert ablated.greedy.token == " the"
+    parts = {p.name: p.value for p in m.attribute(text, answer=" Paris", wrong=" Rome",
+                                                  sae=str(sae)).parts}
+    assert parts["features.0"] == pytest.approx(7.21, abs=0.01)
+    assert parts["features.1"] == pytest.approx(-4.85, abs=0.01)

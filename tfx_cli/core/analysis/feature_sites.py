@@ -100,7 +100,7 @@ def open_sae(loaded, path, site: str | None = None):
     single_stack(loaded.cfg, "--sae")
     file = read_sae(path)
     model, cfg = loaded.model, loaded.cfg
-    spec = tfx_site(site) if site is not None else file.site
+    spec = tfx_site(site, "--sae-site names") if site is not None else file.site
     if spec is None:
         raise site_needed(file)
     option = "--sae-site" if site is not None else f"--sae {file.path}: its site"

@@ -142,6 +142,7 @@ class FeatureSweep:
     m_clean: float
     m_corrupt: float
     batched_runs: int
+    cells_run: int  # cells where the features differ, each run once
 
 
 def feature_sweep(model, sae: SAE, clean: Sequence[int], corrupt: Sequence[int],
@@ -203,7 +204,8 @@ def feature_sweep(model, sae: SAE, clean: Sequence[int], corrupt: Sequence[int],
             for b, (r, t) in enumerate(part):
                 metric[r, t] = values[b]
             runs += 1
-    return FeatureSweep(metric, chosen, float(m_clean[0]), float(m_corrupt[0]), runs)
+    return FeatureSweep(metric, chosen, float(m_clean[0]), float(m_corrupt[0]), runs,
+                        len(cells))
 
 
 __all__ = ["features", "feature_parts", "feature_sweep", "FeatureSweep", "sae_info",

@@ -207,8 +207,8 @@ def _saelens(path: Path) -> SAEFile:
     if sae.transcoder and not hook_out:
         raise WeightsError(f"--sae {path}: a transcoder's {SAELENS_CFG} must name the site it "
                            "writes (metadata.hook_name_out)")
-    sae.site = tfx_site(hook) if hook else None
-    sae.site_out = tfx_site(hook_out) if hook_out else None
+    sae.site = tfx_site(hook, f"--sae {path} reads") if hook else None
+    sae.site_out = tfx_site(hook_out, f"--sae {path} writes") if hook_out else None
     return sae
 
 

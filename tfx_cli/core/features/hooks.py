@@ -40,8 +40,9 @@ _UNMAPPED = {
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
-def tfx_site(hook: str) -> str:
-    """The tfx trace name of a TransformerLens hook name (a tfx name passes through)."""
+def tfx_site(hook: str, what: str = "the SAE reads") -> str:
+    """The tfx trace name of a TransformerLens hook name (a tfx name passes through);
+    `what` starts the refusal ("--sae DIR reads", "--sae-site names")."""
     hook = hook.strip()
     if hook in GLOBAL_HOOKS:
         return GLOBAL_HOOKS[hook]
@@ -52,12 +53,12 @@ def tfx_site(hook: str) -> str:
             return BLOCK_HOOKS[leaf].format(i=layer)
         for suffix, why in _UNMAPPED.items():
             if leaf.endswith(suffix):
-                raise SelectError(f"the SAE reads {hook}, which tfx does not map: {why}; "
+                raise SelectError(f"{what} {hook}, which tfx does not map: {why}; "
                                   "name the tfx site it reads with --sae-site, e.g. "
                                   f"--sae-site blocks.{layer}.resid_out")
     if "hook_" not in hook:
         return hook  # a tfx name already (blocks.3.resid_out); checked on the model
-    raise SelectError(f"the SAE reads {hook}, a hook name tfx does not map (it maps "
+    raise SelectError(f"{what} {hook}, a hook name tfx does not map (it maps "
                       f"{', '.join(sorted(BLOCK_HOOKS))} of blocks.{{i}}, and "
                       f"{', '.join(GLOBAL_HOOKS)}); name the tfx site with --sae-site, "
                       "e.g. --sae-site blocks.3.resid_out")
