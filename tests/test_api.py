@@ -24,6 +24,22 @@ SMALL_KW = dict(layers=2, d_model=32, heads=4)
 POST_LN = str(ROOT / "tests" / "post_ln_words.json")
 TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")  # train writes a folder  # toy's encoder as one stack, with a head
 
+SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae")  # a random SAE (written below)
+
+
+def _write_sae() -> None:
+    """A random TopK SAE of SMALL's block 1 input, in SAELens's format."""
+    import torch
+    from tfx_cli.core.features import write_saelens
+
+    g = torch.Generator().manual_seed(0)
+    write_saelens(SAE, activation="topk", k=4, W_enc=torch.randn(32, 64, generator=g),
+                  W_dec=torch.randn(64, 32, generator=g), b_enc=torch.zeros(64),
+                  b_dec=torch.zeros(32), hook_name="blocks.1.hook_resid_pre", force=True)
+
+
+_write_sae()
+
 # (CLI arguments, the same call through the API)
 CASES = {
     "tokenize": (["tokenize", "Hello, I am"], lambda: api.tokenize("Hello, I am")),
@@ -112,6 +128,25 @@ CASES = {
          "decoder.blocks.0.cross.pattern:h=1", "--dtype", "bfloat16"],
         lambda: api.next(SENTENCE, config="toy", target="you win",
                          ablate=["decoder.blocks.0.cross.pattern:h=1"], dtype="bfloat16")),
+    # features of an SAE: the command, a feature ablated and steered, patch and attribute
+    "features": (["features", CAPITAL, *SMALL, "--sae", SAE, "--per-token", "3"],
+                 lambda: api.features(CAPITAL, sae=SAE, per_token=3, **SMALL_KW)),
+    "next-feature-ablated": (["next", CAPITAL, *SMALL, "--sae", SAE, "--ablate",
+                              "features.7:p=4", "--ablate-mode", "mean"],
+                             lambda: api.next(CAPITAL, sae=SAE, ablate=["features.7:p=4"],
+                                              ablate_mode="mean", **SMALL_KW)),
+    "trace-feature-steered": (["trace", CAPITAL, *SMALL, "-s", "logits", "--steer-feature",
+                               f"{SAE}:3", "--scale", "5"],
+                              lambda: api.trace(CAPITAL, select=["logits"],
+                                                steer_feature=f"{SAE}:3", scale=5,
+                                                **SMALL_KW)),
+    "patch-features": (["patch", CAPITAL, "--corrupt", OTHER, "--answer", " Paris", "--wrong",
+                        " Rome", "--site", "features", "--sae", SAE, *SMALL],
+                       lambda: api.patch(CAPITAL, corrupt=OTHER, answer=" Paris",
+                                         wrong=" Rome", site="features", sae=SAE,
+                                         **SMALL_KW)),
+    "attribute-sae": (["attribute", CAPITAL, "--answer", " Paris", "--sae", SAE, *SMALL],
+                      lambda: api.attribute(CAPITAL, answer=" Paris", sae=SAE, **SMALL_KW)),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
     "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),

@@ -268,8 +268,9 @@ def test_ablating_a_feature_moves_the_site_by_its_decoder_row_times_its_activati
     assert torch.allclose(torch.from_numpy(mean.tensors["blocks.0.resid_out"]),
                           x + change[:, None] * W[k], atol=1e-6)
     # steering a feature adds K × its decoder row at every position
-    steered = api.trace(TEXT, select=["blocks.0.resid_out"], steer_feature=f"{tmp_path / 'sae'}:{k}",
-                        scale=3.0, **MODEL).tensors["blocks.0.resid_out"]
+    steered = api.trace(TEXT, select=["blocks.0.resid_out"],
+                        steer_feature=f"{tmp_path / 'sae'}:{k}", scale=3.0,
+                        **MODEL).tensors["blocks.0.resid_out"]
     assert torch.allclose(torch.from_numpy(steered), x + 3.0 * W[k], atol=1e-6)
 
 

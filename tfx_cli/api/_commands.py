@@ -320,17 +320,14 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head), and measure m = logit(answer) - logit(wrong) at the last position.
     tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell."""
-    from ..core.analysis.patching import PATCH_SITES
+    from ..core.analysis.patching import ALL_SITES, check_site
 
-    if site not in PATCH_SITES:
+    if site not in ALL_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(PATCH_SITES)}")
+                         f"{', '.join(ALL_SITES)}")
+    check_site(site, sae is not None)
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    if (site == "features") != (sae is not None):
-        raise UsageError("--site features patches the features of an SAE: give --sae DIR"
-                         if sae is None else "--sae gives the SAE whose features --site "
-                         f"features patches, but --site is {site}; pass --site features")
     _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
                  sae_used=True)
     _needs_head(model, "patch")

@@ -210,14 +210,12 @@ class Model:
         site="features" with `sae`: the SAE's features × positions."""
         from ..core.analysis.patching import patch
 
-        if site == "features" and sae is None:
-            raise UsageError("--site features patches the features of an SAE: give --sae "
-                             "DIR")
         return self._edited(
             lambda plan: patch(self._loaded, _text(clean, "CLEAN text"),
                                corrupt=_text(corrupt, "--corrupt text"), answer=answer,
                                wrong=wrong, site=site, batch=batch, truncate=truncate,
-                               sae=plan.features.sae if site == "features" else None),
+                               sae=plan.features.sae if plan is not None and site == "features"
+                               else None),
             ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
             sae_used=site == "features" or None)
 

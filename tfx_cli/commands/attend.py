@@ -5,9 +5,10 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt, SaeOpt, SaeSiteOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, StackOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
                        model_command, read_text, split_list, stack_value)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 class Mask(str, Enum):

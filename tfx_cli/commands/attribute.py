@@ -3,8 +3,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, SaeOpt, SaeSiteOpt, TextArg,
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
                        TruncateOpt, model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 @model_command

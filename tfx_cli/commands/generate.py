@@ -5,9 +5,10 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
-                       SaeOpt, SaeSiteOpt, SteerFeatureOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt,
+                       ScaleOpt, SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt,
                        edit_options,
                        model_command, read_text, split_list)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")

@@ -1,7 +1,8 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt, SaeOpt, SaeSiteOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 @model_command

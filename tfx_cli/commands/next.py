@@ -3,9 +3,10 @@ from typing import Annotated
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, SaeOpt,
-                       SaeSiteOpt, ScaleOpt, SteerFeatureOpt, SteerOpt, TargetOpt, TextArg,
-                       TowardOpt, TruncateOpt, edit_options, model_command)
+from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
+                       SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
+                       model_command)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 

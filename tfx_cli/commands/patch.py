@@ -4,9 +4,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt, SaeOpt, SaeSiteOpt,
+from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 class PatchSite(str, Enum):

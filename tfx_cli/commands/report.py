@@ -13,8 +13,9 @@ import typer
 
 from ..errors import UsageError
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TargetOpt, TextArg,
-                       TruncateOpt, SaeOpt, SaeSiteOpt,
+                       TruncateOpt,
                        edit_options, model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,

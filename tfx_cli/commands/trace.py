@@ -4,9 +4,10 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, ForceOpt, FullOpt, JsonOpt,
-                       PlotOpt, PrecisionOpt, SaeOpt, SaeSiteOpt, SteerFeatureOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg,
+                       PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg,
                        TowardOpt,
                        TruncateOpt, edit_options, model_command, read_text, split_list)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 
 
 @model_command

@@ -21,11 +21,12 @@ from .common import encode, input_info
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name, single_stack
 
-PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads", "features")
+PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")  # the layer sweeps
+# and the features of an SAE (--sae; core/analysis/features.py), features × positions
+ALL_SITES = PATCH_SITES + ("features",)
 # -- activation patching -----------------------------------------------------------------
 PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out",
-           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context",
-           "features": "features.{k}"}  # an SAE's features (--sae): core/analysis/features.py
+           "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context"}
 BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
 
 
@@ -114,19 +115,24 @@ def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -
     return edit
 
 
+def check_site(site: str, sae_given: bool) -> None:
+    """--site features and --sae come together (before any model is loaded)."""
+    if site == "features" and not sae_given:
+        raise UsageError("--site features patches the features of an SAE: give --sae DIR")
+    if sae_given and site != "features":
+        raise UsageError(f"--sae gives the SAE whose features --site features patches, but "
+                         f"--site is {site}; pass --site features")
+
+
 def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
           site: str = "resid_pre", batch: int | None = None,
           truncate: bool = False, sae=None) -> PatchResult:
     """`tfx patch`: the sweep over every layer and position (or head) of `site`; with
     site "features", over the features of `sae` (a core.features.SAE) × positions."""
-    if (site == "features") != (sae is not None):
-        raise UsageError("--site features patches the features of an SAE: give --sae DIR"
-                         if sae is None else
-                         f"--sae gives the SAE whose features --site features patches, but "
-                         f"--site is {site}; pass --site features")
-    if site not in PATCH_SITES:
+    check_site(site, sae is not None)
+    if site not in ALL_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(PATCH_SITES)}")
+                         f"{', '.join(ALL_SITES)}")
     single_stack(loaded.cfg, "tfx patch")
     need_head(loaded.cfg, "patch")
     check_vocab(loaded)
@@ -167,7 +173,7 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     tr.add("patch.metric", done.metric, (rows, cols))
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
-        patched=PATCHED[site] if sae is None else f"features.{{k}} at {sae.spec}",
+        patched=f"features.{{k}} at {sae.spec}" if sae is not None else PATCHED[site],
         answer=good, wrong=bad,
         metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
         m_clean=done.m_clean, m_corrupt=done.m_corrupt,
@@ -181,4 +187,4 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
         features=getattr(done, "features", None))
 
 
-__all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch"]
+__all__ = ["PATCH_SITES", "ALL_SITES", "check_site", "patch", "sweep", "Sweep", "default_batch"]

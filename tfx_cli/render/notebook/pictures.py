@@ -148,8 +148,10 @@ def heatmap(array, rows: Sequence[str] | None = None, cols: Sequence[str] | None
     if array.ndim == 1:
         array = array[None, :]
     n_rows, n_cols = array.shape
-    rows = list(rows) if rows is not None and len(rows) == n_rows else [str(i) for i in range(n_rows)]
-    cols = list(cols) if cols is not None and len(cols) == n_cols else [str(j) for j in range(n_cols)]
+    rows = list(rows) if rows is not None and len(rows) == n_rows else \
+        [str(i) for i in range(n_rows)]
+    cols = list(cols) if cols is not None and len(cols) == n_cols else \
+        [str(j) for j in range(n_cols)]
     scale = scale or Scale(array, vrange)
     caption = f"<h4>{esc(title)} <span class='tfx-note'>{n_rows} × {n_cols}</span></h4>" \
         if title else ""

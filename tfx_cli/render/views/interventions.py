@@ -51,7 +51,8 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         "m_clean": format_number(result.m_clean, max(p, 4)),
         "m_corrupt": format_number(result.m_corrupt, max(p, 4)),
         "effect": result.effect + "  (1: the cell restores CLEAN's answer)",
-        "cells": f"{L} {'features' if result.features else 'layers'} × {n} {cells} in {counted(result.batched_runs, 'forward pass', 'forward passes')}"
+        "cells": f"{L} {'features' if result.features else 'layers'} × {n} {cells} in "
+                 f"{counted(result.batched_runs, 'forward pass', 'forward passes')}"
                  f" of up to {result.batch} rows",
     }, precision=p))
     axes = {"T": patch_columns(result)}
