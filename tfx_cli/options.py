@@ -91,8 +91,8 @@ ScaleOpt = Annotated[Optional[float], typer.Option(
 SaeOpt = Annotated[Optional[str], typer.Option(
     "--sae", metavar="DIR", show_default=False, rich_help_panel="Features",
     help="An SAE folder (SAELens's cfg.json + sae_weights.safetensors, Gemma Scope's "
-         "params.npz, Gemma Scope 2's params.safetensors, tfx-sae.json): --ablate "
-         "features.K then removes its feature K from its site.")]
+         "params.npz, Gemma Scope 2's params.safetensors, tfx-sae.json). With --ablate "
+         "features.K, its feature K is removed from its site.")]
 SaeSiteOpt = Annotated[Optional[str], typer.Option(
     "--sae-site", metavar="SITE", show_default=False, rich_help_panel="Features",
     help="The site the SAE reads, when its folder does not say or says it otherwise: a "

@@ -83,6 +83,11 @@ class Trace(Mapping):
     def __iter__(self):
         return iter(list(self._entries))  # a snapshot: reading may replace entries' values
 
+    # Mapping would compare every array (numpy's == is elementwise, and ambiguous in an
+    # if) and make a Trace unhashable; a Trace stays equal to itself alone, as before
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     def names(self) -> list[str]:
         return list(self._entries)
 
