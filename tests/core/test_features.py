@@ -403,3 +403,18 @@ def test_the_readme_sae_on_smollm2(tmp_path):
                                                   sae=str(sae)).parts}
     assert parts["features.0"] == pytest.approx(7.21, abs=0.01)
     assert parts["features.1"] == pytest.approx(-4.85, abs=0.01)
+
+
+def test_hook_names_round_trip_and_the_metrics():
+    from tfx_cli.core.features import hook_name, metrics, tfx_site
+
+    for site in ("blocks.3.resid_out", "blocks.0.resid_pre", "blocks.2.resid_mid",
+                 "blocks.2.attn.context", "blocks.1.ffn.out", "blocks.1.ln2.out", "embed.tok"):
+        assert tfx_site(hook_name(site)) == site
+    assert hook_name("blocks.3.resid_out") == "blocks.3.hook_resid_post"
+    assert hook_name("blocks.1.ln1.out") == "blocks.1.ln1.out"  # no hook: the tfx name
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert metrics.fvu(x, x) == 0.0 and metrics.fvu(x[:1], x[:1]) is None
+    assert metrics.fvu(x, x.mean(dim=0).expand(3, 2)) == pytest.approx(1.0)
+    acts = torch.tensor([[0.0, 2.0, 0.0], [1.0, 3.0, 0.0]])
+    assert metrics.l0(acts).tolist() == [1, 2] and metrics.dead(acts) == 1

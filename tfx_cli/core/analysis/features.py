@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError, UsageError
-from ..features import SAE
+from ..features import SAE, metrics
 from ..results import FeatureAct, FeaturesResult, FeatureSummary, SAEInfo, TokenFeatures
 from ..trace import Trace
 from .common import encode, input_info, run
@@ -83,11 +83,9 @@ def features(loaded, text: str, *, sae, sae_site: str | None = None, per_token: 
         top = [FeatureAct(int(i), float(v)) for v, i in zip(values, index) if v > 0]
         norm, recon_norm = float(t64[t].norm()), float(r64[t].norm())
         cosine = float(t64[t] @ r64[t]) / (norm * recon_norm) if norm and recon_norm else None
-        positions.append(TokenFeatures(position=t, token=tokens[t], l0=int((a64[t] != 0).sum()),
+        positions.append(TokenFeatures(position=t, token=tokens[t], l0=int(metrics.l0(a64[t])),
                                        norm=norm, error_norm=float(err[t].norm()),
                                        cosine=cosine, top=top))
-    spread = float(((t64 - t64.mean(dim=0)) ** 2).sum())
-    fvu = float((err ** 2).sum()) / spread if len(ids) > 1 and spread > 0 else None
     cosines = [p.cosine for p in positions if p.cosine is not None]
     best, where = a64.max(dim=0)  # per feature: its largest activation, and where
     fired = (a64 != 0).sum(dim=0)
@@ -102,10 +100,10 @@ def features(loaded, text: str, *, sae, sae_site: str | None = None, per_token: 
     return FeaturesResult(
         model=loaded.info, input=input_info(loaded, text, ids), tensors=trace,
         sae=sae_info(sae), per_token=per_token, positions=positions,
-        l0_mean=float((a64 != 0).sum(dim=-1).double().mean()), fvu=fvu,
+        l0_mean=float(metrics.l0(a64).double().mean()), fvu=metrics.fvu(t64, r64),
         cosine_mean=sum(cosines) / len(cosines) if cosines else None,
         error_norm_mean=float(err.norm(dim=-1).mean()), top_features=summary,
-        dead=int((fired == 0).sum()))
+        dead=metrics.dead(a64))
 
 
 # -- the parts of a site, by feature -----------------------------------------------------

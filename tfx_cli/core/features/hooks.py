@@ -63,4 +63,18 @@ def tfx_site(hook: str, what: str = "the SAE reads") -> str:
                       f"{', '.join(GLOBAL_HOOKS)}); name the tfx site with --sae-site, "
                       "e.g. --sae-site blocks.3.resid_out")
 
-__all__ = ["tfx_site", "BLOCK_HOOKS", "GLOBAL_HOOKS"]
+def hook_name(site: str) -> str:
+    """The TransformerLens hook name of a tfx site, for files other tools read (SAELens's
+    cfg.json); a site TransformerLens has no hook for keeps its tfx name."""
+    for hook, name in GLOBAL_HOOKS.items():
+        if site == name:
+            return hook
+    match = re.match(r"^blocks\.(\d+)\.(.+)$", site)
+    if match:
+        for hook, name in BLOCK_HOOKS.items():
+            if name == "blocks.{i}." + match.group(2):
+                return f"blocks.{match.group(1)}.{hook}"
+    return site
+
+
+__all__ = ["tfx_site", "hook_name", "BLOCK_HOOKS", "GLOBAL_HOOKS"]
