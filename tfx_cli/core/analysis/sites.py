@@ -283,9 +283,14 @@ class Plan:
     toward: str | None = None
     away: str | None = None
     scale: float = 1.0
+    # edits of other kinds of sites, made ready by their own module (feature_sites.py:
+    # an SAE's features): (tap name, edit, Intervention, the site) each, installed after
+    # the ablations; a None record is a helper edit (it reports nothing)
+    extra: list = field(default_factory=list)
+    features: object | None = None  # feature_sites.FeaturePlan: the SAEs and features
 
     def __bool__(self) -> bool:
-        return bool(self.ablate) or self.steer is not None
+        return bool(self.ablate) or self.steer is not None or bool(self.extra)
 
 
 def check_options(*, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
@@ -383,6 +388,15 @@ def applied(loaded, p: Plan, source: str | None = None):
         records.append(Intervention(kind="ablate", site=site.spec, name=site.name,
                                     head=site.head, position=site.pos,
                                     mode=ROUTE_AROUND if rerouted else p.mode))
+    for name, edit, record, site in p.extra:
+        if record is None:
+            edits.append((name, edit))
+            continue
+        counter = [0]
+        counters.append(counter)
+        sites.append(site)
+        edits.append((name, _counted(edit, counter)))
+        records.append(record)
     with editing(model, edits):
         if p.steer is None:
             done = Applied(records, counters, sites)
