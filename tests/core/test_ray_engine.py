@@ -10,6 +10,7 @@ the engine uses a runtime its process already holds. The models are tiny random 
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -150,22 +151,33 @@ def test_a_cluster_started_with_ray_start(tmp_path):
     `ray stop` would stop every Ray process of the machine's user)."""
     folder = tempfile.mkdtemp(prefix="tfx-ray-head-")
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFX_QUIET": "1"}
+    # a cluster with a token of its own (Ray's token authentication), which every
+    # client is given as a user of a real cluster would be
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFX_QUIET": "1", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
-    head = subprocess.Popen([shutil.which("ray") or "ray", "start", "--head", "--block",
+    beside = Path(sys.executable).with_name("ray")  # the ray script of this environment
+    head = subprocess.Popen([str(beside) if beside.exists() else "ray", "start", "--head", "--block",
                              "--temp-dir", folder, "--num-cpus", "2", "--port", str(port),
                              "--include-dashboard", "false", "--disable-usage-stats"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
+        # more workers than the cluster's CPUs hold: exit 2, one line, before any model
+        # (asked until the head has registered its node: that is also the wait for it)
+        small_cmd = [sys.executable, "-m", "tfx_cli", "scan", "python-docs", *ARGS,
+                     "--engine", "ray", "--workers", "5", "--ray-address", address]
+        deadline = time.time() + 150
+        while True:
+            small = subprocess.run(small_cmd, env=env, capture_output=True, text=True)
+            if "has 2 CPUs" in small.stderr or time.time() > deadline:
                 break
-            except OSError:
-                time.sleep(0.5)
+            time.sleep(1)
+        assert small.returncode == 2 and small.stdout == ""
+        assert small.stderr.startswith("tfx: error: --workers 5 needs 2.5 CPUs"), small.stderr
+        assert f"the Ray cluster at {address} has 2 CPUs" in small.stderr
+        assert len(small.stderr.strip().splitlines()) == 1
         corpus = tmp_path / "docs.txt"
         corpus.write_text("\n".join(f"line {i} of the corpus, with the cat and the mat"
                                     for i in range(60)))
@@ -177,28 +189,21 @@ def test_a_cluster_started_with_ray_start(tmp_path):
         far = [*cmd, "-o", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2",
                "--ray-address", address]
         # the driver killed mid-run: the same command resumes from the manifest
-        proc = subprocess.Popen(far, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None and \
-                not (tmp_path / "ray" / "shard-00002.safetensors").exists():
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        with open(tmp_path / "killed.err", "w") as err:
+            proc = subprocess.Popen(far, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            deadline = time.time() + 120
+            while time.time() < deadline and proc.poll() is None and \
+                    not (tmp_path / "ray" / "shard-00002.safetensors").exists():
+                time.sleep(0.005)
+            assert proc.poll() is None, (tmp_path / "killed.err").read_text()
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
         manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
         assert not manifest["complete"]
         done = subprocess.run(far, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["result"]["resumed_shards"] >= 2
         assert _files(local) == _files(tmp_path / "ray")
-        # more workers than the cluster's CPUs hold: exit 2, one line, before any model
-        small = subprocess.run([sys.executable, "-m", "tfx_cli", "scan", "python-docs", *ARGS,
-                                "--engine", "ray", "--workers", "5", "--ray-address",
-                                address], env=env, capture_output=True, text=True)
-        assert small.returncode == 2 and small.stdout == ""
-        assert small.stderr.startswith("tfx: error: --workers 5 needs 2.5 CPUs")
-        assert f"the Ray cluster at {address} has 2 CPUs" in small.stderr
-        assert len(small.stderr.strip().splitlines()) == 1
     finally:
         try:
             os.killpg(head.pid, signal.SIGTERM)

@@ -175,9 +175,10 @@ class RayEngine:
                     ray.init(address=self.address, **quiet)
                 except (ConnectionError, RuntimeError) as exc:
                     raise UsageError(f"{self.given} {self.address}: cannot join the Ray cluster "
-                                     f"({str(exc).splitlines()[0][:160]}); check the address "
-                                     "`ray start --head` printed, and that this machine's Ray "
-                                     "version is the cluster's") from None
+                                     f"({str(exc).splitlines()[0][:160]}); if it uses token "
+                                     "authentication (Ray's default), set RAY_AUTH_MODE=token "
+                                     "and its token (RAY_AUTH_TOKEN or ~/.ray/auth_token), and "
+                                     "check the address `ray start --head` printed") from None
             else:
                 self.started = tempfile.mkdtemp(prefix="tfx-ray-")
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, _temp_dir=self.started,
