@@ -1247,7 +1247,9 @@ def main(argv=None) -> int:
                          "patch: the activation-patching sweep and parity; seq2seq: "
                          "vaswani's greedy generation against transformers' Marian; "
                          "bigmodels, not run by default: dtypes' peak RSS, and streaming a "
-                         "1.4 GB checkpoint under --max-memory 300MB against loading it)")
+                         "1.4 GB checkpoint under --max-memory 300MB against loading it; "
+                         "ray, not run by default: tfx scan on --engine ray with 1 and 2 "
+                         "workers against local, bench/ray_bench.py)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -1259,6 +1261,13 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if "ray" in args.cases.split(","):
+        # tfx scan on --engine ray (1 and 2 workers) against local: bench/ray_bench.py
+        done = subprocess.run([sys.executable, str(HERE / "ray_bench.py"), "--docs",
+                               "16" if args.smoke else "100"]).returncode
+        args.cases = ",".join(c for c in args.cases.split(",") if c != "ray")
+        if not args.cases:
+            return done
     if "datasets" in args.cases.split(","):
         # the corpus commands against a TransformerLens loop, a per-document trace loop
         # and transformers' hidden states: bench/datasets_bench.py, in its own processes

@@ -278,14 +278,36 @@ BatchSizeOpt = Annotated[int, typer.Option(
     "--batch-size", metavar="N", rich_help_panel="Corpus",
     help="Windows per forward pass (similar lengths together, padded on the right).")]
 EngineOpt = Annotated[str, typer.Option(
-    "--engine", rich_help_panel="Corpus",
-    help="Where batches run: local (this process).")]
+    "--engine", rich_help_panel="Engine",
+    help="Where batches run: local (this process) or ray (a pool of model actors on Ray "
+         "Data; needs pip install 'tfx-cli[ray]'). Same results either way.")]
+RayAddressOpt = Annotated[Optional[str], typer.Option(
+    "--ray-address", metavar="ADDR", show_default=False, rich_help_panel="Engine",
+    help="The Ray cluster to run on (HOST:PORT of `ray start --head`; default: "
+         "$RAY_ADDRESS, else a Ray runtime started on this machine for the run).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", metavar="N", show_default=False, rich_help_panel="Engine",
+    help="Model replicas (Ray actors, half a CPU each) for --engine ray (default: 1).")]
+GpusPerWorkerOpt = Annotated[Optional[float], typer.Option(
+    "--gpus-per-worker", metavar="F", show_default=False, rich_help_panel="Engine",
+    help="GPUs each --engine ray worker holds (e.g. 1, or 0.5 to put two on one GPU); the "
+         "workers then run on cuda.")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", rich_help_panel="Engine",
+    help="Let the engine's own log lines and progress bars (Ray's) through to stderr.")]
 
 
 def corpus_options(field: str, max_docs: Optional[int], max_tokens: Optional[int],
                    ctx: Optional[int], batch_size: int, engine: str) -> dict:
     return dict(field=field, max_docs=max_docs, max_tokens=max_tokens, ctx=ctx,
                 batch_size=batch_size, engine=engine)
+
+
+def engine_options(ray_address: Optional[str], workers: Optional[int],
+                   gpus_per_worker: Optional[float], verbose: bool) -> dict:
+    """--engine ray's options (--engine itself travels with corpus_options)."""
+    return dict(ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+                verbose=verbose)
 
 
 def need_corpus(corpus: Optional[str]) -> str:

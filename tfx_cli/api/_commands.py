@@ -322,8 +322,11 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
           pairs: str | Path | None = None, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          target: str | None = None, engine: str = "local", sae: str | None = None,
-          sae_site: str | None = None, **model: Any) -> PatchResult | PatchPairsResult:
+          target: str | None = None, engine: str = "local",
+          ray_address: str | None = None, workers: int | None = None,
+          gpus_per_worker: float | None = None, verbose: bool = False,
+          sae: str | None = None, sae_site: str | None = None,
+          **model: Any) -> PatchResult | PatchPairsResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head; features: every feature of the SAE `sae` × position), and measure
@@ -332,7 +335,9 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
     encoder–decoder's CLEAN and CORRUPT are sources read against `target`; its sweep
     covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect).
     With `pairs` (a JSONL file of {clean, corrupt, answer, wrong} lines) the effect is
-    averaged over the pairs (tensors["patch.effect_std"]: its standard deviation)."""
+    averaged over the pairs (tensors["patch.effect_std"]: its standard deviation), run by
+    `engine` ("local", or "ray" with ray_address, workers, gpus_per_worker, verbose: see
+    api.scan)."""
     from ..core.analysis.patching import ALL_SITES, check_site
 
     if site not in ALL_SITES:
@@ -354,7 +359,15 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
             raise UsageError(f"{given[0]} does not go with --pairs: every pair brings its own "
                              "clean, corrupt, answer and wrong; drop it")
         _needs_head(model, "patch")
-        return patch_pairs(pairs, site=site, batch=batch, engine=engine, **model)
+        return patch_pairs(pairs, site=site, batch=batch, engine=engine,
+                           ray_address=ray_address, workers=workers,
+                           gpus_per_worker=gpus_per_worker, verbose=verbose, **model)
+    engine_given = [name for name, value in (
+        ("--engine", None if engine == "local" else engine), ("--ray-address", ray_address),
+        ("--workers", workers), ("--gpus-per-worker", gpus_per_worker)) if value is not None]
+    if engine_given:
+        raise UsageError(f"{engine_given[0]} applies to patch --pairs (many prompt pairs); a "
+                         f"single patch runs in this process: drop {engine_given[0]}")
     for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
         if value is None:
             raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "

@@ -11,8 +11,10 @@
 
 The corpus (`source`, CORPUS on the command line) is a .txt, .jsonl or .parquet file, a folder of .txt files, or a built-in corpus
 (python-docs, repeated-tokens). Keywords are the command-line option names: field,
-max_docs, max_tokens, ctx, batch_size, output (-o DIR: resumable), engine, plus the model
-options. `progress` (a model option) gets a counted bar: the factory is called with
+max_docs, max_tokens, ctx, batch_size, output (-o DIR: resumable), engine ("local" or
+"ray", or an engine object), ray_address, workers, gpus_per_worker, verbose, plus the model
+options. With engine="ray" a Ray runtime is started for the call (and stopped after) unless
+ray_address, RAY_ADDRESS or one this process already holds (ray.init) is there to join. `progress` (a model option) gets a counted bar: the factory is called with
 total= and unit= (see core.progress.counting).
 """
 from __future__ import annotations
@@ -43,6 +45,14 @@ def _loaded(model: dict):
     return load_model(spec, **hooks), hooks
 
 
+def _engine(engine, ray_address=None, workers=None, gpus_per_worker=None, verbose=False):
+    """The engine object, its options checked before the corpus is read or a model loads."""
+    from ..core.datasets.engines import get_engine
+
+    return get_engine(engine, ray_address=ray_address, workers=workers,
+                      gpus_per_worker=gpus_per_worker, verbose=verbose)
+
+
 def _output(output, option="-o"):
     if output is not None and not str(output).strip():
         from ..errors import UsageError
@@ -53,23 +63,31 @@ def _output(output, option="-o"):
 
 def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None,
          max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
-         output: str | Path | None = None, engine: str = "local", **model: Any) -> ScanResult:
+         output: str | Path | None = None, engine: str = "local",
+         ray_address: str | None = None, workers: int | None = None,
+         gpus_per_worker: float | None = None, verbose: bool = False,
+         **model: Any) -> ScanResult:
     """Per (layer, head) attention statistics over a corpus (entropy, sink, previous
     token, duplicate token, induction), residual norms and FFN activity per layer."""
     from ..core.datasets import runs
 
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
-    loaded, hooks = _loaded(model)
-    return runs.scan(loaded, opened, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
-                     output=_output(output), force=bool(model.get("force")), engine=engine,
-                     progress=hooks.progress)
+    with engine:
+        loaded, hooks = _loaded(model)
+        return runs.scan(loaded, opened, ctx=ctx, batch_size=batch_size,
+                         max_tokens=max_tokens, output=_output(output),
+                         force=bool(model.get("force")), engine=engine,
+                         progress=hooks.progress)
 
 
 def top(source: str | Path, *, site: str, units: str | Sequence[int] | None = None,
         k: int = 10, around: int = 8, field: str = "text", max_docs: int | None = None,
         max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
         output: str | Path | None = None, html: str | Path | None = None,
-        engine: str = "local", unit_map: Any = None, **model: Any) -> TopResult:
+        engine: str = "local", ray_address: str | None = None, workers: int | None = None,
+        gpus_per_worker: float | None = None, verbose: bool = False, unit_map: Any = None,
+        **model: Any) -> TopResult:
     """The `k` highest activations of each unit of `site` over a corpus, each with its
     document, position and `around` tokens of context either side. `units`: '0,5,9', '0:64' or a
     list of indices (default: every unit). `html`: also write the self-contained page.
@@ -83,12 +101,14 @@ def top(source: str | Path, *, site: str, units: str | Sequence[int] | None = No
                           option="--html")
     if units is not None and not isinstance(units, str):
         units = ",".join(str(int(u)) for u in units)
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
-    loaded, hooks = _loaded(model)
-    result = runs.top(loaded, opened, site=site, units=units, k=k, context=around, ctx=ctx,
-                      batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
-                      force=bool(model.get("force")), engine=engine,
-                      progress=hooks.progress, unit_map=unit_map)
+    with engine:
+        loaded, hooks = _loaded(model)
+        result = runs.top(loaded, opened, site=site, units=units, k=k, context=around,
+                          ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
+                          output=_output(output), force=bool(model.get("force")),
+                          engine=engine, progress=hooks.progress, unit_map=unit_map)
     if html is not None:
         write_top_html(result, html, force=bool(model.get("force")))
     return result
@@ -110,6 +130,8 @@ def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
             shard_tokens: int | None = None, field: str = "text",
             max_docs: int | None = None, max_tokens: int | None = None,
             ctx: int | None = None, batch_size: int = 8, engine: str = "local",
+            ray_address: str | None = None, workers: int | None = None,
+            gpus_per_worker: float | None = None, verbose: bool = False,
             **model: Any) -> CollectResult:
     """An activation dataset in `output`: safetensors shards (one 2-D tensor per site,
     rows = tokens in corpus order), manifest.json and tokens.parquet. Resumable: the
@@ -121,12 +143,15 @@ def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
         raise UsageError("-o DIR is missing: collect writes a folder, e.g. -o acts")
     if isinstance(select, str):
         select = [select]
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
-    loaded, hooks = _loaded(model)
-    return runs.collect(loaded, opened, select=list(select or ()), output=_output(output),
-                        shard_tokens=shard_tokens, ctx=ctx, batch_size=batch_size,
-                        max_tokens=max_tokens, force=bool(model.get("force")), engine=engine,
-                        progress=hooks.progress)
+    with engine:
+        loaded, hooks = _loaded(model)
+        return runs.collect(loaded, opened, select=list(select or ()),
+                            output=_output(output), shard_tokens=shard_tokens, ctx=ctx,
+                            batch_size=batch_size, max_tokens=max_tokens,
+                            force=bool(model.get("force")), engine=engine,
+                            progress=hooks.progress)
 
 
 def activations(path: str | Path) -> Activations:
@@ -138,11 +163,15 @@ def activations(path: str | Path) -> Activations:
 
 
 def patch_pairs(pairs: str | Path, *, site: str = "resid_pre", batch: int | None = None,
-                engine: str = "local", **model: Any) -> PatchPairsResult:
+                engine: str = "local", ray_address: str | None = None,
+                workers: int | None = None, gpus_per_worker: float | None = None,
+                verbose: bool = False, **model: Any) -> PatchPairsResult:
     """Activation patching averaged over the prompt pairs of a JSONL file (api.patch
     with pairs=)."""
     from ..core.datasets.pairs import patch_pairs as run_pairs
 
-    loaded, hooks = _loaded(model)
-    return run_pairs(loaded, Path(pairs), site=site, batch=batch, engine=engine,
-                     progress=hooks.progress)
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
+    with engine:
+        loaded, hooks = _loaded(model)
+        return run_pairs(loaded, Path(pairs), site=site, batch=batch, engine=engine,
+                         progress=hooks.progress)

@@ -5,8 +5,9 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       JsonOpt, MaxDocsOpt, MaxTokensOpt, corpus_options, model_command,
-                       need_corpus, split_list)
+                       GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt, RayAddressOpt,
+                       VerboseOpt, WorkersOpt, corpus_options, engine_options,
+                       model_command, need_corpus, split_list)
 
 
 @model_command
@@ -28,6 +29,10 @@ def collect(
     ctx: CtxOpt = None,
     batch_size: BatchSizeOpt = 8,
     engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
     force: ForceOpt = False,
     *,
@@ -57,5 +62,7 @@ def collect(
     result = api.collect(need_corpus(source), select=split_list(select, "--select"),
                          output=output, shard_tokens=shard_tokens,
                          **corpus_options(field, max_docs, max_tokens, ctx, batch_size,
-                                          engine), **model)
+                                          engine),
+                         **engine_options(ray_address, workers, gpus_per_worker, verbose),
+                         **model)
     emit(result, json=json_out)

@@ -5,9 +5,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
-                       model_command, read_text)
+from ..options import (AblateModeOpt, AblateOpt, EngineOpt, ForceOpt, FullOpt,
+                       GpusPerWorkerOpt, JsonOpt, PlotOpt, PrecisionOpt, RayAddressOpt,
+                       TargetOpt, TextArg, TruncateOpt, VerboseOpt, WorkersOpt, edit_options,
+                       engine_options, model_command, read_text)
 from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
@@ -47,6 +48,11 @@ def patch(
         help="Patch many prompt pairs and average: one {\"clean\", \"corrupt\", "
              "\"answer\", \"wrong\"} object per line, instead of CLEAN and the options. "
              "See samples/ioi_pairs.jsonl.")] = None,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    verbose: VerboseOpt = False,
     truncate: TruncateOpt = False,
     target: TargetOpt = None,
     ablate: AblateOpt = None,
@@ -94,7 +100,8 @@ def patch(
       tfx patch --pairs samples/ioi_pairs.jsonl --site heads -w smollm2
 
     With --pairs, each cell's effect is averaged over the pairs (patch.effect, and its
-    standard deviation patch.effect_std), the pairs batched together.
+    standard deviation patch.effect_std), the pairs batched together; --engine ray runs
+    the batches of pairs on Ray workers (see tfx scan).
     """
     from .. import api
     from ..errors import UsageError
@@ -109,6 +116,8 @@ def patch(
                                truncate=truncate or None, target=target).items()
                                if v is not None},
                            **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                           engine=engine,
+                           **engine_options(ray_address, workers, gpus_per_worker, verbose),
                            **model)
         plot_to(result, plot, force)
         emit(result, json=json_out, precision=precision, full=full)
@@ -122,6 +131,8 @@ def patch(
                        wrong=wrong, site=site.value, batch=batch, truncate=truncate,
                        target=target,
                        **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                       engine=engine,
+                       **engine_options(ray_address, workers, gpus_per_worker, verbose),
                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

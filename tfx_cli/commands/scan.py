@@ -6,8 +6,9 @@ from typing import Annotated, Optional
 import typer
 
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       FullOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt, PlotOpt, PrecisionOpt,
-                       corpus_options, model_command, need_corpus)
+                       FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
+                       PlotOpt, PrecisionOpt, RayAddressOpt, VerboseOpt, WorkersOpt,
+                       corpus_options, engine_options, model_command, need_corpus)
 
 
 @model_command
@@ -23,6 +24,10 @@ def scan(
         help="Keep the run's state in DIR (resumable after a kill) and its result in "
              "DIR/result.json.")] = None,
     engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -58,6 +63,7 @@ def scan(
     check_plot(plot, force)
     result = api.scan(need_corpus(source), output=output,
                       **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
+                      **engine_options(ray_address, workers, gpus_per_worker, verbose),
                       **model)
     plot_to(result, plot, force)
     emit(result, json=json_out, precision=precision, full=full)

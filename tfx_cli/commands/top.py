@@ -5,8 +5,9 @@ from typing import Annotated, Optional
 import typer
 
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       FullOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt, PrecisionOpt,
-                       corpus_options, model_command, need_corpus)
+                       FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
+                       PrecisionOpt, RayAddressOpt, VerboseOpt, WorkersOpt, corpus_options,
+                       engine_options, model_command, need_corpus)
 
 
 @model_command
@@ -38,6 +39,10 @@ def top(
         help="Keep the run's state in DIR (resumable after a kill) and its result in "
              "DIR/result.json.")] = None,
     engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -72,5 +77,6 @@ def top(
     result = api.top(need_corpus(source), site=site, units=units, k=k, around=around,
                      html=html, output=output,
                      **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
+                     **engine_options(ray_address, workers, gpus_per_worker, verbose),
                      **model)
     emit(result, json=json_out, precision=precision, full=full)

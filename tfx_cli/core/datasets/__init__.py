@@ -6,14 +6,16 @@
        collect.py, pairs.py: each a pure per-batch function and an associative reduction)
     -> reduce in batch order, or write shards in token order (pipeline.py, store.py)
 
-`engines.py` decides only where batches run: `local` in this process today; an engine
-takes a picklable WorkerSpec (the ModelSpec and the task), builds one worker from it per
+`engines.py` decides only where batches run: `local` in this process, `ray` on Ray Data
+actors (ray_engine.py, imported only when asked for); an engine takes a picklable
+WorkerSpec (worker.py: the ModelSpec and the task), builds one worker from it per
 process, maps batches to partial results and hands them back in batch order, so any
 engine gives the same bytes. State lives in the output folder's manifest (store.py):
 shards and checkpoints are written to a temporary name and renamed, so a killed run
 resumes where it stopped.
 
 May import: core.analysis (encode, run, the patching metric), core.load, core.model,
-core.tokenizers and the pure modules below them; numpy, torch, pyarrow and safetensors.
+core.tokenizers and the pure modules below them; numpy, torch, pyarrow and safetensors;
+ray (ray_engine.py only, lazily).
 Never typer or rich: progress comes in as a factory (core.progress).
 """

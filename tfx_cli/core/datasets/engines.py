@@ -4,38 +4,18 @@ and yields each batch with its partial result, in the order it was given. Nothin
 is an engine's business: batches are planned before (windows.py) and partial results
 reduced after (pipeline.py), in batch order, so every engine gives the same bytes.
 
-An engine is any object with `name` and `map(spec, batches)`; `local` runs the worker in
-this process. A Ray engine maps the same WorkerSpec over Ray Data actors (one Worker per
-actor, `__call__` per batch) and restores the batch order before yielding.
+An engine is any object with `name` and `map(spec, batches)`, used as a context manager
+around a run (the ray engine starts or joins a Ray runtime and lets it go after); `local`
+runs the worker in this process; `ray` (ray_engine.py, imported only when asked for) maps
+the same WorkerSpec over Ray Data actors (one Worker per actor, `__call__` per batch) and
+restores the batch order before yielding.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Protocol
 
 from ...errors import UsageError
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a worker needs, picklable: the model options and the task (a frozen
-    dataclass with `select` and `compute(loaded, batch) -> partial`)."""
-
-    model: Any  # core.spec.ModelSpec
-    task: Any
-
-
-class Worker:
-    """One per process: loads the model once, then maps batches to partial results."""
-
-    def __init__(self, spec: WorkerSpec):
-        from ..load import load
-
-        self.loaded = load(spec.model)  # the process's cached model when it has one
-        self.task = spec.task
-
-    def __call__(self, batch) -> Any:
-        return self.task.compute(self.loaded, batch)
+from .worker import Worker, WorkerSpec
 
 
 class Engine(Protocol):
@@ -46,7 +26,21 @@ class Engine(Protocol):
 
 
 class LocalEngine:
+    """In this process, one batch after another (the default)."""
+
     name = "local"
+
+    def __init__(self, verbose: bool = False, **options):
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+        if given:
+            raise UsageError(f"{given[0]} is an option of --engine ray; the local engine runs "
+                             f"in this process: drop {given[0]}, or add --engine ray")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
     def map(self, spec: WorkerSpec, batches: Iterable) -> Iterator[tuple[Any, Any]]:
         worker = None
@@ -55,13 +49,28 @@ class LocalEngine:
             yield batch, worker(batch)
 
 
-ENGINES = {"local": LocalEngine}
+def _ray_engine():
+    from .ray_engine import RayEngine  # Ray is imported only when it is asked for
+
+    return RayEngine
 
 
-def get_engine(name: str = "local") -> Engine:
+ENGINES = {"local": lambda: LocalEngine, "ray": _ray_engine}
+
+
+def get_engine(name: "str | Engine" = "local", **options) -> Engine:
+    """The engine called `name`, built with its options (ray_address=, workers=,
+    gpus_per_worker= for ray; verbose= for both); an engine object as it is."""
+    if not isinstance(name, str):
+        return name
     if name not in ENGINES:
         raise UsageError(f"--engine {name!r} is not an engine; valid: {', '.join(ENGINES)}")
-    return ENGINES[name]()
+    return ENGINES[name]()(**options)
 
 
-__all__ = ["WorkerSpec", "Worker", "Engine", "LocalEngine", "get_engine", "ENGINES"]
+def engine_name(engine: "str | Engine") -> str:
+    return engine if isinstance(engine, str) else engine.name
+
+
+__all__ = ["WorkerSpec", "Worker", "Engine", "LocalEngine", "get_engine", "engine_name",
+           "ENGINES"]

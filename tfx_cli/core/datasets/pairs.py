@@ -21,7 +21,7 @@ from ...words import counted
 from ..analysis.common import encode
 from ..analysis.patching import PATCHED, default_batch
 from ..analysis.sites import editing, one_token, resid_pre_name
-from .engines import WorkerSpec, get_engine
+from .engines import WorkerSpec, engine_name, get_engine
 from .tasks import BatchTrace
 
 PAIRS_PER_BATCH = 8
@@ -248,7 +248,7 @@ def patch_pairs(loaded, pairs_file, *, site: str = "resid_pre", batch: int | Non
                for p, mc, mk in zip(pairs, reduction.m_clean, reduction.m_corrupt)],
         batch=min(batch or default_batch(lengths[0]), len(pairs) * (
             loaded.cfg.n_heads if site == "heads" else lengths[0])),
-        batched_runs=reduction.runs, engine=engine)
+        batched_runs=reduction.runs, engine=engine_name(engine))
 
 
 __all__ = ["patch_pairs", "read_pairs", "PairsTask", "PairBatch", "pair_batches"]

@@ -12,6 +12,7 @@ from ..trace import Trace
 from .collect import (CHUNK_BYTES, CollectTask, ShardWriter, default_shard_tokens,
                       shard_name, write_tokens_table)
 from .corpus import Corpus, repeated_vocab
+from .engines import engine_name
 from .pipeline import corpus_windows, make_plan, run
 from .scan import METRICS, ScanPartial, ScanTask, summary
 from .store import OutputDir, sha256_file
@@ -43,7 +44,7 @@ def _identity(loaded, corpus: Corpus, options: dict) -> dict:
 def _common(loaded, corpus, plan, seen, engine, output) -> dict:
     return dict(model=loaded.info, corpus=corpus.describe(), documents=seen["documents"],
                 windows=seen["windows"], tokens=seen["tokens"], ctx=plan.ctx,
-                batch_size=plan.batch_size, engine=engine,
+                batch_size=plan.batch_size, engine=engine_name(engine),
                 output=None if output is None else str(output))
 
 
