@@ -307,6 +307,9 @@ def main(argv=None) -> int:
                          "2-core machine two threads wait on each other at every small op")
     ap.add_argument("--memory", type=int, default=4,
                     help="also scan a corpus this many times larger, for peak RSS (0: skip)")
+    ap.add_argument("--peers", default="tfx,tl,trace-loop,hf",
+                    help="which sides run (tfx alone, with PYTHONPATH at an older tree, "
+                         "measures a change)")
     ap.add_argument("--child")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -332,7 +335,7 @@ def main(argv=None) -> int:
         weights = str(Path(tmp) / f"{model}.safetensors")
         subprocess.run([sys.executable, "-c", SAVE % {"here": str(HERE), "model": model,
                                                       "path": weights}], check=True)
-        cases = [(k, p, args.docs) for k, p in CASES]
+        cases = [(k, p, args.docs) for k, p in CASES if p in args.peers.split(",")]
         if args.memory:
             cases.append(("scan", "tfx", args.docs * args.memory))
         runs = {c: [] for c in cases}
