@@ -126,11 +126,12 @@ def case(kind: str, peer: str, n_docs: int, weights: str, model: str) -> dict:
     elif kind == "forward":
         ids = torch.randint(0, cfg.vocab_size, (8, 1024),
                             generator=torch.Generator().manual_seed(0))
-        m.model(ids[:, :128], head="none")  # warm-up
+        net = m._loaded.model  # the Transformer under the api's Model
+        net(ids[:, :128], head="none")  # warm-up
         times = []
         for _ in range(1):  # one timed pass: 2-3 TFLOP, about a minute on one thread
             t0 = time.perf_counter()
-            m.model(ids, head="all")
+            net(ids, head="all")
             times.append(time.perf_counter() - t0)
         rate = bench.run_matmul(2048, 3)
         return {"tokens": 8 * 1024, "seconds": min(times), "times": times,
@@ -310,6 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", default="tfx,tl,trace-loop,hf",
                     help="which sides run (tfx alone, with PYTHONPATH at an older tree, "
                          "measures a change)")
+    ap.add_argument("--kinds", default="scan,collect,forward", help="which cases run")
     ap.add_argument("--child")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -335,8 +337,9 @@ def main(argv=None) -> int:
         weights = str(Path(tmp) / f"{model}.safetensors")
         subprocess.run([sys.executable, "-c", SAVE % {"here": str(HERE), "model": model,
                                                       "path": weights}], check=True)
-        cases = [(k, p, args.docs) for k, p in CASES if p in args.peers.split(",")]
-        if args.memory:
+        cases = [(k, p, args.docs) for k, p in CASES if p in args.peers.split(",")
+                 and k in args.kinds.split(",")]
+        if args.memory and "scan" in args.kinds.split(",") and "tfx" in args.peers:
             cases.append(("scan", "tfx", args.docs * args.memory))
         runs = {c: [] for c in cases}
         for r in range(args.rounds):  # rounds alternate the order: drift spreads evenly
