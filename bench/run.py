@@ -1272,7 +1272,9 @@ def main(argv=None) -> int:
         # the corpus commands against a TransformerLens loop, a per-document trace loop
         # and transformers' hidden states: bench/datasets_bench.py, in its own processes
         done = subprocess.run([sys.executable, str(HERE / "datasets_bench.py"), "--docs",
-                               "16" if args.smoke else "64"]).returncode
+                               "8" if args.smoke else "32"]
+                              + (["--models", "gpt124m", "--rounds", "1", "--memory", "0"]
+                                 if args.smoke else [])).returncode
         args.cases = ",".join(c for c in args.cases.split(",") if c != "datasets")
         if not args.cases:
             return done

@@ -198,7 +198,12 @@ class RayEngine:
         except ResourceError:
             self.close()
             raise
-        self.threads = max(1, int(resources.get("CPU", 1) // self.workers))
+        # every worker computes with the driver's torch thread count, as a local run
+        # would: matrix products round differently with another number of threads, and
+        # the output must be the same bytes as --engine local
+        import torch
+
+        self.threads = torch.get_num_threads()
         return ray
 
     def _check(self, resources: dict, where: str) -> None:

@@ -75,44 +75,54 @@ class ScanTask:
         pos = torch.arange(T, device=device)
         after0 = valid & (pos >= 1)[None, :]
         earlier = pos[None, :] < pos[:, None]  # (T, T): k < q
-        same = (t[:, :, None] == t[:, None, :]) & earlier & valid[:, None, :]  # (B, T, T)
+        same = ((t[:, :, None] == t[:, None, :]) & earlier & valid[:, None, :]
+                & valid[:, :, None])  # (B, T, T): real queries and keys
         dup_q = same.any(-1) & valid
         before_prev = pos[None, :] < (pos[:, None] - 1)  # k < q - 1
         ind_src = same & before_prev
         ind_q = ind_src.any(-1) & valid
-        ind_mask = torch.zeros_like(ind_src)
-        ind_mask[:, :, 1:] = ind_src[:, :, :-1]  # weight on k + 1 for each earlier match k
-        dup_f, ind_f = same.float(), ind_mask.float()
+        # the matches are few: keep their (window, query, key) indices and read those
+        # entries of each pattern, instead of multiplying every pattern by a T x T mask
+        dup_at = same.nonzero(as_tuple=True)  # (b, q, k) with k < q, t[k] = t[q]
+        ib, iq, ik = ind_src.nonzero(as_tuple=True)
+        ind_at = (ib, iq, ik + 1)  # weight on k + 1 for each earlier match k < q - 1
+        del same, ind_src
         part = ScanPartial.empty(cfg.n_layers, cfg.n_heads, cfg.d_ff)
         masks = (valid, after0, after0, dup_q, ind_q)
         part.counts[:] = [int(m.sum()) for m in masks]
         part.tokens, part.windows = int(lengths.sum()), B
+        q_valid, q_after0 = valid.double(), after0.double()
+        flat_valid = valid.reshape(-1)
 
-        def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+        def query_sum(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
             # values (B, H, T) per query; summed over the qualifying queries in float64
-            return (values.double() * mask[:, None, :]).sum((0, 2)).cpu().numpy()
+            return torch.einsum("bhq,bq->h", values.double(), mask).cpu().numpy()
+
+        def pair_sum(A: torch.Tensor, at) -> np.ndarray:
+            # sum over the listed (b, q, k) of A[b, :, q, k], per head, in float64
+            b, q, k = at
+            if b.numel() == 0:
+                return np.zeros(A.shape[1])
+            return A[b, :, q, k].double().sum(0).cpu().numpy()
 
         def consume(name: str, value: torch.Tensor) -> None:
             layer = int(name.split(".")[1])
             if name.endswith("attn.pattern"):
-                A = value.float()  # (B, H, T, T)
-                per_query = (
-                    -torch.special.xlogy(A, A).sum(-1),
-                    A[..., 0],
-                    torch.cat([A.new_zeros(B, A.shape[1], 1),
-                               A.diagonal(offset=-1, dim1=-2, dim2=-1)], -1),
-                    (A * dup_f[:, None]).sum(-1),
-                    (A * ind_f[:, None]).sum(-1),
-                )
-                for m, (values, mask) in enumerate(zip(per_query, masks)):
-                    part.sums[m, layer] = masked_sum(values, mask)
+                A = value if value.dtype == torch.float32 else value.float()  # (B, H, T, T)
+                sums = part.sums[:, layer]
+                sums[0] = query_sum(-torch.special.xlogy(A, A).sum(-1), q_valid)
+                sums[1] = query_sum(A[..., 0], q_after0)
+                prev = A.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T-1): q = 1..T-1
+                sums[2] = query_sum(prev, q_after0[:, 1:])
+                sums[3] = pair_sum(A, dup_at)
+                sums[4] = pair_sum(A, ind_at)
             elif name.endswith("resid_out"):
-                norms = value.float().norm(dim=-1)  # (B, T)
-                part.resid_sum[layer] = float(norms.double()[valid].sum())
-                part.resid_max[layer] = float(norms[valid].max())
+                norms = value.float().norm(dim=-1).reshape(-1)[flat_valid]  # real tokens
+                part.resid_sum[layer] = float(norms.double().sum())
+                part.resid_max[layer] = float(norms.max())
             elif name.endswith("ffn.act"):
-                on = (value > 0) & valid[:, :, None]  # (B, T, F)
-                part.active[layer] = on.sum((0, 1)).cpu().numpy()
+                rows = value.reshape(-1, value.shape[-1])[flat_valid]  # (N, F) real tokens
+                part.active[layer] = (rows > 0).sum(0).cpu().numpy()
 
         forward(loaded, ids, lengths, self.select, consume)
         return part

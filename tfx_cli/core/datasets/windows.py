@@ -6,8 +6,8 @@ tokenizer's own BOS and end tokens included) and cut into windows of at most `ct
 tokens; windows never cross documents. Consecutive windows form a chunk (at most
 CHUNK_BATCHES batches' worth, and at most `chunk_tokens` tokens); inside a chunk the
 windows are sorted by length (longest first, ties in corpus order) and cut into batches
-of `batch_size`, so a batch pads little (right padding: a causal model's real positions
-never see it). A chunk is also what a resumed scan or top skips whole.
+of at most `batch_size` where padding is cheapest (right padding: a causal model's real
+positions never see it). A chunk is also what a resumed scan or top skips whole.
 """
 from __future__ import annotations
 
@@ -122,14 +122,44 @@ def chunks(stream: Iterable[Window], *, batch_size: int,
         yield chunk
 
 
+# What one more forward pass costs, in padded tokens: a batch's fixed work (one call per
+# layer and op, whatever its size). On SmolLM2 with one thread it was 12-24 tokens' worth
+# (a token ~4.2 ms of CPU; B=8 x T=8 0.32 s, B=1 x T=64 0.37 s); two threads on a busy
+# machine pay a thread hand-off per op, several times that, hence the margin.
+BATCH_COST_TOKENS = 64
+
+
 def batches(chunk: list[Window], *, chunk_index: int, first_batch: int,
             batch_size: int) -> list[Batch]:
-    """A chunk's windows, longest first (ties in corpus order), batch_size at a time."""
+    """A chunk's windows, longest first (ties in corpus order), cut into batches of at
+    most batch_size windows where padding is cheapest: the cuts minimise the padded
+    tokens (rows x longest row) plus BATCH_COST_TOKENS per batch. Batches of a fixed
+    batch_size padded 1.28x the real tokens over python-docs; these cuts 1.09x."""
     order = sorted(range(len(chunk)), key=lambda i: (-len(chunk[i]), i))
-    out = [Batch(first_batch + n, chunk_index, [chunk[i] for i in order[lo:lo + batch_size]])
-           for n, lo in enumerate(range(0, len(order), batch_size))]
+    out = [Batch(first_batch + n, chunk_index, [chunk[i] for i in order[lo:hi]])
+           for n, (lo, hi) in enumerate(_cuts([len(chunk[i]) for i in order], batch_size))]
     out[-1].end_of_chunk = True
     return out
+
+
+def _cuts(lengths: list[int], batch_size: int) -> list[tuple[int, int]]:
+    """[lo, hi) groups of the lengths (longest first) of at most batch_size each, with the
+    least padded tokens plus BATCH_COST_TOKENS per group (exact: a small dynamic
+    programme, n x batch_size steps; ties keep the earlier cut, so it is deterministic)."""
+    n = len(lengths)
+    best = [0] + [None] * n
+    cut = [0] * (n + 1)
+    for hi in range(1, n + 1):
+        for lo in range(max(0, hi - batch_size), hi):
+            cost = best[lo] + (hi - lo) * lengths[lo] + BATCH_COST_TOKENS
+            if best[hi] is None or cost < best[hi]:
+                best[hi], cut[hi] = cost, lo
+    groups = []
+    hi = n
+    while hi > 0:
+        groups.append((cut[hi], hi))
+        hi = cut[hi]
+    return groups[::-1]
 
 
 __all__ = ["Window", "Batch", "windows", "chunks", "batches", "document_ids", "ends"]
