@@ -122,6 +122,8 @@ def generate(
     seq2seq = api.model_config(**model).is_encoder_decoder
     stream = None if quiet else TextStream(sys.stderr, (target or "") if seq2seq else text,
                                            spaced=seq2seq)
+    if stream is not None:  # bars while the text streams go below it, never over it
+        model["progress"] = stream.progress
     try:
         result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,

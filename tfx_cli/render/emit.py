@@ -74,8 +74,9 @@ def info(message: str) -> None:
 def progress(description: str):
     """A stderr spinner/bar for long work; yields update(fraction, text)."""
     console = stderr_console()
-    if not console.is_terminal:
-        console.print(f"{description} ...", markup=False)
+    if not console.is_terminal:  # one line, no bar (TFX_QUIET: not even that)
+        if not os.environ.get("TFX_QUIET"):
+            console.print(f"{description} ...", markup=False)
         yield lambda fraction=None, text=None: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -12,6 +12,7 @@ import torch
 
 from ...errors import InputTextError
 from ..results import AttributeResult, Part
+from ..model import finite
 from ..trace import Trace
 from .common import encode, input_info
 from .generate import check_vocab, need_head
@@ -176,6 +177,9 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
                              "every part would be 0")
     found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
                               per_head=per_head)
+    for name, value in zip(found.names, found.values):
+        finite.require(model, value, f"the attribution part {name}")
+    finite.require(model, found.logit_diff, "the logit difference")
     parts = [Part(name, value) for name, value in zip(found.names, found.values)]
     total = sum(found.values)
     post = cfg.norm_position == "post"

@@ -12,6 +12,8 @@ from ...errors import ConfigError, InputTextError
 from ...words import counted
 from ..results import (Candidate, GenerateResult, GenerateSettings, Greedy, LensResult,
                        NextCandidate, NextResult, NextSettings, StepInfo)
+from ..model import finite
+from ..progress import after, blocks
 from ..trace import check_globs
 from .common import check_run, encode, read_seq, run, seq_info
 from .decode import Step, TextTracker, decode
@@ -230,23 +232,11 @@ def lens(loaded, text: str, *, truncate: bool = False,
                           else target or "")
     stack, p = seq.module, seq.prefix
     names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]
-    trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
-    read = seq.target if seq.target is not None else ids  # the positions' tokens
-    top_ids, top_probs, next_probs = [], [], []
-    # one read of the final norm and the head for every layer (a streamed model would
-    # otherwise fetch them from disk once per layer)
-    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
-        for name in names:
-            resid = trace.raw(name)[None]  # (1, T, C)
-            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
-            logits = model.unembed(normed)[0].to("cpu", torch.float64)
-            probs = torch.softmax(logits, dim=-1)  # (T, V)
-            best = probs.max(dim=-1)
-            top_ids.append(best.indices.tolist())
-            top_probs.append(best.values.tolist())
-            # how likely this layer finds the token that actually comes next
-            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
-        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
+    with after(loaded.progress, "logit lens") as update:
+        with blocks(model, update, "logit lens", (0.0, 0.5)):
+            trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
+        rows = _lens_rows(loaded, trace, names, seq, ids, update)
+    top_ids, top_probs, next_probs, real = rows
     norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
     return LensResult(
@@ -256,6 +246,34 @@ def lens(loaded, text: str, *, truncate: bool = False,
         top_probs=top_probs, next_token_probs=next_probs,
         # the model's own logits: equal to the last row
         output_top_ids=real.indices.tolist())
+
+
+def _lens_rows(loaded, trace, names: list[str], seq, ids: list[int], update) -> tuple:
+    """Every lens row: each stream through the final norm and the head; the most likely
+    token and its probability per position, and how likely the real next token is."""
+    model, stack = loaded.model, seq.module
+    read = seq.target if seq.target is not None else ids  # the positions' tokens
+    top_ids, top_probs, next_probs = [], [], []
+    # one read of the final norm and the head for every layer (a streamed model would
+    # otherwise fetch them from disk once per layer)
+    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
+        for name in names:
+            resid = trace.raw(name)[None]  # (1, T, C)
+            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
+            logits = model.unembed(normed)[0]
+            finite.require(model, logits, f"the lens row of {name} (through the final norm "
+                           "and the head)")
+            logits = logits.to("cpu", torch.float64)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
+            best = probs.max(dim=-1)
+            top_ids.append(best.indices.tolist())
+            top_probs.append(best.values.tolist())
+            # how likely this layer finds the token that actually comes next
+            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
+            update(0.5 + 0.5 * len(top_ids) / len(names),
+                   f"logit lens: row {len(top_ids)} of {len(names)}")
+        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
+    return top_ids, top_probs, next_probs, real
 
 
 __all__ = ["generate", "next_token", "lens", "need_head", "check_vocab", "prompt_ids"]

@@ -16,6 +16,8 @@ import torch
 from ...errors import InputTextError, UsageError
 from ...words import counted
 from ..results import PatchResult
+from ..model import finite
+from ..progress import after
 from ..trace import Trace
 from .common import encode, input_info
 from .generate import check_vocab, need_head
@@ -52,7 +54,8 @@ def default_batch(T: int) -> int:
 
 
 def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
-          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None) -> Sweep:
+          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None,
+          update=None) -> Sweep:
     """Patch every cell of `site` from CLEAN into CORRUPT; m at each cell.
 
     CLEAN's activations are recorded in one run and CORRUPT's residual entering each
@@ -65,7 +68,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     differently (the BLAS picks its kernel by size), so a batched cell agrees with the
     same patched run alone to float rounding, not bit for bit. batch=1 runs each cell
     alone: then a cell whose patch changes nothing is bit for bit the plain run (tests
-    hold both).
+    hold both). `update(fraction, text)` hears of every batch done (progress).
     """
     cfg = model.cfg
     L, T = cfg.n_layers, len(clean)
@@ -98,6 +101,10 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
                         logits = model.run_blocks(x, context, first=layer, head="last")
                 out[layer, lo:lo + len(chosen)] = _metric(logits, answer, wrong)
                 runs += 1
+                if update is not None:
+                    done = layer * cells + lo + len(chosen)
+                    update(done / (L * cells), f"patching: block {layer + 1} of {L}, "
+                           f"{done:,} of {L * cells:,} cells")
     return Sweep(out, float(m_clean[0]), float(m_corrupt[0]), runs)
 
 
@@ -139,7 +146,13 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
                              "the logit difference would be 0 in every run")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
+    L = loaded.cfg.n_layers
+    cells = L * (loaded.cfg.n_heads if site == "heads" else len(ids))
+    with after(loaded.progress, f"patching {cells:,} cells") as update:
+        done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch,
+                     update=update)
+    finite.require(loaded.model, [done.m_clean, done.m_corrupt], "the logit difference m")
+    finite.require(loaded.model, done.metric, "patch.metric")
     gap = done.m_clean - done.m_corrupt
     if gap == 0:
         raise InputTextError(
@@ -147,6 +160,7 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
             "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
             "answers differ")
     effect = (done.metric - done.m_corrupt) / gap + 0.0  # + 0.0: no -0.0 where m = m_corrupt
+    finite.require(loaded.model, effect, "patch.effect")
     cols = "H" if site == "heads" else "T"
     tr = Trace()
     tr.add("patch.effect", effect, ("L", cols))
