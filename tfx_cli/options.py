@@ -217,7 +217,15 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
                          f"the {what} was given as an argument; drop --encoding, or pipe the "
                          "text in and pass '-'")
     if text == "-":
+        if getattr(sys.stdin, "_tfx_read", None):  # `tfx patch - --corrupt -`
+            raise InputTextError(f"standard input can be read once, and the "
+                                 f"{sys.stdin._tfx_read} was read from it already; give the "
+                                 f"{what} as an argument")
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        try:
+            sys.stdin._tfx_read = what
+        except AttributeError:  # a stream that takes no attributes: nothing to remember
+            pass
         if isinstance(data, bytes):
             try:
                 text = data.decode(encoding)

@@ -93,9 +93,9 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if select:
         check_globs(select, loaded.model.tap_names())
     ids = prompt_ids(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
-        seq = read_seq(loaded, target=target or "")  # the start id at least
+        seq = read_seq(loaded, truncate=truncate, target=target or "")  # the start id at least
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
     # the cache holds the text so far: the prompt and the new tokens, or an
     # encoder–decoder's target so far (its source is read once, as memory)
@@ -177,9 +177,9 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     ids = prompt_ids(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
-        seq = read_seq(loaded, target=target or "")
+        seq = read_seq(loaded, truncate=truncate, target=target or "")
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
     check_run(loaded, len(cropped), logits_rows=1)
     extra = {} if seq.target is None else {"target": torch.tensor([seq.target])}
@@ -228,7 +228,7 @@ def lens(loaded, text: str, *, truncate: bool = False,
     ids = encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
     # an encoder–decoder's lens reads the decoder (its stream is what the head reads)
-    seq = read_seq(loaded, target=target if not cfg.is_encoder_decoder
+    seq = read_seq(loaded, truncate=truncate, target=target if not cfg.is_encoder_decoder
                           else target or "")
     stack, p = seq.module, seq.prefix
     names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]

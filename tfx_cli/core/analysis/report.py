@@ -96,7 +96,7 @@ def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k:
     before the forward pass, unless `force`; `progress` shows a long forward pass."""
     cfg = loaded.cfg
     ids = encode(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     layers = list(range(seq.n_layers)) if layers is None else layers
     if output is not None:
         check_page(loaded, ids, seq, layers, force)

@@ -45,7 +45,7 @@ ABLATE_MODES = ("zero", "mean")
 
 # Trace names that are recorded but that nothing downstream reads, and why.
 _NOT_SITES = {
-    "tokens.ids": "token ids are not activations; ablate embed.tok or embed.out",
+    "tokens.ids": "token ids are not activations; use embed.tok or embed.out",
     "logits": "it is the output itself, nothing runs after it",
     "logits_uncapped": "it is the output itself (before the soft cap), nothing runs after it",
     "mean": "a norm's statistic, recorded for display; the norm does not read it back "
@@ -80,6 +80,17 @@ class Site:
     option: str = "--ablate"
 
     @property
+    def read(self) -> str:
+        """What the site's positions are positions of: the text, or in an
+        encoder–decoder's decoder the target (or, for the cross-attention's keys and
+        values, the source)."""
+        if not self.name.startswith("decoder."):
+            return "the text"
+        if ".cross." in self.name and self.dims[self.pos_axis] == "S":
+            return "the source text"
+        return "the target (with its start token)"
+
+    @property
     def pos_axis(self) -> int:
         """Index in dims of the position axis (T; S for keys and values)."""
         return next(i for i, d in enumerate(self.dims) if d in ("T", "S"))
@@ -105,7 +116,7 @@ class Site:
             return slice(None)
         if self.pos >= T:
             raise RangeError(f"{self.option} {self.spec!r}: position {self.pos} is out of range: "
-                             f"the text has {counted(T, 'token')} (0 to {T - 1})")
+                             f"{self.read} has {counted(T, 'token')} (0 to {T - 1})")
         return slice(self.pos, self.pos + 1)
 
 
@@ -171,6 +182,10 @@ def parse_site(model, spec: str, option: str = "--ablate") -> Site:
             which = f"the {stack} has" if stack else "this model has"
             raise RangeError(f"{option} {spec!r}: block {match.group(2)} is out of range: "
                              f"{which} {counted(n, 'layer')} (0 to {n - 1})")
+        if any(ch in name for ch in "*?["):
+            raise SelectError(f"{option} {spec!r} is a glob, and a site is one name (globs "
+                              f"are for --select); list the sites, e.g. {option} "
+                              "blocks.0.attn.out,blocks.1.attn.out")
         stacked = [f"{stack}.{name}" for stack in ("encoder", "decoder")
                    if f"{stack}.{name}" in valid]
         if cfg.is_encoder_decoder and stacked:
@@ -474,8 +489,10 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
     pieces = loaded.tokenizer.pieces(ids)
     if len(ids) != 1:
         split = " + ".join(repr(p) for p in pieces) if pieces else "no tokens"
-        hint = f"; e.g. {option} {pieces[0]!r}" if pieces else ""
-        if any(p.startswith(" ") for p in pieces) or text.startswith(" "):
+        first = _one_token_text(loaded.tokenizer, ids[0], around) if ids else None
+        hint = f"; e.g. {option} {first!r}" if first is not None else \
+            "; no single token of this tokenizer spells it, choose another word" if ids else ""
+        if first is not None and (first.startswith(" ") or text.startswith(" ")):
             hint += " (the leading space is part of the token)"
         raise InputTextError(f"{option} {text!r} must be one token, but the "
                              f"{loaded.tokenizer.name} tokenizer splits it into "
@@ -484,6 +501,16 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
         raise InputTextError(f"{option} {text!r} is token id {ids[0]}, outside the model's "
                              f"vocabulary of {loaded.cfg.vocab_size}")
     return TokenRef(id=ids[0], token=pieces[0])
+
+
+def _one_token_text(tokenizer, token: int, around: set) -> str | None:
+    """The text of `token` when that text is one token again (a suggestion that works);
+    None for a piece of a character (a byte of an emoji) or a token no text makes."""
+    text = tokenizer.decode([token])
+    if not text or "\ufffd" in text:
+        return None
+    ids = [i for i in tokenizer.encode(text) if i not in around]
+    return text if ids == [token] else None
 
 
 def _metric(logits: torch.Tensor, answer: int, wrong: int | None) -> torch.Tensor:
