@@ -105,20 +105,22 @@ def as_int(value: Any, option: str, *, minimum: int | None = None,
     if value is None:
         return None
     number: Any = value
+    # Click's words: an option with bounds is an "int range"
+    what = "a valid integer" if minimum is None and maximum is None else "a valid int range"
     if isinstance(value, bool) or isinstance(value, Enum):
-        raise _invalid(option, value, "a valid integer")
+        raise _invalid(option, value, what)
     if isinstance(value, (str, bytes)):
         text = as_text(value, option).strip()
         try:
             number = int(text)
         except ValueError:
-            raise _invalid(option, as_text(value, option), "a valid integer") from None
+            raise _invalid(option, as_text(value, option), what) from None
     elif isinstance(value, numbers.Integral):
         number = int(value)
     elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
         number = int(value)
     else:
-        raise _invalid(option, value, "a valid integer")
+        raise _invalid(option, value, what)
     _check_range(option, number, minimum, maximum)
     return number
 
@@ -162,7 +164,8 @@ def as_flag(value: Any, option: str) -> bool:
         return False
     if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
-    if type(value).__name__ == "bool_":  # numpy's bool, without importing numpy
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        # numpy's bool, found without importing numpy
         return bool(value)
     raise UsageError(f"{option} is a flag: pass True or False, not {_type_name(value)} "
                      f"{value!r:.60}")

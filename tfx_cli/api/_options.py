@@ -30,6 +30,10 @@ def _whole(value, option):
     return as_int(value, option)
 
 
+def _count(value, option):
+    return as_int(value, option, minimum=0)
+
+
 def _number(value, option):
     return as_float(value, option)
 
@@ -65,7 +69,7 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "stop": as_texts, "toward": as_texts, "away": as_texts,
     # numbers
     "layer": _whole, "head": _whole, "query_pos": _whole, "valid_lens": _whole,
-    "length": _whole, "max_new_tokens": _whole, "top_k": _whole, "candidates": _whole,
+    "length": _whole, "max_new_tokens": _whole, "top_k": _whole, "candidates": _count,
     "batch": _positive, "seq_len": _positive, "vocab_size": _whole, "steps": _whole,
     "temperature": _number, "top_p": _number, "lr": _number, "scale": _floats,
     # flags

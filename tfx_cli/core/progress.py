@@ -33,10 +33,11 @@ def deferred(progress, description: str) -> Iterator[Callable]:
 
 
 @contextmanager
-def after(progress, description: str, seconds: float = LONG_WORK) -> Iterator[Callable]:
+def after(progress, description: str, seconds: float | None = None) -> Iterator[Callable]:
     """Like `deferred`, for work that may be quick or long: nothing is shown until
-    `seconds` have passed, then the bar opens at the next update(fraction, text). A
-    sweep that ends in a second prints nothing."""
+    `seconds` (default LONG_WORK) have passed, then the bar opens at the next
+    update(fraction, text). A sweep that ends in a second prints nothing."""
+    seconds = LONG_WORK if seconds is None else seconds
     if progress is None:
         yield lambda fraction=None, text=None: None
         return
