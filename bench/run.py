@@ -33,8 +33,6 @@ import compileall
 import json
 import os
 import platform
-import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -262,7 +260,6 @@ def run_generate(cfg, weights, peer: str, new_tokens: int, prompt: int, repeats:
 
 def _tfx_generate(model, cfg):
     """tfx's own decoding loop when core/generate.py offers one, else the model's cache."""
-    import torch
 
     from tfx_cli.core.model import KVCache
 
@@ -936,6 +933,8 @@ def plan(args, peers: list[str], cases_wanted: set[str], ids: list[int]) -> list
         cases += seq2seq_cases(args, peers)
     if "bigmodels" in cases_wanted and not args.smoke:
         cases += bigmodel_cases(args)
+    # "datasets" (scan, collect and the batch-8 forward over python-docs) runs apart:
+    # bench/datasets_bench.py, started by main()
     return cases
 
 
@@ -1260,6 +1259,14 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if "datasets" in args.cases.split(","):
+        # the corpus commands against a TransformerLens loop, a per-document trace loop
+        # and transformers' hidden states: bench/datasets_bench.py, in its own processes
+        done = subprocess.run([sys.executable, str(HERE / "datasets_bench.py"), "--docs",
+                               "16" if args.smoke else "64"]).returncode
+        args.cases = ",".join(c for c in args.cases.split(",") if c != "datasets")
+        if not args.cases:
+            return done
     if args.worker:
         args.repeats = args.repeats if args.repeats is not None else 2
         worker(args)

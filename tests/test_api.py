@@ -22,7 +22,8 @@ CAPITAL, OTHER = "The capital of France is", "The capital of Italy is"
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
 SMALL_KW = dict(layers=2, d_model=32, heads=4)
 POST_LN = str(ROOT / "tests" / "post_ln_words.json")
-TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")  # train writes a folder  # toy's encoder as one stack, with a head
+TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")
+COLLECTED = str(Path(tempfile.gettempdir()) / "tfx-test-api-collected")  # train writes a folder  # toy's encoder as one stack, with a head
 
 # (CLI arguments, the same call through the API)
 CASES = {
@@ -112,8 +113,26 @@ CASES = {
          "decoder.blocks.0.cross.pattern:h=1", "--dtype", "bfloat16"],
         lambda: api.next(SENTENCE, config="toy", target="you win",
                          ablate=["decoder.blocks.0.cross.pattern:h=1"], dtype="bfloat16")),
+    # mixtures of experts: the router, with an expert routed around; count-params' active
+    "route-ablated": (["route", CAPITAL, "-c", "tiny-moe", "--ablate",
+                       "blocks.1.moe.expert:e=3"],
+                      lambda: api.route(CAPITAL, config="tiny-moe",
+                                        ablate=["blocks.1.moe.expert:e=3"])),
+    "count-params-moe": (["count-params", "-c", "qwen3-30b-a3b", "--seq-len", "4096"],
+                         lambda: api.count_params(config="qwen3-30b-a3b", seq_len=4096)),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
+    # a corpus instead of one prompt
+    "scan": (["scan", "repeated-tokens", "--max-docs", "3", *SMALL],
+             lambda: api.scan("repeated-tokens", max_docs=3, **SMALL_KW)),
+    "top": (["top", "python-docs", "--max-docs", "4", "--site", "blocks.1.ffn.act", "--units",
+             "0,5", "-k", "3", "--ctx", "32", *SMALL],
+            lambda: api.top("python-docs", max_docs=4, site="blocks.1.ffn.act", units=[0, 5],
+                            k=3, ctx=32, **SMALL_KW)),
+    "collect": (["collect", "python-docs", "--max-docs", "3", "--select",
+                 "blocks.0.resid_out", "-o", COLLECTED, "--force", *SMALL],
+                lambda: api.collect("python-docs", max_docs=3, select=["blocks.0.resid_out"],
+                                    output=COLLECTED, force=True, **SMALL_KW)),
     "train": (["train", "-c", "toy", "--pairs", str(ROOT / "samples" / "seed001.tsv"),
                "--steps", "20", "-o", TRAINED, "--force"],
               lambda: api.train(config="toy", pairs=ROOT / "samples" / "seed001.tsv",

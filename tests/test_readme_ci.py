@@ -35,7 +35,7 @@ def test_the_from_python_example_runs_and_says_what_it_prints():
     block = readme.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(compile(block, "README.md (From Python)", "exec"), namespace)
-    api, r, m = namespace["api"], namespace["r"], namespace["m"]
+    r, m = namespace["r"], namespace["m"]
     assert r.tensors["encoder.blocks.0.attn.pattern"].shape == (2, 6, 6)
     assert namespace["c"].tensors["decoder.blocks.0.cross.pattern"].shape == (2, 3, 6)
     assert r.explain.query_pos == 5 and r.explain.keys[2].token == "play"

@@ -247,3 +247,43 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
     if not text.strip():
         raise InputTextError(f"the {what} is empty; give at least one word, e.g. \"Hello\"")
     return text
+
+
+# -- dataset commands (scan, top, collect, patch --pairs) ---------------------------------
+CorpusArg = Annotated[Optional[str], typer.Argument(
+    metavar="CORPUS", show_default=False,
+    help="A .txt file (one document per non-empty line), a .jsonl or .parquet file "
+         "(--field), a folder of .txt files, or a built-in corpus: python-docs, "
+         "repeated-tokens.")]
+FieldOpt = Annotated[str, typer.Option(
+    "--field", help="The JSONL key or Parquet column holding each document.",
+    rich_help_panel="Corpus")]
+MaxDocsOpt = Annotated[Optional[int], typer.Option(
+    "--max-docs", metavar="N", show_default=False, rich_help_panel="Corpus",
+    help="Read the first N documents only.")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option(
+    "--max-tokens", metavar="N", show_default=False, rich_help_panel="Corpus",
+    help="Stop after N tokens (the last document is cut there).")]
+CtxOpt = Annotated[Optional[int], typer.Option(
+    "--ctx", metavar="N", show_default=False, rich_help_panel="Corpus",
+    help="Window length: a longer document is cut into windows of N tokens, which never "
+         "attend to each other (default: the model's context, at most 1024).")]
+BatchSizeOpt = Annotated[int, typer.Option(
+    "--batch-size", metavar="N", rich_help_panel="Corpus",
+    help="Windows per forward pass (similar lengths together, padded on the right).")]
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", rich_help_panel="Corpus",
+    help="Where batches run: local (this process).")]
+
+
+def corpus_options(field: str, max_docs: Optional[int], max_tokens: Optional[int],
+                   ctx: Optional[int], batch_size: int, engine: str) -> dict:
+    return dict(field=field, max_docs=max_docs, max_tokens=max_tokens, ctx=ctx,
+                batch_size=batch_size, engine=engine)
+
+
+def need_corpus(corpus: Optional[str]) -> str:
+    if corpus is None or not corpus.strip():
+        raise InputTextError("no CORPUS given; name a .txt, .jsonl or .parquet file, a folder "
+                             "of .txt files, or python-docs")
+    return corpus

@@ -66,10 +66,24 @@ COMMANDS: tuple[Command, ...] = (
             "Train a model from random weights on a few examples, as seed 001 describes "
             "it: the model sees the target, errs, is corrected (cross-entropy) and its "
             "weights are updated (Adam), until it answers right."),
+    # mixtures of experts
+    Command("route", "route", "route", "moe",
+            "Show a mixture-of-experts model's router: for every MoE layer and token, the k "
+            "experts it is routed to and their weights; each layer's load over the text and "
+            "the router's entropy."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "
             "next-token top-k."),
+    # -- over a corpus (core/datasets) --
+    Command("scan", "scan", "scan", "datasets",
+            "Attention head statistics, residual norms and FFN activity over a corpus."),
+    Command("top", "top", "top", "datasets",
+            "Each unit's highest activations over a corpus (max-activating examples)."),
+    Command("collect", "collect", "collect", "datasets",
+            "Write an activation dataset: DIR/shard-00000.safetensors ... (one 2-D tensor "
+            "per site, rows = tokens in corpus order), DIR/tokens.parquet and "
+            "DIR/manifest.json."),
 )
 
 BY_NAME = {command.name: command for command in COMMANDS}

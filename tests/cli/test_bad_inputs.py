@@ -7,7 +7,7 @@ leave the folder as it was (nothing written, nothing overwritten).
 
 README.md's "What tfx does with bad input" table is generated from these cases and holds
 the messages of real runs; test_readme_table_matches_the_cases keeps the two the same
-(regenerate with `python tests/cli/test_bad_inputs.py`). Rows whose id names a test in
+(regenerate with `python tests/cli/test_bad_inputs.py --write`). Rows whose id names a test in
 test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
 """
 import json
@@ -33,7 +33,9 @@ SENTENCE = "When you play game of thrones"
 LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
 TOY = ["-c", "toy"]
 WORDY = ["-c", "gpt2", "--layers", "1", "--d-model", "6", "--heads", "2", "-t", "word"]
+MLM = ["-c", "bert-base", "--layers", "1", "--d-model", "8", "--heads", "2"]  # a tiny masked LM
 ELLIPSIS = "…"
+MOE = ["-c", "tiny-moe"]  # 4 layers, 8 experts, 2 per token
 
 
 # -- files the cases read -----------------------------------------------------------
@@ -173,6 +175,42 @@ def _seq2seq_folder(name: str, family: str, tables_differ: bool = False,
     return make
 
 
+def _t5_folder(name: str, **config) -> Callable[[Path], None]:
+    """A tiny HF T5 folder (one encoder and one decoder block, d_model 8, two heads 4
+    wide, a word tokenizer), every tensor zeros."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        cfg = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+               "d_model": 8, "d_kv": 4, "d_ff": 16, "num_layers": 1, "num_heads": 2,
+               "vocab_size": 16, "relative_attention_num_buckets": 8,
+               "relative_attention_max_distance": 16, "decoder_start_token_id": 0,
+               **config}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _word_tokenizer(folder / "tokenizer.json", ["hi", "there"], 16)
+        tensors = {"shared.weight": torch.zeros(16, 8)}
+        for stack, sublayers in (("encoder", ("SelfAttention", "DenseReluDense")),
+                                 ("decoder", ("SelfAttention", "EncDecAttention",
+                                              "DenseReluDense"))):
+            block = f"{stack}.block.0.layer"
+            for j, sub in enumerate(sublayers):
+                tensors[f"{block}.{j}.layer_norm.weight"] = torch.zeros(8)
+                shapes = {"wi": (16, 8), "wo": (8, 16)} if sub == "DenseReluDense" else \
+                    {"q": (8, 8), "k": (8, 8), "v": (8, 8), "o": (8, 8)}
+                for leaf, shape in shapes.items():
+                    tensors[f"{block}.{j}.{sub}.{leaf}.weight"] = torch.zeros(shape)
+            tensors[f"{block}.0.SelfAttention.relative_attention_bias.weight"] = \
+                torch.zeros(8, 2)
+            tensors[f"{stack}.final_layer_norm.weight"] = torch.zeros(8)
+        save_file(tensors, str(folder / "model.safetensors"))
+    return make
+
+
 def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
     """A GGUF file whose header names `arch` (and one tensor)."""
     def make(d: Path) -> None:
@@ -186,6 +224,20 @@ def _gguf_of(name: str, arch: str) -> Callable[[Path], None]:
         w.write_tensors_to_file()
         w.close()
     return make
+
+
+def _gguf_moe(d: Path) -> None:
+    """A llama GGUF whose header says it has 8 experts (llama.cpp's Mixtral)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(d / "mixtral.gguf"), "llama")
+    w.add_uint32("llama.expert_count", 8)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def _gpt2_wrong_shape(d: Path) -> None:
@@ -256,6 +308,25 @@ PAIRS = (ROOT / "samples" / "seed001.tsv").read_text(encoding="utf-8")
 SMALL_GPT2 = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2"]
 
 
+# -- corpus commands -------------------------------------------------------------------
+TINY = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2"]
+
+
+def _parquet(d: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["hi there"]}), d / "docs.parquet")
+
+
+def _other_run(d: Path) -> None:
+    """A collect folder of another model (gpt2) over the same corpus."""
+    (d / "acts").mkdir()
+    (d / "acts" / "manifest.json").write_text(json.dumps({
+        "schema": "tfx/1", "kind": "activations", "model": {"config": "gpt2"},
+        "corpus": {"source": "python-docs"}, "options": {}}))
+
+
 # -- the cases ------------------------------------------------------------------------
 @dataclass
 class Case:
@@ -311,6 +382,11 @@ CASES = [
     Case("config-unknown-key", "config file with an unknown key (n_head for n_heads)",
          ["count-params", "-c", "typo.json"], "ConfigError", "unknown config key(s) n_head",
          files=(_text("typo.json", '{"d_model": 8, "n_head": 2}'),)),
+    Case("config-unknown-architecture", "a HuggingFace config.json of an architecture tfx "
+         "does not read", ["count-params", "-c", "mamba.json"], "ConfigError",
+         "unknown architecture MambaForCausalLM; tfx reads the families",
+         files=(_text("mamba.json", '{"architectures": ["MambaForCausalLM"], '
+                      '"model_type": "mamba", "hidden_size": 768, "state_size": 16}'),)),
     Case("config-wrong-type", "config file with a string where a number goes",
          ["count-params", "-c", "types.json"], "ConfigError", "must be a whole number",
          files=(_text("types.json", '{"d_model": "512"}'),)),
@@ -420,10 +496,13 @@ CASES = [
     Case("weights-gguf-architecture", "a GGUF of an architecture tfx does not read",
          ["next", "hi", "-w", "rwkv.gguf"], "WeightsError",
          "GGUF architecture 'rwkv6' is not supported", files=(_gguf_of("rwkv.gguf", "rwkv6"),)),
-    Case("weights-t5", "a T5 folder (a per-head relative-position bias on the scores)",
-         ["next", "hi", "-w", "t5"], "WeightsError",
-         "T5ForConditionalGeneration is not supported: it adds a learned bias per head",
-         files=(_seq2seq_folder("t5", "t5"),)),
+    # T5 (its relative position bias is a switch of the model)
+    Case("t5-decoder-without-target", "a T5 command on the decoder without --target",
+         ["trace", "hi", "-w", "t5", "-s", "decoder.*.cross.pattern"], "SelectError",
+         "give it with --target TEXT", files=(_t5_folder("t5"),)),
+    Case("weights-t5-activation", "a T5 config with a gated activation tfx lacks",
+         ["count-params", "-w", "t5"], "WeightsError", "feed_forward_proj 'gated-relu'",
+         files=(_t5_folder("t5", feed_forward_proj="gated-relu"),)),
     Case("weights-unshared-embeddings", "a Marian folder whose stacks have their own tables",
          ["generate", "hi", "-w", "marian"], "WeightsError",
          "share_encoder_decoder_embeddings is false",
@@ -615,10 +694,11 @@ CASES = [
                                       "--lr", "0"], "UsageError", "must be a positive",
          files=(_text("p.tsv", "a b\tc d\n"),)),
     # interventions: sites, ablation, steering, patching, attribution (on a one-layer
-    # GPT reading words: interventions need one residual stream)
-    Case("steer-encoder-decoder", "--steer on an encoder–decoder model",
-         ["next", SENTENCE, *TOY, "--steer", "decoder.blocks.0.resid_pre", "--toward", "win",
-          "--away", "die"], "UsageError", "works on single-stack models"),
+    # GPT reading words, and on toy's two stacks)
+    Case("steer-decoder-position", "--steer narrowed past an encoder–decoder's steering "
+         "targets", ["next", SENTENCE, *TOY, "--target", "you win", "--steer",
+                     "decoder.blocks.0.resid_pre:p=3", "--toward", "win", "--away", "die"],
+         "RangeError", "have 2 tokens with the start token (0 to 1)"),
     Case("ablate-no-stack", "--ablate on an encoder–decoder without the stack in the name",
          ["next", SENTENCE, *TOY, "--ablate", "blocks.0.attn.out"], "SelectError",
          "write encoder.blocks.0.attn.out or decoder.blocks.0.attn.out"),
@@ -759,6 +839,110 @@ CASES = [
          ["generate", "you win", "-w", "tr", "-n", "2"], "WeightsError",
          "the folder is damaged",
          files=(_trained("tr", '{"format": "tfx-vocab/1", "kind": "word", "tokens": []}'),)),
+    # masked language models (fill-mask) and the families' missing norms
+    Case("mask-on-causal", "a [MASK] to fill on a causal model",
+         ["next", "Paris is the [MASK] of France."], "InputTextError", "is a causal model"),
+    Case("fill-mask-no-mask", "a masked LM given a text without its mask token",
+         ["next", "Paris is the capital of France.", *MLM], "InputTextError",
+         "the text has none"),
+    Case("fill-mask-tokenizer", "a masked LM read with a tokenizer that has no mask token",
+         ["next", "hi", *MLM, "-t", "byte"], "TokenizerError", "has no mask token"),
+    Case("generate-masked-lm", "generate on a masked LM", ["generate", "hi", "-c", "bert-base"],
+         "ConfigError", "is a masked language model"),
+    Case("patch-masked-lm", "patch on a masked LM",
+         ["patch", "hi", "--corrupt", "yo", "--answer", "a", "--wrong", "b", "-c",
+          "bert-base"], "ConfigError", "is a masked language model"),
+    Case("attribute-masked-lm", "attribute on a masked LM",
+         ["attribute", "hi", "--answer", "a", "-c", "bert-base"], "ConfigError",
+         "is a masked language model"),
+    Case("train-masked-lm", "train on a masked LM (it learns next tokens)",
+         ["train", *MLM, "--text", "t.txt", "-o", "out"], "ConfigError",
+         "is a masked language model", files=(_text("t.txt", "a b c\n"),)),
+    Case("layernorm-no-norm", "layernorm --which ln1 where the family has none (OLMo 2)",
+         ["layernorm", "hi", "-c", "olmo.json"], "RangeError", "has no norm before",
+         files=(_text("olmo.json", '{"d_model": 8, "n_heads": 2, "n_layers": 1, '
+                       '"context_length": 16, "vocab_size": 64, "norm": "rmsnorm", '
+                       '"pre_norms": false, "sandwich_norm": true, "tokenizer": "word"}'),)),
+    # -- mixtures of experts: the router and its sites
+    Case("route-dense", "tfx route on a model without experts",
+         ["route", SENTENCE, *WORDY], "ConfigError", "has no mixture-of-experts layers"),
+    Case("ablate-router-dense", "a router site on a dense model",
+         ["next", SENTENCE, *WORDY, "--ablate", "blocks.0.moe.expert:e=1"], "SelectError",
+         "is a router site"),
+    Case("ablate-expert-range", "--ablate an expert past the last",
+         ["route", "hi", *MOE, "--ablate", "blocks.1.moe.expert:e=8"], "RangeError",
+         "expert 8 is out of range"),
+    Case("ablate-expert-unnamed", "--ablate an expert site without :e=",
+         ["next", "hi", *MOE, "--ablate", "blocks.1.moe.expert"], "UsageError",
+         "names no expert"),
+    Case("ablate-expert-indices", "--ablate the chosen experts' indices",
+         ["trace", "hi", *MOE, "--ablate", "blocks.0.moe.experts"], "SelectError",
+         "holds expert indices"),
+    Case("steer-expert", "--steer an expert site",
+         ["next", "hi", *MOE, "--steer", "blocks.0.moe.expert:e=1", "--toward", "a",
+          "--away", "b"], "UsageError", "routed around with --ablate"),
+    Case("ffn-moe-layer", "tfx ffn on a mixture-of-experts layer",
+         ["ffn", "hi", *MOE, "--layer", "2"], "UsageError", "is a mixture of experts"),
+    Case("weights-gguf-moe", "a GGUF mixture of experts (llama.cpp's stacked experts)",
+         ["route", "hi", "-w", "mixtral.gguf"], "WeightsError", "is not read yet",
+         files=(_gguf_moe,)),
+    # corpus commands: scan, top, collect, patch --pairs (core/datasets)
+    Case("dataset-missing", "a corpus file that does not exist",
+         ["scan", "nope.txt", *TINY], "InputTextError", "does not exist"),
+    Case("corpus-empty", "a corpus with no document (blank lines only)",
+         ["scan", "empty.txt", *TINY], "InputTextError", "holds no document",
+         files=(_text("empty.txt", "\n  \n\n"),)),
+    Case("dataset-binary", "a binary file given as a .txt corpus",
+         ["scan", "noise.txt", *TINY], "InputTextError", "binary file",
+         files=(_bytes("noise.txt", NOISE),)),
+    Case("corpus-kind", "a corpus file that is neither .txt, .jsonl nor .parquet",
+         ["top", "docs.csv", *TINY, "--site", "blocks.0.ffn.act"], "InputTextError",
+         "neither .txt", files=(_text("docs.csv", "a,b\n"),)),
+    Case("corpus-jsonl-line", "a JSONL corpus with a line that is not JSON",
+         ["scan", "docs.jsonl", *TINY], "InputTextError", "line 2",
+         files=(_text("docs.jsonl", '{"text": "hi there"}\n{oops\n'),)),
+    Case("corpus-field", "a JSONL corpus without the --field key",
+         ["scan", "docs.jsonl", *TINY], "InputTextError", "no field 'text'",
+         files=(_text("docs.jsonl", '{"body": "hi there"}\n'),)),
+    Case("corpus-column", "a Parquet corpus without the --field column",
+         ["collect", "docs.parquet", *TINY, "--field", "body", "-s", "blocks.0.resid_out",
+          "-o", "acts"], "InputTextError", "no column 'body'", files=(_parquet,)),
+    Case("corpus-max-docs", "--max-docs 0", ["scan", "python-docs", *TINY, "--max-docs", "0"],
+         "UsageError", "at least 1"),
+    Case("corpus-ctx", "--ctx longer than the model's context",
+         ["scan", "python-docs", *TINY, "--ctx", "5000"], "RangeError",
+         "longer than the model's context"),
+    Case("collect-select", "collect --select that matches no site",
+         ["collect", "python-docs", *TINY, "-s", "blocks.7.*", "-o", "acts"], "SelectError",
+         "matches no site"),
+    Case("collect-no-output", "collect without -o DIR",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out"], "UsageError",
+         "-o DIR is missing"),
+    Case("collect-other-run", "collect into a folder that holds another run",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts"],
+         "OutputFileError", "holds another run", files=(_other_run,),
+         volatile=(r"'[0-9a-f]{64}'", r"(?<=documents None -> )\d+")),
+    Case("collect-strangers", "collect into a folder of files tfx did not write",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts"],
+         "OutputFileError", "did not write", files=(_folder("acts"),
+                                                    _text("acts/notes.txt", "mine"))),
+    Case("top-no-site", "top without --site", ["top", "python-docs", *TINY], "UsageError",
+         "--site is missing"),
+    Case("top-site", "top --site that names no site with one row per token",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.attn.pattern"], "SelectError",
+         "matches no site"),
+    Case("top-unit", "top --units past the site's width",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--units", "0,99"],
+         "RangeError", "unit 99 is out of range"),
+    Case("pairs-not-json", "patch --pairs with a line that is not JSON",
+         ["patch", "--pairs", "pairs.jsonl", *TINY], "InputTextError", "line 1",
+         files=(_text("pairs.jsonl", "{clean\n"),)),
+    Case("pairs-key", "patch --pairs with a line missing a key",
+         ["patch", "--pairs", "pairs.jsonl", *TINY], "InputTextError", "no text 'corrupt'",
+         files=(_text("pairs.jsonl", '{"clean": "hi", "answer": " a", "wrong": " b"}\n'),)),
+    Case("pairs-and-clean", "patch --pairs together with CLEAN",
+         ["patch", "hi", "--pairs", "pairs.jsonl", *TINY], "UsageError",
+         "does not go with --pairs"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
@@ -1052,9 +1236,28 @@ def test_unwritable_folder(tmp_path):
     assert list(locked.iterdir()) == []
 
 
-if __name__ == "__main__":  # print README's table from real runs
+def write_readme_table(table: str) -> None:
+    """Put the generated rows into README.md's table, keeping the rows of cases that need
+    real processes (test_pipes.py's) after them, as they were."""
+    header = "| id | input | command | exit | error | stderr |"
+    lines = README.read_text(encoding="utf-8").split("\n")
+    start = lines.index(header)
+    end = start + 2
+    while end < len(lines) and lines[end].startswith("| "):
+        end += 1
+    ids = {case.id for case in CASES}
+    kept = [row for row in lines[start + 2:end] if row.split("|")[1].strip() not in ids]
+    lines[start:end] = table.split("\n") + kept
+    README.write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":  # README's table from real runs: printed, or written with --write
     import tempfile
 
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as scratch:
-        print(generate_table(Path(scratch)))
+        table = generate_table(Path(scratch))
+    if "--write" in sys.argv[1:]:
+        write_readme_table(table)
+    else:
+        print(table)

@@ -59,7 +59,7 @@ def test_shell_completion_script_and_completions():
     env["COMP_CWORD"] = "1"
     run = subprocess.run([sys.executable, "-c", "from tfx_cli.cli import main; main()"],
                          env={**env, "COMP_WORDS": "tfx co"}, capture_output=True, text=True)
-    assert run.stdout.split() == ["configs", "count-params"]
+    assert run.stdout.split() == ["configs", "count-params", "collect"]  # in registry order
 
 
 def test_a_command_loads_only_its_own_module():

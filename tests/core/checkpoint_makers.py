@@ -315,3 +315,44 @@ def gguf_from_hf(hf_model, path, arch: str) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+# -- T5, Flan-T5, UMT5 -------------------------------------------------------------------
+T5_SIZE = dict(vocab_size=300, d_model=64, d_kv=8, d_ff=96, num_layers=2,
+               num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
+               relative_attention_max_distance=12, decoder_start_token_id=0,
+               pad_token_id=0, eos_token_id=1)
+# kind -> (config class, model class, feed_forward_proj, tied head): the original T5
+# (ReLU, a head tied to the token table and reading the stream × d_model^-0.5), Flan-T5
+# (T5 v1.1: gated GELU, a head of its own), mT5 (the same, whose head transformers 5 never
+# rescales), UMT5 (v1.1 with a bias table per layer)
+T5_KINDS = {"t5": ("T5Config", "T5ForConditionalGeneration", "relu", True),
+            "flan-t5": ("T5Config", "T5ForConditionalGeneration", "gated-gelu", False),
+            "mt5": ("MT5Config", "MT5ForConditionalGeneration", "gated-gelu", False),
+            "umt5": ("UMT5Config", "UMT5ForConditionalGeneration", "gated-gelu", False)}
+
+
+def t5_folder(path, kind: str = "t5", *, model: str | None = None, **size):
+    """A tiny random T5-family model (2 encoder + 3 decoder layers, heads 8 wide in a
+    64-wide model, 8 buckets up to distance 12) saved as an HF folder with a byte-level
+    tokenizer.json; every parameter jiggled. An untied head is a tensor of its own
+    (transformers 5 builds one tied to the table from such a config, and unties it only
+    when loading a checkpoint whose head differs, as Flan-T5's do). `model`: another
+    class of the family (T5Model, T5EncoderModel). Returns the transformers model."""
+    need("transformers", "pip install transformers")
+    import transformers
+
+    config_name, model_name, proj, tied = T5_KINDS[kind]
+    config = getattr(transformers, config_name)(
+        **{**T5_SIZE, **size}, feed_forward_proj=proj, tie_word_embeddings=tied)
+    config._attn_implementation = "eager"
+    torch.manual_seed(sum(map(ord, kind)))
+    hf = getattr(transformers, model or model_name)(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        if not tied and hasattr(hf, "lm_head"):
+            hf.lm_head.weight = torch.nn.Parameter(torch.randn_like(hf.shared.weight))
+    hf.save_pretrained(path)
+    byte_tokenizer_json(path, config.vocab_size)
+    return hf

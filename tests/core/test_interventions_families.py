@@ -5,7 +5,7 @@ norms and (1 + w) gains, its scaled embedding and its soft-capped logits, NeoX's
 blocks, Qwen3's q/k norms)."""
 import pytest
 import torch
-from test_parity_families import FAMILIES, make_folder
+from test_parity_families import make_folder
 
 from tfx_cli.core.analysis import attribution, patching
 from tfx_cli.core.analysis import sites as iv

@@ -27,6 +27,9 @@ CLI prints them on stderr). Bad values raise the same
 
 Importing this module does not import torch: the first model does.
 
+Over a corpus: `scan`, `top`, `collect`, `activations(DIR)` and `patch(pairs=...)`
+(`_datasets.py`).
+
 Inside: `_options.py` (the model options read into a ModelSpec, and the checks made
 before a model is loaded), `_model.py` (`load` and the `Model` whose methods run every
 stage on one loaded model), `_commands.py` (one function per command). May import the
@@ -38,7 +41,10 @@ from ._commands import (attend, attribute, configs, count_params, embed, ffn, ge
                         layernorm, lens, model_config, next, patch, posenc, report, tokenize,
                         trace, train)
 from ._model import Model, load, report_html, write_report
+from ._route import route  # mixtures of experts
+from ._datasets import activations, collect, scan, top, write_top_html
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
-           "report_html", "write_report", "patch", "attribute", "train", "model_config"]
+           "report_html", "write_report", "patch", "attribute", "train", "model_config",
+           "route", "scan", "top", "collect", "activations", "write_top_html"]

@@ -9,14 +9,15 @@ from ..errors import InputTextError, UsageError
 from ._model import Model, _model, report_html, write_report  # noqa: F401 (re-exported)
 from ._options import (_check_edits, _check_layer, _needs_head, _one_of_text_or_length, _spec,
                        _text, checked)
+from ._options import _masked_lm_checks
 from ..values import as_path
 
 if TYPE_CHECKING:  # the result classes load with the command that makes them
     from ..core.results import (AttendInputsResult, AttendResult, AttributeResult,
                                 ConfigsResult, CountParamsResult, EmbedResult, FFNResult,
                                 GenerateResult, LayerNormResult, LensResult, NextResult,
-                                PatchResult, PosencResult, ReportResult, TokenizeResult,
-                                TraceResult, TrainResult)
+                                PatchPairsResult, PatchResult, PosencResult, ReportResult,
+                                TokenizeResult, TraceResult, TrainResult)
 
 
 # -- commands without a model --------------------------------------------------------
@@ -154,7 +155,9 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
     if text is None and cfg.positional in ("sinusoidal", "rope", "none"):
         # the table follows from the config alone: no weights to build or load
         return posenc_stage(cfg, length=length, info=model_info(cfg, spec))
-    return Model(load_model(spec, blocks=0, **hooks)).posenc(
+    # T5's bias table is the embedding's; UMT5's the first layer's
+    blocks = 1 if cfg.positional == "relative" and cfg.relative_per_layer else 0
+    return Model(load_model(spec, blocks=blocks, **hooks)).posenc(
         text, length=length, truncate=truncate)
 
 
@@ -261,6 +264,7 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  away=away, scale=scale)
     _check_edits(**edits)
     _needs_head(model, "generate")
+    _masked_lm_checks(model, "generate")
     return _model(model).generate(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
@@ -281,6 +285,7 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
                  away=away, scale=scale)
     _check_edits(**edits)
     _needs_head(model, "next")
+    _masked_lm_checks(model, "next", text)
     return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
                               candidates=candidates, truncate=truncate, target=target,
                               **edits)
@@ -317,14 +322,21 @@ def report(text: str, *, show_layers: str | Iterable[int] | None = None, candida
 
 # -- interventions -----------------------------------------------------------------
 @checked
-def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "resid_pre",
+def patch(clean: str | None = None, *, corrupt: str | None = None,
+          answer: str | None = None, wrong: str | None = None,
+          pairs: str | Path | None = None, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          **model: Any) -> PatchResult:
+          target: str | None = None, engine: str = "local",
+          **model: Any) -> PatchResult | PatchPairsResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
     head), and measure m = logit(answer) - logit(wrong) at the last position.
-    tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell."""
+    tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell. An
+    encoder–decoder's CLEAN and CORRUPT are sources read against `target`; its sweep
+    covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect).
+    With `pairs` (a JSONL file of {clean, corrupt, answer, wrong} lines) the effect is
+    averaged over the pairs (tensors["patch.effect_std"]: its standard deviation)."""
     from ..core.analysis.patching import PATCH_SITES
 
     if site not in PATCH_SITES:
@@ -332,20 +344,41 @@ def patch(clean: str, *, corrupt: str, answer: str, wrong: str, site: str = "res
                          f"{', '.join(PATCH_SITES)}")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    if pairs is not None:
+        from ._datasets import patch_pairs
+
+        given = [name for name, value in (("CLEAN", clean), ("--corrupt", corrupt),
+                                          ("--answer", answer), ("--wrong", wrong),
+                                          ("--truncate", truncate or None),
+                                          ("--ablate", ablate or None),
+                                          ("--target", target)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} does not go with --pairs: every pair brings its own "
+                             "clean, corrupt, answer and wrong; drop it")
+        _needs_head(model, "patch")
+        return patch_pairs(pairs, site=site, batch=batch, engine=engine, **model)
+    for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
+        if value is None:
+            raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
+                             "TOKEN --wrong TOKEN (or --pairs FILE.jsonl)")
     _check_edits(ablate=ablate, ablate_mode=ablate_mode)
     _needs_head(model, "patch")
+    _masked_lm_checks(model, "patch")
     return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
                                batch=batch, truncate=truncate, ablate=ablate,
-                               ablate_mode=ablate_mode)
+                               ablate_mode=ablate_mode, target=target)
 
 
 @checked
 def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
-              truncate: bool = False, **model: Any) -> AttributeResult:
+              truncate: bool = False, target: str | None = None,
+              **model: Any) -> AttributeResult:
     """Direct logit attribution: the logit of `answer` (minus `wrong`'s) at the last
     position, split into the embedding, every attention output (every head with
     `per_head`) and every FFN output through the frozen final norm, plus a remainder;
-    result.parts sum to result.logit_diff."""
+    result.parts sum to result.logit_diff. An encoder–decoder's is the decoder's, after
+    `target`: its embedding, self-attention, cross-attention and FFN outputs."""
     _needs_head(model, "attribute")
+    _masked_lm_checks(model, "attribute")
     return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
-                                   truncate=truncate)
+                                   truncate=truncate, target=target)

@@ -44,15 +44,16 @@ class Model:
     def __init__(self, loaded):
         self._loaded = loaded
 
-    def _edited(self, run: Callable, **edits: Any):
+    def _edited(self, run: Callable, source: str | None = None, **edits: Any):
         """run(plan) with the interventions `edits` asks for in place; the result says
-        what was changed (result.interventions)."""
+        what was changed (result.interventions). `source`: the command's text, which an
+        encoder–decoder's encoder reads while a decoder site's steering texts run."""
         if all(v is None for v in edits.values()):
             return run(None)
         from ..core.analysis import sites as interventions
 
         plan = interventions.plan(self._loaded, **edits)
-        with interventions.applied(self._loaded, plan) as done:
+        with interventions.applied(self._loaded, plan, source=source) as done:
             result = run(plan)
         return done.finish(result)
 
@@ -142,7 +143,7 @@ class Model:
         return self._edited(
             lambda _: trace(self._loaded, _text(text), list(select or ()),
                                    truncate=truncate, target=_target(target)),
-            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
     @checked
@@ -168,7 +169,7 @@ class Model:
                 use_cache=not no_cache and not plan, n_candidates=candidates,
                 select=list(select or ()), stops=list(stop or ()), on_text=on_text,
                 truncate=truncate, ignore_eos=ignore_eos, target=_target(target)),
-            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            source=prompt, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
     @checked
@@ -187,7 +188,7 @@ class Model:
                                                    top_p=top_p),
                                  n_candidates=candidates, truncate=truncate,
                                  target=_target(target)),
-            ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
+            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
             scale=scale)
 
     @checked
@@ -202,27 +203,31 @@ class Model:
     @checked
     def patch(self, clean: str, *, corrupt: str, answer: str, wrong: str,
               site: str = "resid_pre", batch: int | None = None, truncate: bool = False,
-              ablate: Sequence[str] | None = None,
-              ablate_mode: str | None = None) -> PatchResult:
+              ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
+              target: str | None = None) -> PatchResult:
         """Activation patching: CORRUPT's run with one cell of CLEAN's activations at
-        `site` put in, for every layer and position (or head); tensors["patch.effect"]."""
+        `site` put in, for every layer and position (or head); tensors["patch.effect"]
+        (an encoder–decoder's, reading `target`: patch.encoder.effect,
+        patch.decoder.effect and, for attn_out and heads, patch.cross.effect)."""
         from ..core.analysis.patching import patch
 
         return self._edited(
             lambda _: patch(self._loaded, _text(clean, "CLEAN text"),
                             corrupt=_text(corrupt, "--corrupt text"), answer=answer,
-                            wrong=wrong, site=site, batch=batch, truncate=truncate),
+                            wrong=wrong, site=site, batch=batch, truncate=truncate,
+                            target=_target(target)),
             ablate=ablate, ablate_mode=ablate_mode)
 
     @checked
     def attribute(self, text: str, *, answer: str, wrong: str | None = None,
-                  per_head: bool = False, truncate: bool = False) -> AttributeResult:
-        """Direct logit attribution at the last position: result.parts sum to
-        result.logit_diff."""
+                  per_head: bool = False, truncate: bool = False,
+                  target: str | None = None) -> AttributeResult:
+        """Direct logit attribution at the last position (an encoder–decoder's: the
+        decoder's, after `target`): result.parts sum to result.logit_diff."""
         from ..core.analysis.attribution import attribute
 
         return attribute(self._loaded, _text(text), answer=answer, wrong=wrong,
-                         per_head=per_head, truncate=truncate)
+                         per_head=per_head, truncate=truncate, target=_target(target))
 
     @checked
     def report(self, text: str, *, show_layers: str | Iterable[int] | None = None,

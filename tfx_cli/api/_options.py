@@ -206,3 +206,17 @@ def _needs_head(model: dict, command: str) -> None:
 
     spec, hooks = _spec(model)
     need_head(spec_config(spec, progress=hooks.progress), command)
+
+
+def _masked_lm_checks(model: dict, command: str, text: str | None = None) -> None:
+    """Before building or loading: a masked LM for a command that predicts the token after
+    the text (generate, patch, attribute), and a causal model given a mask to fill
+    (`text` given: next)."""
+    from ..core.analysis.fillmask import check_mask_text, need_causal
+
+    spec, hooks = _spec(model)
+    cfg = spec_config(spec, progress=hooks.progress)
+    if text is not None:
+        check_mask_text(cfg, text)
+    else:
+        need_causal(cfg, command)

@@ -3,8 +3,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TextArg,
-                       TruncateOpt, model_command, read_text)
+from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TargetOpt,
+                       TextArg, TruncateOpt, model_command, read_text)
 
 
 @model_command
@@ -20,6 +20,7 @@ def attribute(
         "--per-head", help="One part per attention head (its context times its slice of "
         "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
     truncate: TruncateOpt = False,
+    target: TargetOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -44,6 +45,11 @@ def attribute(
     sublayer: there each part is carried through every later norm, each with its frozen
     scale, and every norm's shift joins the remainder.
 
+    On an encoder–decoder the logit is the decoder's, after --target: the parts are the
+    decoder's embedding and every decoder layer's self-attention, cross-attention and FFN
+    outputs. The encoder reaches the decoder's stream only through cross-attention, so
+    the cross-attention parts are the source's contribution (result.through_cross).
+
     JSON: result.parts (name, value) in forward order, result.logit_diff,
     result.sum_of_parts, result.unexplained.
 
@@ -52,6 +58,8 @@ def attribute(
       tfx attribute "The capital of France is" --answer " Paris" --wrong " Rome" -w smollm2
 
       tfx attribute "Hello, I am" --answer " a" --per-head --plot parts.png
+
+      tfx attribute "When you play game of thrones" -c toy --target "you win or you" --answer die --wrong win
     """
     from .. import api
     from ..errors import UsageError
@@ -63,6 +71,6 @@ def attribute(
         raise UsageError("--answer is missing; tfx attribute TEXT --answer TOKEN "
                          "[--wrong TOKEN]")
     result = api.attribute(read_text(text, encoding=encoding), answer=answer, wrong=wrong,
-                           per_head=per_head, truncate=truncate, **model)
+                           per_head=per_head, truncate=truncate, target=target, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

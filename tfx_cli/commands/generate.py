@@ -5,7 +5,7 @@ import typer
 
 from ..errors import InputTextError
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
-                       ScaleOpt, SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt,
+                       ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt,
                        edit_options,
                        model_command, read_text, split_list)
 
@@ -113,7 +113,7 @@ def generate(
     import sys
 
     from .. import api
-    from ..render.emit import emit
+    from ..render.emit import emit, progress
     from ..render.views.generate import TextStream
 
     text = read_prompt(prompt, encoding)
@@ -121,7 +121,7 @@ def generate(
     # an encoder–decoder writes a target: the stream shows it, not the source
     seq2seq = api.model_config(**model).is_encoder_decoder
     stream = None if quiet else TextStream(sys.stderr, (target or "") if seq2seq else text,
-                                           spaced=seq2seq)
+                                           spaced=seq2seq, before=progress)
     if stream is not None:  # bars while the text streams go below it, never over it
         model["progress"] = stream.progress
     try:

@@ -33,11 +33,15 @@ def lens(
     The table shows, per layer (rows) and position (columns), the most likely next token
     and its probability. Post-LN models (toy, vaswani) have no ln_f: each block already ends
     in a LayerNorm, so lm_head reads resid_out directly (the embed row is then
-    unnormalised). Models without an output head (minilm) are refused.
+    unnormalised). Models without an output head (minilm) are refused. A masked language
+    model's rows go through its MLM head (dense, activation, norm) before lm_head, and
+    show the token each layer puts at each position (masks included).
 
     JSON: result.layers, result.top_ids / top_tokens / top_probs [layer][position],
     result.next_token_probs [layer][position] (the probability of the token that really
-    comes next; one fewer position), result.norm (what was applied).
+    comes next; one fewer position), result.norm (what was applied); a masked LM has
+    result.token_probs [layer][position] (the probability of the position's own token,
+    null at a mask) and result.mask_positions instead of next_token_probs.
 
     Examples:
 

@@ -43,6 +43,12 @@ def next_token(
     after the cut tokens are dropped and the rest renormalised. At --temperature 0 the
     cuts are judged at T = 1 and all probability goes to the argmax.
 
+    On a masked language model (BERT, RoBERTa, ModernBERT; --weights antiberty) it
+    fills in masks: the distribution at every mask token of TEXT (the tokenizer's own,
+    [MASK] or <mask>), one table each, and the text with each mask filled. JSON adds
+    result.mask_token, result.masks (per mask: position, entropy, greedy, kept_tokens,
+    kept_mass, candidates) and result.filled; the other fields are the first mask's.
+
     A text longer than the context length is an error; with --truncate it is cropped to
     its last tokens, as generate's first step sees it. JSON: result.candidates (rank, id, token, logit, prob,
     tempered_prob, kept, final_prob), result.entropy (nats), result.greedy,
@@ -57,6 +63,8 @@ def next_token(
       tfx next "When you play game of thrones" -c toy --target "you win or you"
 
       tfx next "The capital of France is" -w smollm2 --ablate blocks.20.ffn.out
+
+      tfx next "EVQLVESGGGLVQPGGSLRLSCAAS[MASK]FTFSSYAMS" -w antiberty
     """
     from .. import api
     from ..render.emit import emit

@@ -1,12 +1,13 @@
 """`tfx patch CLEAN --corrupt CORRUPT --answer A --wrong W`: activation patching."""
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
-                       read_text)
+                       PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
+                       model_command, read_text)
 
 
 class PatchSite(str, Enum):
@@ -38,7 +39,13 @@ def patch(
         help="Cells run together in one forward pass (default: as many as fill 4,096 "
         "positions). 1 runs each cell alone: slower, and bit for bit the patched model run "
         "by itself; batched cells agree with that to float rounding.")] = None,
+    pairs: Annotated[Optional[Path], typer.Option(
+        "--pairs", metavar="FILE.jsonl", show_default=False,
+        help="Patch many prompt pairs and average: one {\"clean\", \"corrupt\", "
+             "\"answer\", \"wrong\"} object per line, instead of CLEAN and the options. "
+             "See samples/ioi_pairs.jsonl.")] = None,
     truncate: TruncateOpt = False,
+    target: TargetOpt = None,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
     json_out: JsonOpt = False,
@@ -63,6 +70,11 @@ def patch(
     CLEAN's activations are recorded once; each cell at layer l starts from CORRUPT's
     residual entering block l, and the cells of one layer run together as one batch.
 
+    On an encoder–decoder CLEAN and CORRUPT are sources, the answer is the token after
+    --target, and the sweep covers both stacks: the encoder's layers × source positions,
+    the decoder's layers × target positions and, for attn_out and heads, the decoder's
+    cross-attention (patch.encoder.effect, patch.decoder.effect, patch.cross.effect).
+
     JSON: tensors patch.effect (L, T) or (L, H) and patch.metric (m per cell);
     result.m_clean, m_corrupt, answer, wrong, site and differing_positions.
 
@@ -71,6 +83,12 @@ def patch(
       tfx patch "The capital of France is" --corrupt "The capital of Italy is" --answer " Paris" --wrong " Rome" -w smollm2
 
       tfx patch "When Mary and John went to the store, John gave a drink to" --corrupt "When Mary and John went to the store, Mary gave a drink to" --answer " Mary" --wrong " John" --site heads --plot heads.png
+
+      tfx patch "When you play game of thrones" --corrupt "When you play game of swords" --target "you win or you" --answer die --wrong win -c toy
+      tfx patch --pairs samples/ioi_pairs.jsonl --site heads -w smollm2
+
+    With --pairs, each cell's effect is averaged over the pairs (patch.effect, and its
+    standard deviation patch.effect_std), the pairs batched together.
     """
     from .. import api
     from ..errors import UsageError
@@ -78,6 +96,15 @@ def patch(
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
+    if pairs is not None:
+        result = api.patch(pairs=pairs, site=site.value, batch=batch,
+                           **{k: v for k, v in dict(
+                               clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
+                               truncate=truncate or None).items() if v is not None},
+                           **edit_options(ablate, ablate_mode), **model)
+        plot_to(result, plot, force)
+        emit(result, json=json_out, precision=precision, full=full)
+        return
     for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
         if value is None:
             raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
@@ -85,6 +112,6 @@ def patch(
     result = api.patch(read_text(clean, encoding=encoding, what="CLEAN text"),
                        corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
                        wrong=wrong, site=site.value, batch=batch, truncate=truncate,
-                       **edit_options(ablate, ablate_mode), **model)
+                       target=target, **edit_options(ablate, ablate_mode), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

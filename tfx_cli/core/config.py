@@ -9,13 +9,17 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..errors import ConfigError
+from .config_moe import moe_features, validate_moe
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+# ModernBERT's GLU gates with the exact (erf) GELU, not GeGLU's tanh form
+ACTIVATIONS += ("geglu_exact",)
+MLM_ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")  # of a masked LM's head
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
-POSITIONALS = ("learned", "sinusoidal", "rope", "none")
+POSITIONALS = ("learned", "sinusoidal", "rope", "none", "relative")
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,52 @@ class ModelConfig:
     sinusoidal_layout: str = "interleaved"  # "halves": sin in the first half (Marian)
     pos_offset: int = 0  # BART: learned position p reads row p + 2 of its table
     logits_bias: bool = False  # Marian, BART: a fixed bias added to the logits
+    # Masked language models (BERT's, RoBERTa's and ModernBERT's heads), ModernBERT's
+    # encoder and OLMo 2's norms; each default is what the families above do. A model
+    # with an MLM head (one stack, not causal) is a masked LM: `next` fills its masks.
+    mlm_head: bool = False  # dense -> activation -> norm between the stream and the head
+    mlm_activation: str = "gelu"  # that head's activation
+    head_bias: bool = False  # a learned bias per vocabulary entry on the logits (MLM decoders)
+    norm_bias: bool = True  # LayerNorms with a shift (ModernBERT's have none)
+    pre_norms: bool = True  # False: no norm before attention or the FFN (OLMo 2 norms after)
+    first_block_norm: bool = True  # False: block 0 has no ln1 (ModernBERT: the embedding
+    # norm serves)
+    qk_norm_full: bool = False  # OLMo 2: q and k RMS-normed over all heads, before the split
+    # T5, mT5, UMT5 (positional "relative"): no position rows; a learned bias per head and
+    # bucket of query-key distance is added to every self-attention score (one table per
+    # stack, read by all its layers; UMT5: one per layer). Cross-attention has none.
+    relative_buckets: int = 32  # distances binned: exact up to a quarter, then log-spaced
+    relative_max_distance: int = 128  # distances from here on share the last bucket
+    relative_per_layer: bool = False  # UMT5: each layer's self-attention its own table
+    unembed_scale: bool = False  # T5 with a tied head: the stream × d_model^-0.5 before it
+    # -- Mixture of experts, attention sinks, latent attention (Mixtral, Qwen2-MoE,
+    # Qwen3-MoE, OLMoE, gpt-oss, DeepSeek-V3). Each default keeps the model dense and its
+    # attention as above; config_moe.py checks them and names them in features().
+    n_experts: int = 0  # routed experts of an MoE layer (0: every layer is dense)
+    experts_per_token: int = 0  # k: the experts each token is routed to
+    expert_d_ff: int | None = None  # one expert's FFN width (None: d_ff)
+    moe_layers: tuple[int, ...] | None = None  # the MoE layers (None: all); the rest dense
+    router: str = "softmax"  # how logits become scores: softmax | softmax_topk | sigmoid
+    router_norm: bool = True  # the k chosen scores renormalised to sum to 1
+    router_bias: bool = False  # gpt-oss: a bias on the router's logits
+    router_groups: int = 1  # DeepSeek-V3: experts in groups, a token picks ...
+    router_topk_groups: int = 1  # ... this many groups, then its k experts inside them
+    router_correction: bool = False  # DeepSeek-V3: a bias on the scores, for choosing only
+    router_scale: float = 1.0  # DeepSeek-V3: the chosen weights times routed_scaling_factor
+    shared_d_ff: int = 0  # a shared expert every token goes through (its width; 0: none)
+    shared_gate: bool = False  # Qwen2-MoE: the shared expert scaled by sigmoid(x W_gate)
+    expert_bias: bool = False  # gpt-oss: biases on the experts' projections
+    swiglu_limit: float | None = None  # gpt-oss: gate <= limit, |up| <= limit, (up + 1)
+    swiglu_alpha: float = 1.702  # gpt-oss: the gate's SiLU is g * sigmoid(alpha * g)
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax
+    q_lora_rank: int = 0  # DeepSeek-V3 (MLA): queries through a latent this wide (0: none)
+    kv_lora_rank: int = 0  # MLA: keys and values through a latent this wide (0: no MLA)
+    qk_rope_dim: int = 0  # MLA: the rotated dims at the end of each q and k head
+    v_head_dim: int | None = None  # MLA: a value head's width (None: head_dim)
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("eos_ids", "sliding_layers"):  # lists from a JSON config file
+        for key in ("eos_ids", "sliding_layers", "moe_layers"):  # lists from a JSON config file
             if isinstance(getattr(self, key), list):
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if isinstance(self.rope_scaling, dict):  # lists (longrope's factors) become tuples
@@ -126,8 +172,9 @@ class ModelConfig:
                             ("embed_scale", "embed × √d")):
             if getattr(self, flag):
                 out.append(words)
-        if self.attn_scalar is not None:
-            out.append(f"÷√{self.attn_scalar:g}")
+        if self.attn_scalar is not None:  # T5: 1, its scores are not scaled
+            out.append("unscaled scores" if self.attn_scalar == 1 else
+                       f"÷√{self.attn_scalar:g}")
         if self.attn_softcap is not None:
             out.append(f"softcap {self.attn_softcap:g}")
         if self.final_softcap is not None:
@@ -142,7 +189,58 @@ class ModelConfig:
             out.append(f"rope {self.rope.get('rope_type', 'default')}")
         if self.is_encoder_decoder:
             out.append("encoder–decoder")
+        out += self._mlm_features()
+        out += self._relative_features()
+        out += moe_features(self)
         return out
+
+    # -- mixture of experts (config_moe.py) ----------------------------------------------
+    def is_moe_layer(self, layer: int) -> bool:
+        """Does block `layer` route its tokens to experts (else a dense FFN)?"""
+        return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
+
+    @property
+    def moe_layer_list(self) -> list[int]:
+        return [i for i in range(self.n_layers) if self.is_moe_layer(i)]
+
+    @property
+    def v_dim(self) -> int:
+        """A value head's width: head_dim, or MLA's v_head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_masked_lm(self) -> bool:
+        """Predicts the tokens hidden behind a mask, reading the whole text (BERT,
+        RoBERTa, ModernBERT): one stack, not causal, an output head after an MLM head. (A
+        hand-made encoder with a plain head still reads as predicting after the text.)"""
+        return self.lm_head and self.mlm_head and not self.causal and \
+            not self.is_encoder_decoder
+
+    def _mlm_features(self) -> list[str]:
+        out = []
+        for flag, words in (("mlm_head", f"MLM head ({self.mlm_activation})"),
+                            ("head_bias", "logits bias"), ("qk_norm_full", "q/k norm (all heads)")):
+            if getattr(self, flag):
+                out.append(words)
+        for flag, words in (("norm_bias", "norms without shift" if self.norm == "layernorm"
+                             else ""),
+                            ("pre_norms", "no pre-norms"),
+                            ("first_block_norm", "no ln1 in block 0")):
+            if not getattr(self, flag) and words:
+                out.append(words)
+        return out
+
+    def _relative_features(self) -> list[str]:
+        """T5's switches, in features()' words."""
+        if self.positional != "relative":
+            return ["logits × d^-0.5"] if self.unembed_scale else []
+        out = [f"relative bias ({self.relative_buckets} buckets"
+               + (", per layer)" if self.relative_per_layer else ")")]
+        return out + (["logits × d^-0.5"] if self.unembed_scale else [])
 
     @property
     def has_final_norm(self) -> bool:
@@ -198,6 +296,27 @@ class ModelConfig:
         if self.tie_embeddings and not self.lm_head:
             raise ConfigError("tie_embeddings needs lm_head: there is no head to tie")
         self._validate_seq2seq()
+        self._validate_mlm()
+        self._validate_relative()
+        validate_moe(self)
+
+    def _validate_mlm(self) -> None:
+        if self.mlm_activation not in MLM_ACTIVATIONS:
+            raise ConfigError(f"config field mlm_activation={self.mlm_activation!r} is not one "
+                              f"of {', '.join(MLM_ACTIVATIONS)}")
+        if (self.mlm_head or self.head_bias or self.logits_bias) and not self.lm_head:
+            raise ConfigError("mlm_head, head_bias and logits_bias need lm_head: there is no "
+                              "head to put them on")
+        if self.qk_norm_full and self.qk_norm:
+            raise ConfigError("qk_norm (per head) and qk_norm_full (all heads at once) are "
+                              "two ways to norm q and k; set one of them")
+        if self.mlm_head and self.causal:
+            raise ConfigError("mlm_head is a masked LM's head, and a masked LM reads the "
+                              "whole text: set causal to false")
+        if self.is_encoder_decoder and (self.mlm_head or self.head_bias or not (
+                self.pre_norms and self.first_block_norm)):
+            raise ConfigError("mlm_head, head_bias, and pre_norms or first_block_norm false "
+                              "are not supported in encoder–decoder models")
 
     def _validate_seq2seq(self) -> None:
         n = self.n_decoder_layers
@@ -222,12 +341,24 @@ class ModelConfig:
         if self.causal:
             raise ConfigError("an encoder–decoder model's encoder reads the whole source: set "
                               "causal to false (the decoder is always causal)")
-        if not self.lm_head:
-            raise ConfigError("an encoder–decoder model needs lm_head: the decoder predicts "
-                              "words")
         if self.positional == "rope" or self.token_types or self.sliding_window is not None:
             raise ConfigError("rotary positions, token types and sliding windows are not "
                               "supported in encoder–decoder models")
+
+    def _validate_relative(self) -> None:
+        """T5's relative position bias: half the buckets (a quarter, bidirectional) count
+        distances one by one, the rest spread logarithmically up to max_distance."""
+        for name in ("relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"config field {name} must be a positive whole number, got "
+                                  f"{value!r}")
+        if self.positional != "relative":
+            return
+        if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(f"config field relative_buckets={self.relative_buckets} needs at "
+                              "least 4 buckets and relative_max_distance above half of them, "
+                              f"got {self.relative_max_distance}")
 
     def _validate_family(self) -> None:
         for name in ("attn_scalar", "attn_softcap", "final_softcap", "rope_local_theta"):
@@ -282,6 +413,13 @@ class ModelConfig:
                 list(value) if isinstance(value, tuple) else value
         if self.head_dim * self.n_heads == self.d_model:
             out["head_dim"] = None
+        for name in QUIET_AT_DEFAULT:  # written only where a family switches them
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        for kind, names in POSITIONAL_ONLY.items():
+            if self.positional != kind:
+                for name in names:
+                    del out[name]
         return out
 
 
@@ -301,6 +439,22 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
 
 
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+# The masked-LM, OLMo 2, T5 head, mixture-of-experts, sink and latent-attention
+# switches are left out of the JSON config (and every --json
+# "model" object) where they keep their defaults: the configs of every other family read
+# and print as they did before the switches existed.
+MOE_FIELDS = ("n_experts", "experts_per_token", "expert_d_ff", "moe_layers", "router",
+              "router_norm", "router_bias", "router_groups", "router_topk_groups",
+              "router_correction", "router_scale", "shared_d_ff", "shared_gate",
+              "expert_bias", "swiglu_limit", "swiglu_alpha", "attn_sinks",
+              "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim")
+QUIET_AT_DEFAULT = ("mlm_head", "mlm_activation", "head_bias", "norm_bias", "pre_norms",
+                    "first_block_norm", "qk_norm_full", "unembed_scale", *MOE_FIELDS)
+# fields that mean something only with one kind of positions: written with it, left out
+# of every other config (each family's JSON then holds its own switches)
+POSITIONAL_ONLY = {"relative": ("relative_buckets", "relative_max_distance",
+                                "relative_per_layer")}
 
 
 

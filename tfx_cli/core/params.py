@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .config import ModelConfig
+from . import params_moe
 from ..words import counted
 
 FLOPS_CONVENTION = (
@@ -29,16 +30,7 @@ SHAPE_CONVENTION = "shapes as stored: a linear weight is (out, in)"
 BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "int8": 1}
 
 
-@dataclass(frozen=True)
-class Row:
-    """One parameter tensor (or, in FLOP tables, one matmul)."""
-
-    name: str  # parameter path in core.model; inside a block, relative to blocks.{i}
-    label: str  # what it is, in words
-    shape: tuple[int, ...] | None
-    count: int  # what this row adds to the total (0 when fixed or shared)
-    part: str  # the group it sums into (token_embedding, attention, ffn, ...)
-    note: str = ""
+from .param_rows import Row  # noqa: E402  (one row of every table; params_moe's too)
 
 
 def _linear(name: str, label: str, n_in: int, n_out: int, bias: bool, part: str) -> list[Row]:
@@ -52,7 +44,7 @@ def _norm(name: str, label: str, cfg: ModelConfig, part: str, size: int | None =
           ) -> list[Row]:
     C = size or cfg.d_model
     rows = [Row(f"{name}.scale", f"{label} scale", (C,), C, part)]
-    if cfg.norm == "layernorm":  # RMSNorm has no shift
+    if cfg.norm == "layernorm" and cfg.norm_bias:  # RMSNorm (and ModernBERT's) has no shift
         rows.append(Row(f"{name}.shift", f"{label} shift", (C,), C, part))
     return rows
 
@@ -68,22 +60,35 @@ def _attention_rows(cfg: ModelConfig, where: str, what: str, part: str) -> list[
     return rows
 
 
-def block_rows(cfg: ModelConfig, *, decoder: bool = False) -> list[Row]:
+def block_rows(cfg: ModelConfig, *, decoder: bool = False, moe: bool = False) -> list[Row]:
     """One transformer block's parameters, in the order core.model creates them; an
-    encoder–decoder's decoder block (decoder=True) adds cross-attention and a third norm."""
+    encoder–decoder's decoder block (decoder=True) adds cross-attention and a third norm;
+    an MoE layer's (moe=True) has a router and experts in place of the FFN."""
     C, F = cfg.d_model, cfg.d_ff
-    rows = _norm("ln1", "norm 1", cfg, "norms")
-    rows += _attention_rows(cfg, "attn", "masked self-attn " if decoder else "", "attention")
+    rows = _norm("ln1", "norm 1", cfg, "norms") if cfg.pre_norms else []
+    if cfg.is_mla:  # latent attention's projections (params_moe.py)
+        rows += params_moe.latent_attention_rows(cfg)
+    else:
+        rows += _attention_rows(cfg, "attn", "masked self-attn " if decoder else "",
+                                "attention")
+    rows += _relative_rows(cfg, "attn.", per_layer=True)
+    rows += params_moe.attention_extra_rows(cfg)  # sinks
     if cfg.qk_norm:  # one scale per head dimension, shared by every head
         rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.head_dim)
         rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.head_dim)
+    if cfg.qk_norm_full:  # OLMo 2: one scale per entry of the whole projections
+        rows += _norm("attn.q_norm", "q norm", cfg, "norms", cfg.attn_dim)
+        rows += _norm("attn.k_norm", "k norm", cfg, "norms", cfg.n_kv_heads * cfg.head_dim)
     if cfg.sandwich_norm:
         rows += _norm("ln_post_attn", "norm after attention", cfg, "norms")
-    rows += _norm("ln2", "norm 2", cfg, "norms")
+    if cfg.pre_norms:
+        rows += _norm("ln2", "norm 2", cfg, "norms")
     if decoder:  # queries from the decoder, keys and values from the encoder output
         rows += _attention_rows(cfg, "cross", "cross-attn ", "cross_attention")
         rows += _norm("ln3", "norm 3", cfg, "norms")
-    if cfg.activation in ("swiglu", "geglu"):  # act(x W_gate) * (x W_up), then W_down
+    if moe:
+        rows += params_moe.moe_rows(cfg)
+    elif cfg.activation in ("swiglu", "geglu", "geglu_exact"):  # act(x W_gate) * (x W_up), W_down
         rows += _linear("ffn.gate_proj", "ffn gate", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc1", "ffn up", C, F, cfg.proj_bias, "ffn")
         rows += _linear("ffn.fc2", "ffn down", F, C, cfg.proj_bias, "ffn")
@@ -116,12 +121,23 @@ def _embedding_rows(cfg: ModelConfig, p: str = "", shared: str | None = None) ->
     elif cfg.positional == "rope":
         rows.append(Row("rope", "rotary positions", None, 0, "position_embedding",
                         "q and k rotated by computed angles"))
+    rows += _relative_rows(cfg, f"{p}embed.", per_layer=False)
     if cfg.token_types:
         rows.append(Row(f"{p}embed.type_emb.weight", "token-type embedding",
                         (cfg.token_types, C), cfg.token_types * C, "token_type_embedding"))
     if cfg.embed_norm:  # BERT normalises the sum of the three embeddings
         rows += _norm(f"{p}embed.ln", "embedding norm", cfg, "embedding_norm")
     return rows
+
+
+def _relative_rows(cfg: ModelConfig, where: str, *, per_layer: bool) -> list[Row]:
+    """T5's relative position bias: one (buckets, heads) table per stack, held by its
+    embedding (per_layer=False), or one per layer's self-attention (UMT5)."""
+    if cfg.positional != "relative" or cfg.relative_per_layer != per_layer:
+        return []
+    n = cfg.relative_buckets * cfg.n_heads
+    return [Row(f"{where}rel_bias.weight", "relative position bias",
+                (cfg.relative_buckets, cfg.n_heads), n, "position_bias")]
 
 
 def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> list[Row]:
@@ -145,6 +161,31 @@ def _top_rows_after_blocks(cfg: ModelConfig, p: str = "", head: bool = True) -> 
     return rows
 
 
+def _block0_rows(cfg: ModelConfig) -> list[Row]:
+    """ModernBERT's block 0 has no ln1: counted against the blocks, right after them."""
+    if cfg.first_block_norm or not cfg.pre_norms:
+        return []
+    return [Row(f"blocks.0.{r.name}", "block 0 has no norm 1 (the embedding norm serves)",
+                r.shape, -r.count, "blocks")
+            for r in _norm("ln1", "norm 1", cfg, "norms")]
+
+
+def _mlm_rows(cfg: ModelConfig) -> list[Row]:
+    """A masked LM's head transform, before the output head (and after the final norm)."""
+    C = cfg.d_model
+    rows = []
+    if cfg.mlm_head:  # dense -> activation -> norm, then the head
+        rows += _linear("mlm.dense", "MLM head dense", C, C, cfg.proj_bias, "mlm_head")
+        rows += _norm("mlm.ln", "MLM head norm", cfg, "mlm_head")
+    return rows
+
+
+def _head_bias_rows(cfg: ModelConfig) -> list[Row]:
+    if not (cfg.lm_head and cfg.head_bias):
+        return []
+    return [Row("lm_head.bias", "output head bias", (cfg.vocab_size,), cfg.vocab_size, "head")]
+
+
 @dataclass
 class ParamCount:
     config: str
@@ -161,10 +202,17 @@ class ParamCount:
     decoder_per_block: int = 0
     n_decoder_layers: int = 0
     decoder_block_parts: dict[str, int] = field(default_factory=dict)
+    # a mixture of experts: `block` is an MoE layer's, and these its dense layers'
+    n_experts: int = 0
+    dense_block: list[Row] = field(default_factory=list)
+    dense_per_block: int = 0
+    n_dense_layers: int = 0
+    dense_block_parts: dict[str, int] = field(default_factory=dict)
+    layer_kinds: list[bool] = field(default_factory=list)  # per layer: is it MoE?
 
     @property
     def all_blocks(self) -> int:
-        return self.per_block * self.n_layers
+        return self.per_block * self.n_layers + self.dense_per_block * self.n_dense_layers
 
     @property
     def non_embedding(self) -> int:
@@ -174,10 +222,22 @@ class ParamCount:
 
     def named_counts(self) -> dict[str, int]:
         """Full parameter name -> numel for every stored tensor (tied ones once)."""
-        out = {r.name: r.count for r in self.rows if r.count and not r.name.endswith("blocks")}
+        out = {r.name: r.count for r in self.rows if r.count > 0 and
+               not r.name.endswith("blocks")}
         enc = "encoder." if self.n_decoder_layers else ""
+        if self.n_experts:  # MoE layers and dense ones, in the config's order
+            for i, moe in enumerate(self.layer_kinds):
+                for r in self.block if moe else self.dense_block:
+                    if not r.count:
+                        continue  # a buffer (the score correction), not a parameter
+                    for name, n in params_moe.expand(r.name, r.count, self.n_experts).items():
+                        out[f"blocks.{i}.{name}"] = n
+            return out
         for i in range(self.n_layers):
             out.update({f"{enc}blocks.{i}.{r.name}": r.count for r in self.block})
+        for r in self.rows:  # a block without a tensor the others have (ModernBERT's 0)
+            if r.count < 0:
+                out.pop(r.name, None)
         for i in range(self.n_decoder_layers):
             out.update({f"decoder.blocks.{i}.{r.name}": r.count for r in self.decoder_block})
         return out
@@ -195,6 +255,8 @@ def _sum_parts(rows: list[Row]) -> dict[str, int]:
 
 
 def count_params(cfg: ModelConfig) -> ParamCount:
+    if cfg.n_experts:
+        return _count_moe(cfg)
     block = block_rows(cfg)
     per_block = sum(r.count for r in block)
     shared = cfg.vocab_size * cfg.d_model if cfg.lm_head and cfg.tie_embeddings else 0
@@ -202,6 +264,13 @@ def count_params(cfg: ModelConfig) -> ParamCount:
         blocks = Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
                      per_block * cfg.n_layers, "blocks")
         rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
+        if cfg.mlm_head or cfg.head_bias or not (cfg.first_block_norm and cfg.pre_norms):
+            at = rows.index(blocks) + 1
+            rows = rows[:at] + _block0_rows(cfg) + rows[at:]
+            at = next((i for i, r in enumerate(rows) if r.name == "lm_head.weight"),
+                      len(rows))  # the MLM transform before the head, the bias after it
+            rows = rows[:at] + _mlm_rows(cfg) + rows[at:at + 1] + _head_bias_rows(cfg) + \
+                rows[at + 1:]
         return ParamCount(config=cfg.name, rows=rows, block=block, per_block=per_block,
                           n_layers=cfg.n_layers, total=sum(r.count for r in rows),
                           shared=shared, parts=_sum_parts(rows),
@@ -225,6 +294,30 @@ def count_params(cfg: ModelConfig) -> ParamCount:
                       decoder_block_parts=_sum_parts(dec))
 
 
+def _count_moe(cfg: ModelConfig) -> ParamCount:
+    """A mixture of experts: its MoE layers' blocks and its dense layers' (DeepSeek-V3's
+    first three, Qwen's mlp_only_layers), each counted for its own layers."""
+    moe, dense = block_rows(cfg, moe=True), block_rows(cfg)
+    kinds = [cfg.is_moe_layer(i) for i in range(cfg.n_layers)]
+    n_moe, n_dense = sum(kinds), len(kinds) - sum(kinds)
+    per_moe, per_dense = sum(r.count for r in moe), sum(r.count for r in dense)
+    label = _blocks_label(n_moe, per_moe).replace("block", "MoE block")
+    if n_dense:
+        label = _blocks_label(n_dense, per_dense).replace("block", "dense block") + \
+            " + " + label
+    shared = cfg.vocab_size * cfg.d_model if cfg.lm_head and cfg.tie_embeddings else 0
+    blocks = Row("blocks", label, None, per_moe * n_moe + per_dense * n_dense, "blocks")
+    rows = _embedding_rows(cfg) + [blocks] + _top_rows_after_blocks(cfg)
+    count = ParamCount(config=cfg.name, rows=rows, block=moe, per_block=per_moe,
+                       n_layers=n_moe, total=sum(r.count for r in rows), shared=shared,
+                       parts=_sum_parts(rows), block_parts=_sum_parts(moe),
+                       n_experts=cfg.n_experts, dense_block=dense if n_dense else [],
+                       dense_per_block=per_dense if n_dense else 0, n_dense_layers=n_dense,
+                       dense_block_parts=_sum_parts(dense) if n_dense else {},
+                       layer_kinds=kinds)
+    return count
+
+
 def total_params(cfg: ModelConfig) -> int:
     return count_params(cfg).total
 
@@ -246,7 +339,8 @@ def estimate_bytes(cfg: ModelConfig) -> int:
 
 
 # -- FLOPs ---------------------------------------------------------------------------
-def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False) -> list[Row]:
+def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False,
+                    moe: bool = False) -> list[Row]:
     """FLOPs per token of one block's matmuls at sequence length T = seq_len. A decoder
     block's cross-attention is counted with a source as long as the target (its keys and
     values are projections of the source's tokens, one each)."""
@@ -257,6 +351,14 @@ def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False) ->
         return Row(name, label, None, 2 * n_in * n_out, part, f"(1, {n_in})·({n_in}, {n_out})")
 
     def attention(where: str, what: str) -> list[Row]:
+        if cfg.is_mla:  # latent attention: q, k, v through their latents; V heads Dv wide
+            Dv = cfg.v_dim
+            return params_moe.latent_projection_flops(cfg) + [
+                Row(f"{where}.scores", "QKᵀ", None, 2 * T * A, "attention_matmuls",
+                    f"{cfg.n_heads} × (1, {cfg.head_dim})·({cfg.head_dim}, {T})"),
+                Row(f"{where}.context", "pattern·V", None, 2 * T * cfg.n_heads * Dv,
+                    "attention_matmuls", f"{cfg.n_heads} × (1, {T})·({T}, {Dv})"),
+                mm(f"{where}.out_proj", "concat·W_O", cfg.n_heads * Dv, C, "projections")]
         return [mm(f"{where}.W_query", f"{what}x·W_Q", C, A, "projections"),
                 mm(f"{where}.W_key", f"{what}x·W_K", C, kv_dim, "projections"),
                 mm(f"{where}.W_value", f"{what}x·W_V", C, kv_dim, "projections"),
@@ -273,7 +375,9 @@ def block_flop_rows(cfg: ModelConfig, seq_len: int, *, decoder: bool = False) ->
     rows = attention("attn", "")
     if decoder:
         rows += attention("cross", "cross ")
-    if cfg.activation in ("swiglu", "geglu"):
+    if moe:  # the router, the k experts a token is routed to, the shared expert
+        rows += params_moe.moe_flop_rows(cfg)
+    elif cfg.activation in ("swiglu", "geglu", "geglu_exact"):
         rows.append(mm("ffn.gate_proj", "x·W_gate", C, F, "ffn"))
         rows.append(mm("ffn.fc1", "x·W_up", C, F, "ffn"))
         rows.append(mm("ffn.fc2", "h·W_down", F, C, "ffn"))
@@ -299,11 +403,21 @@ class FlopCount:
 def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
     T = seq_len or cfg.context_length
     C = cfg.d_model
-    block = block_flop_rows(cfg, T)
+    block = block_flop_rows(cfg, T, moe=cfg.n_experts > 0)
     per_block = sum(r.count for r in block)
     rows = [Row("blocks", _blocks_label(cfg.n_layers, per_block), None,
                 per_block * cfg.n_layers, "blocks")]
-    attention = 4 * T * cfg.attn_dim * cfg.n_layers
+    if cfg.n_experts:  # MoE layers and dense ones: a token's active FLOPs
+        n_moe = len(cfg.moe_layer_list)
+        n_dense = cfg.n_layers - n_moe
+        dense = sum(r.count for r in block_flop_rows(cfg, T))
+        label = _blocks_label(n_moe, per_block).replace("block", "MoE block")
+        if n_dense:
+            label = _blocks_label(n_dense, dense).replace("block", "dense block") + \
+                " + " + label
+        rows = [Row("blocks", label, None, per_block * n_moe + dense * n_dense, "blocks")]
+    # QKᵀ and pattern·V: 2 * T * H * (D + Dv) per layer, 4 * T * A unless V heads differ
+    attention = params_moe.attention_matmul_flops(cfg, T) * cfg.n_layers
     if cfg.is_encoder_decoder:  # per token of the source and of the target alike
         dec = block_flop_rows(cfg, T, decoder=True)
         per_dec = sum(r.count for r in dec)
@@ -313,6 +427,9 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
                                                                   per_dec),
                     None, per_dec * cfg.n_decoder_layers, "decoder_blocks")]
         attention += 8 * T * cfg.attn_dim * cfg.n_decoder_layers
+    if cfg.mlm_head:  # a masked LM's transform before the head
+        rows.append(Row("mlm.dense", "h·W_dense (MLM head)", None, 2 * C * C, "head",
+                        f"(1, {C})·({C}, {C})"))
     if cfg.lm_head:  # tied or not, the head multiplies by a (V, C) matrix
         rows.append(Row("lm_head", "h·W_headᵀ (logits)", None, 2 * C * cfg.vocab_size, "head",
                         f"(1, {C})·({C}, {cfg.vocab_size})"))
@@ -322,7 +439,8 @@ def count_flops(cfg: ModelConfig, seq_len: int | None = None) -> FlopCount:
     if cfg.causal:
         # Query t sees t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys, so the
         # two matmuls cost 2 * 2 * C * (T+1)/2 = 2C(T+1) per token per block.
-        causal_skip = per_token - attention + 2 * cfg.attn_dim * (T + 1) * cfg.n_layers
+        causal_skip = per_token - attention + \
+            params_moe.attention_matmul_flops(cfg, T + 1) // 2 * cfg.n_layers
     return FlopCount(seq_len=T, rows=rows, block=block, per_block=per_block,
                      per_token=per_token, without_attention=per_token - attention,
                      per_sequence=per_token * T + pooler, causal_skip=causal_skip)
@@ -335,13 +453,13 @@ def analyse(cfg: ModelConfig, seq_len: int | None = None, *, model=None):
 
     params = count_params(cfg)
     flops = count_flops(cfg, seq_len)
-    return CountParamsResult(
+    result = CountParamsResult(
         model=model, total=params.total, non_embedding=params.non_embedding,
         tied=bool(cfg.lm_head and cfg.tie_embeddings), shared=params.shared,
         parts=params.parts, breakdown=params.rows,
         per_block=BlockCount(rows=params.block, total=params.per_block,
                              parts=params.block_parts, n_layers=params.n_layers,
-                             all_blocks=params.all_blocks),
+                             all_blocks=params.per_block * params.n_layers),
         decoder_per_block=BlockCount(
             rows=params.decoder_block, total=params.decoder_per_block,
             parts=params.decoder_block_parts, n_layers=params.n_decoder_layers,
@@ -355,6 +473,9 @@ def analyse(cfg: ModelConfig, seq_len: int | None = None, *, model=None):
                           per_sequence=flops.per_sequence,
                           causal_skip_per_token=flops.causal_skip, rows=flops.rows,
                           block=flops.block))
+    if cfg.n_experts:
+        result.moe = params_moe.moe_count(cfg, params, flops)
+    return result
 
 
 __all__ = ["Row", "ParamCount", "FlopCount", "count_params", "count_flops", "total_params",

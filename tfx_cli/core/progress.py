@@ -71,4 +71,25 @@ def blocks(model, update: Callable, label: str, share: tuple[float, float] = (0.
         model.on_block = before
 
 
-__all__ = ["deferred", "after", "blocks", "LONG_WORK"]
+
+@contextmanager
+def counting(progress, description: str, total: int, unit: str) -> Iterator[Callable]:
+    """A counted bar (documents of a corpus): yields update(done, tokens). The factory is
+    called with total= and unit= (render.emit.progress draws done/total, tokens, tokens/s
+    and the time left); one that takes only a description gets update(fraction)."""
+    if progress is None:
+        yield lambda done, tokens=None: None
+        return
+    try:
+        manager = progress(description, total=total, unit=unit)
+    except TypeError:
+        manager = None
+    if manager is None:
+        with progress(description) as plain:
+            yield lambda done, tokens=None: plain(done / max(total, 1), None)
+        return
+    with manager as update:
+        yield update
+
+
+__all__ = ["deferred", "after", "blocks", "counting", "LONG_WORK"]

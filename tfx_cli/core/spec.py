@@ -13,14 +13,20 @@ from .presets import DEFAULT_CONFIG, PRESETS
 
 
 def resolve_config(name_or_path: str | None) -> ModelConfig:
-    """A preset name, or a path to a JSON file with ModelConfig's field names."""
+    """A preset name, or a path to a JSON file with ModelConfig's field names, a
+    HuggingFace config.json of a family tfx reads, or a GGUF file (its header)."""
     name = name_or_path or DEFAULT_CONFIG
     if name in PRESETS:
         return PRESETS[name]
     if name.endswith(".json") or Path(name).is_file():
-        return load_config_file(Path(name))
+        # a HuggingFace config.json or a GGUF file is read as its checkpoint's header is
+        # (core/checkpoints: no tensors, no torch); a tfx config by its field names
+        from .checkpoints.architecture import foreign_config
+
+        return foreign_config(Path(name)) or load_config_file(Path(name))
     raise ConfigError(f"unknown config {name!r}; valid presets: {', '.join(PRESETS)} "
-                      "(or a path to a .json config file)")
+                      "(or a path to a .json config file: tfx's, or a HuggingFace "
+                      "config.json; or a .gguf file)")
 
 
 def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | None = None,
@@ -45,6 +51,9 @@ def with_overrides(cfg: ModelConfig, *, heads: int | None = None, layers: int | 
         changes["n_layers"] = layers
         if cfg.is_encoder_decoder:  # N encoder and N decoder blocks
             changes["n_decoder_layers"] = layers
+        for name in ("sliding_layers", "moe_layers"):  # the listed layers that remain
+            if getattr(cfg, name) is not None:
+                changes[name] = tuple(i for i in getattr(cfg, name) if i < layers)
     if context is not None:
         changes["context_length"] = context
     if tie is not None:

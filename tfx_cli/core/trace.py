@@ -68,6 +68,11 @@ class Trace:
             raise ValueError(f"{name}: dims {dims} do not match shape {tuple(value.shape)}")
         self._entries[name] = Entry(value, dims)
 
+    def take(self, name: str, batch: Any, dims: Iterable[str]) -> None:
+        """What a Tap hands over: the whole batch (B, *dims). A Trace keeps row 0 (tfx
+        runs one text); core/datasets' traces take every row of a batch of windows."""
+        self.add(name, batch[0].detach(), dims)
+
     def __contains__(self, name: str) -> bool:
         return name in self._entries
 

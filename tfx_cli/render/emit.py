@@ -71,13 +71,19 @@ def info(message: str) -> None:
 
 
 @contextmanager
-def progress(description: str):
-    """A stderr spinner/bar for long work; yields update(fraction, text)."""
+def progress(description: str, *, total: int | None = None, unit: str | None = None):
+    """A stderr spinner/bar for long work; yields update(fraction, text). With `total`
+    (a corpus's documents), a counted bar: update(done, tokens) draws done/total, the
+    tokens read, tokens/s and the time left."""
     console = stderr_console()
     if not console.is_terminal:  # one line, no bar (TFX_QUIET: not even that)
         if not os.environ.get("TFX_QUIET"):
             console.print(f"{description} ...", markup=False)
         yield lambda fraction=None, text=None: None
+        return
+    if total is not None:
+        with _counted(console, description, total, unit or "") as update:
+            yield update
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -88,5 +94,29 @@ def progress(description: str):
         def update(fraction=None, text=None):
             bar.update(task, completed=fraction if fraction is not None else None,
                        description=text or description)
+
+        yield update
+
+
+@contextmanager
+def _counted(console, description: str, total: int, unit: str):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
+                               TextColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class Tokens(ProgressColumn):
+        def render(self, task) -> Text:
+            tokens = task.fields.get("tokens") or 0
+            elapsed = task.elapsed or 0.0
+            rate = f" · {tokens / elapsed:,.0f} tokens/s" if elapsed > 0.5 else ""
+            return Text(f"{tokens:,} tokens{rate}")
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn(unit), Tokens(), TimeRemainingColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task(description, total=total, tokens=0)
+
+        def update(done=None, tokens=None):
+            bar.update(task, completed=done, tokens=tokens)
 
         yield update

@@ -521,13 +521,47 @@ def plot_trace(result: Result, plt):
 
 @plotter("patch")
 def plot_patch(result: Result, plt):
+    """The effect as layers × positions (or heads), values inside; an encoder–decoder's
+    tables (encoder, decoder, cross-attention) one above the other."""
     from ..core.tokenizers.base import visible
 
-    effect = np.asarray(result.tensors.array("patch.effect"), dtype=np.float64)  # (L, T|H)
+    tables = getattr(result, "tables", None)  # an encoder–decoder's (none with --pairs)
+    if tables:
+        target = [tex_safe(visible(t)) for t in result.input.target.tokens]
+        panels = [(f"patch.{t.part}.effect", t.patched, t.cells if t.cells != "target"
+                   else target) for t in tables]
+    else:
+        panels = [("patch.effect", result.patched, "heads" if result.site == "heads"
+                   else "source")]
+    effects = [np.asarray(result.tensors.array(name), dtype=np.float64)
+               for name, _, _ in panels]  # (L, T|H) each
+    n = max(e.shape[1] for e in effects)
+    heights = [e.shape[0] for e in effects]
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, layout="constrained",
+                             figsize=(min(30, 2.5 + 0.75 * n),
+                                      min(30, sum(1.8 + 0.24 * h for h in heights))),
+                             height_ratios=[max(h, 1) for h in heights])
+    bound = max([1.0] + [float(np.nanmax(np.abs(e))) for e in effects if e.size])
+    for ax, effect, (name, patched, columns) in zip(axes[:, 0], effects, panels):
+        image = _patch_panel(ax, effect, bound, columns, result)
+        if len(panels) > 1:
+            ax.set_title(tex_safe(f"{name} · {patched}"), fontsize=9)
+    fig.colorbar(image, ax=list(axes[:, 0]), label="effect (1: restores CLEAN's answer)",
+                 shrink=0.9)
+    patched = result.site if tables else result.patched  # the panels name theirs
+    measured = f"logit({result.answer.token!r}) − logit({result.wrong.token!r})" \
+        if hasattr(result, "answer") else f"mean over {result.n_pairs} pairs"
+    fig.suptitle(tex_safe(f"activation patching · {patched} · {measured}\n"
+                          f"{describe(result)}"), fontsize=10)
+    return fig
+
+
+def _patch_panel(ax, effect, bound: float, columns, result):
+    """One layers × cells heat map with its values; columns: "heads", "source" (CLEAN's
+    tokens, * where CORRUPT differs) or a list of labels (an encoder–decoder's target)."""
+    from ..core.tokenizers.base import visible
+
     n_layers, n = effect.shape
-    fig, ax = plt.subplots(figsize=(min(30, 2.5 + 0.75 * n), min(30, 1.8 + 0.24 * n_layers)),
-                           layout="constrained")
-    bound = max(1.0, float(np.nanmax(np.abs(effect))) if effect.size else 1.0)
     image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto",
                       interpolation="nearest")
     if n * n_layers <= 600:
@@ -542,19 +576,19 @@ def plot_patch(result: Result, plt):
     ax.set_yticks(range(0, n_layers, step), [str(i) for i in range(0, n_layers, step)],
                   fontsize=7)
     ax.set_ylabel("layer")
-    if result.site == "heads":
+    if columns == "heads":
         ax.set_xticks(range(n), [str(h) for h in range(n)], fontsize=7)
         ax.set_xlabel("head")
-    else:
-        labels = [tex_safe(visible(t)) + ("*" if i in result.differing_positions else "")
+    elif columns == "source":
+        differing = getattr(result, "differing_positions", [])  # none with --pairs
+        labels = [tex_safe(visible(t)) + ("*" if i in differing else "")
                   for i, t in enumerate(result.tokens)]
         label_axis(ax, "x", labels, n, token_fontsize(n))
         ax.set_xlabel("position (* where CORRUPT differs)")
-    fig.colorbar(image, ax=ax, label="effect (1: restores CLEAN's answer)", shrink=0.9)
-    ax.set_title(tex_safe(f"activation patching · {result.patched} · "
-                          f"logit({result.answer.token!r}) − logit({result.wrong.token!r})\n"
-                          f"{describe(result)}"), fontsize=10)
-    return fig
+    else:
+        label_axis(ax, "x", list(columns), n, token_fontsize(n))
+        ax.set_xlabel("target position")
+    return image
 
 
 @plotter("attribute")
@@ -579,4 +613,25 @@ def plot_attribute(result: Result, plt):
     more = f" (the {len(chosen) - 1} largest parts)" if len(chosen) < len(values) else ""
     ax.set_title(tex_safe(f"direct logit attribution{more}: sum {result.sum_of_parts:.4g} = "
                           f"{result.logit_diff:.4g}\n{describe(result)}"), fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- scan (datasets)
+
+@plotter("scan")
+def plot_scan(result: Result, plt):
+    """One layers × heads heat map per attention metric."""
+    panels = [(metric, np.asarray(result.tensors.array(f"scan.{metric}"), dtype=np.float64))
+              for metric in result.metrics]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4.2),
+                             squeeze=False, layout="constrained")
+    for ax, (metric, values) in zip(axes[0], panels):
+        image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(metric.replace("_", " "), fontsize=10)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
+                          f"{describe(result)}"), fontsize=11)
     return fig

@@ -15,16 +15,18 @@ from .common import Seq, check_range, encode, input_info, read_seq, run, seq_inf
 
 
 # -- attend -------------------------------------------------------------------------
-ATTN_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "capped", "masked",
-               "pattern", "context", "concat", "out")
+ATTN_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "capped",
+               "position_bias", "masked", "pattern", "sink", "context", "concat", "out")
 
 
 def attn_stages(cfg: ModelConfig) -> list[str]:
     """The stages this config's attention has: q_rot and k_rot with rotary positions,
-    capped with soft-capped scores."""
+    capped with soft-capped scores, position_bias with T5's relative positions."""
     return [s for s in ATTN_STAGES
             if (not s.endswith("_rot") or cfg.positional == "rope")
-            and (s != "capped" or cfg.attn_softcap is not None)]
+            and (s != "capped" or cfg.attn_softcap is not None)
+            and (s != "position_bias" or cfg.positional == "relative")
+            and (s != "sink" or cfg.attn_sinks)]  # gpt-oss: each row's share of the sink
 
 
 def attn_scale(cfg: ModelConfig) -> float:
@@ -64,6 +66,10 @@ def _cross_attention(loaded: Loaded, ids: list[int], kv_ids: list[int], layer: i
         local = block.attn.window is not None and cfg.rope_local_theta is not None
         kw = {"rot": model.rope_for(torch.arange(len(ids)), local=local),
               "k_rot": model.rope_for(torch.arange(len(kv_ids)), local=local)}
+    if cfg.positional == "relative" and not cfg.relative_per_layer:
+        # T5: each text at its own positions from 0, as a self-attention would see them
+        with model.holding(f"{seq.prefix}embed"):
+            kw = {"position_bias": seq.module.embed.position_bias(len(ids), len(kv_ids))}
     with model.record(select) as tr, torch.inference_mode(), \
             model.holding(f"{seq.prefix}blocks.{layer}"):
         if cfg.norm_position == "pre":  # pre-LN: attention reads the normalised stream
@@ -107,8 +113,8 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     check_range("layer", layer, seq.n_layers, "--layer")
     check_range("head", head, cfg.n_heads, "--head")
     stages = attn_stages(cfg)
-    if cross:
-        stages = [s_ for s_ in stages if not s_.endswith("_rot")]
+    if cross:  # no rotation and no relative bias between the target and the source
+        stages = [s_ for s_ in stages if not s_.endswith("_rot") and s_ != "position_bias"]
     show = check_show(show, stages)
     ids = encode(loaded, text, truncate=truncate)
     kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
@@ -170,6 +176,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
         h = head if head is not None else 0
         local = 0 if head is not None else h  # index into the (possibly sliced) H axis
         rot = "_rot" if cfg.positional == "rope" and not cross else ""
+        bias = where + "position_bias"
         q_tokens = source.target.tokens if decoder else source.tokens
         k_tokens = source.kv.tokens if source.kv is not None else \
             source.tokens if cross else q_tokens
@@ -179,7 +186,9 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
             query_pos, attn_scale(cfg), tr.array(where + "pattern")[local],
             head=h, tokens=q_tokens, kv_tokens=k_tokens,
             scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
-            f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap)
+            f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap,
+            bias=tr.array(bias)[local][query_pos] if bias in tr else None,
+            sink=_sink_logit(module, h) if cfg.attn_sinks and not cross else None)
         if show:
             tr = tr.subset([where + s_ for s_ in show if where + s_ in tr])
     return AttendResult(
@@ -189,18 +198,28 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
         scale=attn_scale(cfg),
         mask=("causal" if causal else "none") + (f" + window {window}" if window else ""),
         valid_lens=valid_lens, cross_attention=kv is not None or cross,
-        shown=show or ["pattern"], show_given=bool(show),
+        # gpt-oss: the pattern's rows sum to less than 1; the sink's share is the rest
+        shown=show or (["pattern", "sink"] if cfg.attn_sinks and not cross else ["pattern"]),
+        show_given=bool(show),
         kv_groups=kv_groups(cfg) if cfg.n_kv_heads != cfg.n_heads else None,
         explain=explained)
 
 
+def _sink_logit(attn, head: int) -> float:
+    return float(attn.sinks.detach()[head].float())
+
+
 def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                 tokens: list | None = None, kv_tokens: list | None = None,
-                scale_label: str = "sqrt(d_k)", softcap: float | None = None) -> ExplainRow:
+                scale_label: str = "sqrt(d_k)", softcap: float | None = None,
+                bias=None, sink: float | None = None) -> ExplainRow:
     """Query position i of one head, number by number, in float64: each q·k_j, ÷ scale,
-    the mask, exp (less the row's largest visible score, which leaves the softmax
-    unchanged), the sum, each weight × v_j and their sum. `pattern` is the recorded one,
-    to show the hand arithmetic agrees with the model's."""
+    (T5) + the relative position bias of key j, the mask, exp (less the row's largest
+    visible score, which leaves the softmax unchanged), the sum, each weight × v_j and
+    their sum. `pattern` is the recorded one, to show the hand arithmetic agrees with
+    the model's. `bias`: query i's row of the head's position bias, (S,). `sink`
+    (gpt-oss): the head's sink logit, one more term of the sum that takes its share and
+    gives no value."""
     import numpy as np
 
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
@@ -209,15 +228,19 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
     dots = k @ q[i]  # (S,)
     scaled = dots / scale
     capped = scaled if softcap is None else softcap * np.tanh(scaled / softcap)
-    top = capped[visible].max()
-    exps = np.where(visible, np.exp(np.where(visible, capped, top) - top), 0.0)
-    total = exps.sum()
+    bias = None if bias is None else np.asarray(bias, dtype=np.float64)
+    scored = capped if bias is None else capped + bias  # T5: the bias, before the mask
+    top = scored[visible].max() if sink is None else max(scored[visible].max(), sink)
+    exps = np.where(visible, np.exp(np.where(visible, scored, top) - top), 0.0)
+    sink_exp = 0.0 if sink is None else float(np.exp(sink - top))
+    total = exps.sum() + sink_exp
     weights = exps / total
     weighted = weights[:, None] * v  # (S, Dv)
     context = weighted.sum(axis=0)
     keys = [ExplainKey(pos=j, token=kv_tokens[j] if kv_tokens else None, k=k[j].tolist(),
                        dot=float(dots[j]), scaled=float(scaled[j]),
                        capped=None if softcap is None else float(capped[j]),
+                       bias=None if bias is None else float(bias[j]),
                        visible=bool(visible[j]),
                        exp=float(exps[j]), weight=float(weights[j]), v=v[j].tolist(),
                        weighted_v=weighted[j].tolist())
@@ -228,7 +251,9 @@ def explain_row(q, k, v, keep, i: int, scale: float, pattern, *, head: int,
                       q=q[i].tolist(), softcap=softcap, max_scaled=float(top),
                       sum_exp=float(total),
                       keys=keys, context=context.tolist(),
-                      max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()))
+                      max_abs_diff_vs_pattern=float(np.abs(model_row - weights).max()),
+                      sink=None if sink is None else sink,
+                      sink_weight=None if sink is None else sink_exp / float(total))
 
 
 __all__ = ["attend", "explain_row", "attn_stages", "attn_scale", "check_show", "kv_groups",

@@ -1,7 +1,12 @@
 """Direct logit attribution (`tfx attribute`): the final residual stream split into its
 parts (the embedding, every attention output or head, every FFN output), each carried
 through the final norm with its scale frozen and projected onto the unembedding's
-answer - wrong direction; the parts sum to the logit difference."""
+answer - wrong direction; the parts sum to the logit difference.
+
+An encoder–decoder's answer is the decoder's: its last stream is the decoder's embedding
+plus every decoder layer's self-attention, cross-attention and FFN outputs. The encoder
+writes nothing into that stream itself: it reaches it through the cross-attention parts
+(what each layer reads from the source), so their sum is the source's direct share."""
 from __future__ import annotations
 
 import math
@@ -11,12 +16,14 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError
+from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..model import finite
 from ..trace import Trace
-from .common import encode, input_info
+from .common import encode, read_seq, seq_info
+from .fillmask import need_causal
 from .generate import check_vocab, need_head
-from .sites import one_token, single_stack
+from .sites import one_token
 
 
 # -- direct logit attribution ------------------------------------------------------------
@@ -51,7 +58,8 @@ class Attribution:
 
 
 def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
-                      per_head: bool = False) -> Attribution:
+                      per_head: bool = False,
+                      target: Sequence[int] | None = None) -> Attribution:
     """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
 
     Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
@@ -67,32 +75,56 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     divides by its own frozen scale and multiplies by γ); each norm's shift β, carried
     through the norms after it, joins the remainder. The sum is again exact. A norm of the
     embedding sum (BERT) is one more such norm.
+
+    Encoder–decoder (`target`: the decoder's ids, start token first): the decoder's last
+    position, its blocks' three sublayers each a part (post-LN: each through its own norm
+    and every later one), a T5 head's d_model^-0.5 folded into the direction and a fixed
+    logits bias (Marian, BART) in the remainder.
     """
     cfg = model.cfg
-    embeds = [n for n in ("embed.tok", "embed.pos", "embed.token_type") if n in model.taps]
+    seq2seq = target is not None
+    stack, p = (model.decoder, "decoder.") if seq2seq else (model, "")
+    embeds = [p + n for n in ("embed.tok", "embed.pos", "embed.token_type")
+              if p + n in model.taps]
     post = cfg.norm_position == "post"
     sandwich = cfg.sandwich_norm
     # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
     # logits before the cap
     out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
-    names = list(embeds) + [out] + (["embed.ln.var"] if cfg.embed_norm else [])
-    for i in range(cfg.n_layers):
-        names += [f"blocks.{i}.attn.context" if per_head else f"blocks.{i}.attn.out",
-                  f"blocks.{i}.ffn.out"]
+    names = list(embeds) + [out] + ([p + "embed.ln.var"] if cfg.embed_norm else [])
+    sublayers = ("attn", "cross", "ffn") if seq2seq else ("attn", "ffn")
+
+    def ffn_name(i: int) -> str:  # an MoE layer's output is blocks.{i}.moe.out
+        return f"{p}blocks.{i}.ffn.out" if seq2seq else ffn_out_name(cfg, i)
+
+    norms = ("ln1", "ln2", "ln3") if seq2seq else ("ln1", "ln2")
+    for i in range(len(stack.blocks)):
+        for sub in sublayers:
+            names.append(ffn_name(i) if sub == "ffn" else f"{p}blocks.{i}.{sub}."
+                         + ("context" if per_head else "out"))
         if post:
-            names += [f"blocks.{i}.ln1.var", f"blocks.{i}.ln2.var"]
+            names += [f"{p}blocks.{i}.{norm}.var" for norm in norms]
         if sandwich:
             names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
-    if model.ln_f is not None:
-        names.append("ln_f.var")
+    if stack.ln_f is not None:
+        names.append(p + "ln_f.var")
     with model.record(names) as tr, torch.inference_mode():
-        model(torch.tensor([list(ids)]), head="last")
+        if seq2seq:
+            model(torch.tensor([list(ids)]), target=torch.tensor([list(target)]), head="last")
+        else:
+            model(torch.tensor([list(ids)]), head="last")
     logits = tr.raw(out)[-1].double()  # (V,)
     # a streamed model reads each part's weights again while they are used here
     with model.holding("head"):
         direction = _host(model.lm_head.weight[answer])
         if wrong is not None:
             direction = direction - _host(model.lm_head.weight[wrong])
+        if cfg.unembed_scale:  # T5: the head reads the stream × d_model^-0.5
+            direction = direction * cfg.d_model ** -0.5
+        fixed = 0.0  # Marian, BART: a bias on the logits, the same whatever the stream
+        if cfg.logits_bias:
+            bias = _host(model.final_logits_bias)
+            fixed = float(bias[answer] - (bias[wrong] if wrong is not None else 0.0))
     logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
 
     labels: list[str] = []
@@ -114,61 +146,69 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
 
     for name in embeds:
         vector = tr.raw(name)[-1].double()
-        if name == "embed.tok" and cfg.embed_scale:
+        if name == p + "embed.tok" and cfg.embed_scale:
             vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
         add(name, vector)
     if cfg.embed_norm:
-        with model.holding("embed"):
-            through(model.embed.ln, "embed.ln")
+        with model.holding(p + "embed"):
+            through(stack.embed.ln, p + "embed.ln")
+
+    def attention_parts(i: int, sub: str, attn) -> None:
+        """A self- or cross-attention's output at the last position, or its heads'
+        (context × the head's slice of W_O; the output bias joins the remainder)."""
+        nonlocal rest
+        where = f"{p}blocks.{i}.{sub}"
+        if not per_head:
+            add(f"{where}.out", tr.raw(f"{where}.out")[-1])
+            return
+        context = _host(tr.raw(f"{where}.context")[:, -1])  # (H, D)
+        W_O = _host(attn.out_proj.weight)  # (C, H·D)
+        D = cfg.v_dim  # a value head's width (latent attention's differs from D)
+        for h in range(cfg.n_heads):
+            add(f"{where}.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
+        if attn.out_proj.bias is not None:
+            rest = rest + _host(attn.out_proj.bias)
 
     def block_parts(i: int, block) -> None:
-        """Block i's attention (or its heads) and FFN outputs, through its norms."""
+        """Block i's attention (or its heads), cross-attention (a decoder's) and FFN
+        outputs, through its norms."""
         nonlocal rest
-        attn = block.attn
-        first, before = len(vectors), rest
-        if sandwich:
-            rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
-        if per_head:
-            context = _host(tr.raw(f"blocks.{i}.attn.context")[:, -1])  # (H, D)
-            W_O = _host(attn.out_proj.weight)  # (C, H·D)
-            D = cfg.head_dim
-            for h in range(cfg.n_heads):
-                add(f"blocks.{i}.attn.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
-            if attn.out_proj.bias is not None:
-                rest = rest + _host(attn.out_proj.bias)
-        else:
-            add(f"blocks.{i}.attn.out", tr.raw(f"blocks.{i}.attn.out")[-1])
-        if sandwich:
-            through(block.ln_post_attn, f"blocks.{i}.ln_post_attn", since=first)
-            rest = before + rest
-        if post:
-            through(block.ln1, f"blocks.{i}.ln1")
-        first, before = len(vectors), rest
-        if sandwich:
-            rest = torch.zeros_like(rest)
-        add(f"blocks.{i}.ffn.out", tr.raw(f"blocks.{i}.ffn.out")[-1])
-        if sandwich:
-            through(block.ln_post_ffn, f"blocks.{i}.ln_post_ffn", since=first)
-            rest = before + rest
-        if post:
-            through(block.ln2, f"blocks.{i}.ln2")
-    for i, block in enumerate(model.blocks):
-        with model.holding(f"blocks.{i}"):
+        for sub, norm in zip(sublayers, norms):
+            first, before = len(vectors), rest
+            if sandwich:
+                rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
+            if sub == "ffn":
+                add(ffn_name(i), tr.raw(ffn_name(i))[-1])
+            else:
+                attention_parts(i, sub, getattr(block, sub))
+            if sandwich:
+                post_norm = "ln_post_ffn" if sub == "ffn" else "ln_post_attn"
+                through(getattr(block, post_norm), f"blocks.{i}.{post_norm}", since=first)
+                rest = before + rest
+            if post:
+                through(getattr(block, norm), f"{p}blocks.{i}.{norm}")
+    for i, block in enumerate(stack.blocks):
+        with model.holding(f"{p}blocks.{i}"):
             block_parts(i, block)
-    if model.ln_f is not None:
+    if stack.ln_f is not None:
         with model.holding("head"):
-            through(model.ln_f, "ln_f")
-    values = [float(v @ direction) for v in vectors] + [float(rest @ direction)]
+            through(stack.ln_f, p + "ln_f")
+    values = [float(v @ direction) for v in vectors] + [float(rest @ direction) + fixed]
     return Attribution(labels + ["remainder"], values, logit_diff)
 
 
 def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
-              per_head: bool = False, truncate: bool = False) -> AttributeResult:
-    """`tfx attribute`: logit_attribution of TEXT's last position, as a result."""
+              per_head: bool = False, truncate: bool = False,
+              target: str | None = None) -> AttributeResult:
+    """`tfx attribute`: logit_attribution of TEXT's last position (an encoder–decoder's:
+    the decoder's last position, after `target`), as a result."""
     cfg, model = loaded.cfg, loaded.model
-    single_stack(cfg, "tfx attribute")
     need_head(cfg, "attribute")
+    need_causal(cfg, "attribute")
     check_vocab(loaded)
+    seq = read_seq(loaded, target=target)
+    if cfg.is_encoder_decoder:
+        seq = read_seq(loaded, target=target or "")  # the start token at least
     ids = encode(loaded, text, truncate=truncate)
     good = one_token(loaded, answer, "--answer")
     bad = one_token(loaded, wrong, "--wrong") if wrong is not None else None
@@ -176,7 +216,7 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
                              "every part would be 0")
     found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
-                              per_head=per_head)
+                              per_head=per_head, target=seq.target)
     for name, value in zip(found.names, found.values):
         finite.require(model, value, f"the attribution part {name}")
     finite.require(model, found.logit_diff, "the logit difference")
@@ -194,24 +234,34 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
     else:
         norm_text = ("ln_f (LayerNorm) with its scale frozen: (part - its mean) ÷ "
                      "sqrt(var + eps) × γ")
+    stack = model.decoder if seq.target is not None else model
+    if cfg.unembed_scale:  # T5's tied head reads the stream scaled down
+        tokens = f"({tokens}) × d_model^-0.5"
     held = []
-    if any(n.shift is not None for n in _norms(model, post)):
+    if any(n.shift is not None for n in _norms(stack, post)):
         held.append("the norms' shifts β" if post else "ln_f's shift β")
-    if per_head and any(b.attn.out_proj.bias is not None for b in model.blocks):
+    attentions = [a for b in stack.blocks for a in (b.attn, getattr(b, "cross", None)) if a]
+    if per_head and any(a.out_proj.bias is not None for a in attentions):
         held.append("the attention output biases" + (" carried through the later norms"
                                                      if post else ""))
+    if cfg.logits_bias:
+        held.append("the fixed logits bias (final_logits_bias)")
+    cross = [part.value for part in parts if ".cross." in part.name]
     return AttributeResult(
-        model=loaded.info, input=input_info(loaded, text, ids), answer=good,
-        wrong=bad, position=len(ids) - 1, direction=tokens, logit_diff=found.logit_diff,
-        parts=parts, sum_of_parts=total, unexplained=found.logit_diff - total,
-        per_head=per_head, norm=norm_text,
-        remainder=", ".join(held) if held else "nothing (no biases or shifts)")
+        model=loaded.info, input=seq_info(loaded, text, ids, seq), answer=good,
+        wrong=bad, position=len(seq.target or ids) - 1, direction=tokens,
+        logit_diff=found.logit_diff, parts=parts, sum_of_parts=total,
+        unexplained=found.logit_diff - total, per_head=per_head, norm=norm_text,
+        remainder=", ".join(held) if held else "nothing (no biases or shifts)",
+        through_cross=sum(cross) if seq.target is not None else None)
 
 
-def _norms(model, post: bool) -> list:
+def _norms(stack, post: bool) -> list:
+    """The norms whose shifts join the remainder: every block norm post-LN (a decoder
+    block's three), else the stack's final norm."""
     if post:
-        return [n for b in model.blocks for n in (b.ln1, b.ln2)]
-    return [model.ln_f] if model.ln_f is not None else []
+        return [n for b in stack.blocks for n in (b.ln1, b.ln2, getattr(b, "ln3", None)) if n]
+    return [stack.ln_f] if stack.ln_f is not None else []
 
 
 __all__ = ["attribute", "logit_attribution", "Attribution"]

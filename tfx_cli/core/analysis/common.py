@@ -160,7 +160,10 @@ def check_run(loaded: Loaded, T: int, select: Iterable[str] = (), *, kv_len: int
     weights = model.residency.largest[1] if streamed else estimate_bytes(cfg) // 4 * size
     S = max(T, kv_len)
     dims = {"T": T, "S": S, "C": cfg.d_model, "H": cfg.n_heads, "D": cfg.head_dim,
-            "F": cfg.d_ff, "V": cfg.vocab_size, "A": cfg.attn_dim}
+            "F": cfg.d_ff, "V": cfg.vocab_size, "A": cfg.attn_dim,
+            # mixtures of experts and latent attention (MoE taps, MLA's latents)
+            "E": cfg.n_experts or 1, "k": cfg.experts_per_token or 1, "Dv": cfg.v_dim,
+            "Ckv": cfg.kv_lora_rank or 1, "Cq": cfg.q_lora_rank or 1}
     # an encoder–decoder's decoder (and the logits) run over the `target` positions, its
     # keys over the source or the target
     decoder = {**dims, "T": target, "S": max(S, target)} if target else dims

@@ -17,6 +17,7 @@ from ..progress import after, blocks
 from ..trace import check_globs
 from .common import check_run, encode, read_seq, run, seq_info
 from .decode import Step, TextTracker, decode
+from .fillmask import fill_mask, mask_positions, need_causal, own_token_probs
 from .sampling import (Sampling, check_new_tokens, check_sampling, describe, filter_logits,
                        tempered_probs)
 
@@ -88,6 +89,7 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     check_new_tokens(max_new_tokens)
     check_sampling(sampling)
     need_head(loaded.cfg, "generate")
+    need_causal(loaded.cfg, "generate")
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
@@ -176,6 +178,10 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
     need_head(loaded.cfg, "next")
     check_vocab(loaded)
     check_sampling(sampling, loaded.cfg.vocab_size)
+    if loaded.cfg.is_masked_lm:  # fill-mask: the prediction at each mask token
+        read_seq(loaded, target=target)  # (--target is refused: one stack)
+        return fill_mask(loaded, text, sampling=sampling, n_candidates=n_candidates,
+                         truncate=truncate)
     ids = prompt_ids(loaded, text, truncate=truncate)
     seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
@@ -232,25 +238,33 @@ def lens(loaded, text: str, *, truncate: bool = False,
                           else target or "")
     stack, p = seq.module, seq.prefix
     names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]
+    masked = cfg.is_masked_lm  # each row through the MLM head; its masks, if any
+    masks = mask_positions(loaded, ids, required=False) if masked else None
     with after(loaded.progress, "logit lens") as update:
         with blocks(model, update, "logit lens", (0.0, 0.5)):
             trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
-        rows = _lens_rows(loaded, trace, names, seq, ids, update)
+        rows = _lens_rows(loaded, trace, names, seq, ids, update, masks)
     top_ids, top_probs, next_probs, real = rows
     norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
+    if masked:
+        norm += (f", then the MLM head (dense, {cfg.mlm_activation.upper()}, "
+                 f"{'LayerNorm' if cfg.norm == 'layernorm' else 'RMSNorm'})")
     return LensResult(
         model=loaded.info, input=seq_info(loaded, text, ids, seq), stack=seq.stack,
         layers=["embed"] + [str(i) for i in range(seq.n_layers)], sources=names, norm=norm,
         top_ids=top_ids, top_tokens=[loaded.tokenizer.pieces(row) for row in top_ids],
-        top_probs=top_probs, next_token_probs=next_probs,
+        top_probs=top_probs, next_token_probs=None if masked else next_probs,
         # the model's own logits: equal to the last row
-        output_top_ids=real.indices.tolist())
+        output_top_ids=real.indices.tolist(), token_probs=next_probs if masked else None,
+        mask_positions=masks)
 
 
-def _lens_rows(loaded, trace, names: list[str], seq, ids: list[int], update) -> tuple:
+def _lens_rows(loaded, trace, names: list[str], seq, ids: list[int], update,
+               masks: list[int] | None = None) -> tuple:
     """Every lens row: each stream through the final norm and the head; the most likely
-    token and its probability per position, and how likely the real next token is."""
+    token and its probability per position, and how likely the real next token is (a
+    masked LM's: how likely each position's own token is, `masks` its mask positions)."""
     model, stack = loaded.model, seq.module
     read = seq.target if seq.target is not None else ids  # the positions' tokens
     top_ids, top_probs, next_probs = [], [], []
@@ -268,8 +282,10 @@ def _lens_rows(loaded, trace, names: list[str], seq, ids: list[int], update) -> 
             best = probs.max(dim=-1)
             top_ids.append(best.indices.tolist())
             top_probs.append(best.values.tolist())
-            # how likely this layer finds the token that actually comes next
-            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
+            if loaded.cfg.is_masked_lm:  # how likely this layer finds each position's token
+                next_probs.append(own_token_probs(probs, ids, masks))
+            else:  # how likely this layer finds the token that actually comes next
+                next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
             update(0.5 + 0.5 * len(top_ids) / len(names),
                    f"logit lens: row {len(top_ids)} of {len(names)}")
         real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)

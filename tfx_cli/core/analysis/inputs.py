@@ -235,7 +235,7 @@ def attend_inputs(path, *, head: int | None = None, explain: bool = False,
     show = check_show(show, stages)
     H = data["w_q"].shape[0]
     check_range("head", head, H, "--head")
-    T, S = data["x"].shape[0], data["x_kv"].shape[0]
+    T = data["x"].shape[0]
     tr = Trace()
     tr.add("x", data["x"], ("T", "C"))
     if data["cross"]:

@@ -5,6 +5,12 @@ Patching is where the peers are slow: TransformerLens runs one whole forward per
 (layer, position) cell. Here CLEAN's activations are recorded once, CORRUPT's residual
 entering every block is kept, and the cells of layer l run as one batch (one row per
 cell) from block l's input: the blocks before l are never run again.
+
+An encoder–decoder's CLEAN and CORRUPT are sources, read against one target (--target):
+the sweep covers both stacks, each layer × its own positions (or heads), and for
+attn_out and heads the decoder's cross-attention as a third table. An encoder cell runs
+the encoder from its layer, then the whole decoder on that memory; a decoder cell runs
+the decoder from its layer on CORRUPT's memory.
 """
 from __future__ import annotations
 
@@ -15,13 +21,15 @@ import torch
 
 from ...errors import InputTextError, UsageError
 from ...words import counted
-from ..results import PatchResult
+from ..config_moe import ffn_out_label, ffn_out_name
 from ..model import finite
 from ..progress import after
+from ..results import PatchResult, PatchTable
 from ..trace import Trace
-from .common import encode, input_info
+from .common import encode, input_info, read_seq, seq_info
+from .fillmask import need_causal
 from .generate import check_vocab, need_head
-from .sites import Edit, _metric, editing, one_token, resid_pre_name, single_stack
+from .sites import Edit, _metric, editing, one_token, resid_pre_name
 
 PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
 # -- activation patching -----------------------------------------------------------------
@@ -30,10 +38,13 @@ PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out
 BATCH_TOKENS = 4096  # positions per batched forward when --batch is not given
 
 
-def _source(site: str, layer: int) -> str:
-    """The trace name a patch at `site` and `layer` copies from CLEAN."""
+def _source(site: str, layer: int, cfg=None) -> str:
+    """The trace name a patch at `site` and `layer` copies from CLEAN (an MoE layer's FFN
+    output is its moe.out)."""
     if site == "resid_pre":
         return resid_pre_name(layer)
+    if site == "ffn_out" and cfg is not None:
+        return ffn_out_name(cfg, layer)
     return PATCHED[site].format(i=layer)
 
 
@@ -72,7 +83,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     """
     cfg = model.cfg
     L, T = cfg.n_layers, len(clean)
-    wanted = [_source(site, layer) for layer in range(L)]
+    wanted = [_source(site, layer, cfg) for layer in range(L)]
     pres = [resid_pre_name(layer) for layer in range(L)]
     with torch.inference_mode():
         with model.record(wanted) as clean_tr:
@@ -120,19 +131,120 @@ def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -
     return edit
 
 
+# -- an encoder–decoder's sweep ------------------------------------------------------------
+# site -> the tables it sweeps: (part, the trace names patched)
+SEQ2SEQ_PATCHED = {
+    "resid_pre": (("encoder", "encoder.blocks.{i}.resid_pre"),
+                  ("decoder", "decoder.blocks.{i}.resid_pre")),
+    "attn_out": (("encoder", "encoder.blocks.{i}.attn.out"),
+                 ("decoder", "decoder.blocks.{i}.attn.out"),
+                 ("cross", "decoder.blocks.{i}.cross.out")),
+    "ffn_out": (("encoder", "encoder.blocks.{i}.ffn.out"),
+                ("decoder", "decoder.blocks.{i}.ffn.out")),
+    "heads": (("encoder", "encoder.blocks.{i}.attn.context"),
+              ("decoder", "decoder.blocks.{i}.attn.context"),
+              ("cross", "decoder.blocks.{i}.cross.context")),
+}
+
+
+@dataclass
+class Seq2SeqSweep:
+    """What an encoder–decoder's sweep measured: m per cell of each table."""
+
+    tables: dict  # part -> (L, cells) float64: m of the patched run
+    m_clean: float
+    m_corrupt: float
+    batched_runs: int
+
+
+def _patched_name(site: str, template: str, layer: int) -> str:
+    if site == "resid_pre":
+        return resid_pre_name(layer, template.split("blocks")[0])
+    return template.format(i=layer)
+
+
+def sweep_seq2seq(model, clean: Sequence[int], corrupt: Sequence[int],
+                  target: Sequence[int], answer: int, wrong: int | None,
+                  site: str = "resid_pre", *, batch: int | None = None) -> Seq2SeqSweep:
+    """Patch every cell of `site`, in both stacks, from CLEAN's run into CORRUPT's (two
+    sources, one target); m at each cell, at the target's last position. As sweep does
+    for one stack: CLEAN's activations recorded once, CORRUPT's residual entering every
+    block of both stacks kept, the cells of one layer run as the rows of one batch from
+    that layer's input (an encoder layer's rows then through the whole decoder)."""
+    cfg = model.cfg
+    enc, dec = model.encoder, model.decoder
+    S, T = len(clean), len(target)
+    parts = SEQ2SEQ_PATCHED[site]
+    layers = {"encoder": cfg.n_layers, "decoder": cfg.n_decoder_layers,
+              "cross": cfg.n_decoder_layers}
+    wanted = [_patched_name(site, template, layer) for part, template in parts
+              for layer in range(layers[part])]
+    pres = {stack: [resid_pre_name(layer, stack + ".") for layer in range(layers[stack])]
+            for stack in ("encoder", "decoder")}
+    source_c, source_x = torch.tensor([list(clean)]), torch.tensor([list(corrupt)])
+    tgt = torch.tensor([list(target)])
+    with torch.inference_mode():
+        with model.record(wanted) as clean_tr:
+            m_clean = _metric(model(source_c, target=tgt, head="last"), answer, wrong)
+        with model.record(pres["encoder"] + pres["decoder"]) as corrupt_tr:
+            m_corrupt = _metric(model(source_x, target=tgt, head="last"), answer, wrong)
+        memory = model.encode(source_x)  # CORRUPT's, which every decoder cell reads
+        enc_context = model.encoder_context(S)
+        dec_context = model.attention_context(T, causal=True, stack=dec)
+        rows_per_batch = batch or default_batch(max(S, T))
+        tables, runs = {}, 0
+        for part, template in parts:
+            stack = "encoder" if part == "encoder" else "decoder"
+            cells = cfg.n_heads if site == "heads" else S if stack == "encoder" else T
+            table = torch.empty(layers[part], cells, dtype=torch.float64)
+            for layer in range(layers[part]):
+                start = corrupt_tr.raw(pres[stack][layer])  # (S or T, C)
+                name = _patched_name(site, template, layer)
+                source = clean_tr.raw(name)
+                for lo in range(0, cells, rows_per_batch):
+                    chosen = torch.arange(lo, min(lo + rows_per_batch, cells))
+                    rows = torch.arange(len(chosen))
+                    B = len(chosen)
+                    x = start.expand(B, *start.shape).clone()
+                    edits = []
+                    if site == "resid_pre":
+                        x[rows, chosen] = source[chosen]
+                    else:
+                        edits = [(name, _put_cells(source, chosen, rows))]
+                    with editing(model, edits):
+                        if stack == "encoder":
+                            patched = model.run_blocks(x, enc_context, first=layer, stack=enc)
+                            logits = model(source_x, target=tgt.expand(B, T), memory=patched,
+                                           head="last")
+                        else:
+                            context = {**dec_context, "memory_keep": None,
+                                       "memory": memory.expand(B, *memory.shape[1:])}
+                            logits = model.run_blocks(x, context, first=layer, stack=dec,
+                                                      head="last")
+                    table[layer, lo:lo + B] = _metric(logits, answer, wrong)
+                    runs += 1
+            tables[part] = table
+    return Seq2SeqSweep(tables, float(m_clean[0]), float(m_corrupt[0]), runs)
+
+
 def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
           site: str = "resid_pre", batch: int | None = None,
-          truncate: bool = False) -> PatchResult:
-    """`tfx patch`: the sweep over every layer and position (or head) of `site`."""
+          truncate: bool = False, target: str | None = None) -> PatchResult:
+    """`tfx patch`: the sweep over every layer and position (or head) of `site`; an
+    encoder–decoder's over both stacks, CLEAN and CORRUPT its sources and `target` the
+    decoder's input (its start token alone when None)."""
     if site not in PATCH_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
                          f"{', '.join(PATCH_SITES)}")
-    single_stack(loaded.cfg, "tfx patch")
     need_head(loaded.cfg, "patch")
+    need_causal(loaded.cfg, "patch")
     check_vocab(loaded)
+    seq = read_seq(loaded, target=target)
+    if loaded.cfg.is_encoder_decoder:
+        seq = read_seq(loaded, target=target or "")  # the start token at least
     ids = encode(loaded, clean_text, truncate=truncate)
     bad_ids = encode(loaded, corrupt, truncate=truncate)
-    clean_info = input_info(loaded, clean_text, ids)
+    clean_info = seq_info(loaded, clean_text, ids, seq)
     corrupt_info = input_info(loaded, corrupt, bad_ids)
     if len(ids) != len(bad_ids):
         raise InputTextError(
@@ -149,32 +261,56 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     L = loaded.cfg.n_layers
     cells = L * (loaded.cfg.n_heads if site == "heads" else len(ids))
     with after(loaded.progress, f"patching {cells:,} cells") as update:
-        done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch,
-                     update=update)
+        if seq.target is not None:
+            done = sweep_seq2seq(loaded.model, ids, bad_ids, seq.target, good.id, bad.id,
+                                 site, batch=batch)
+        else:
+            done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch,
+                         update=update)
     finite.require(loaded.model, [done.m_clean, done.m_corrupt], "the logit difference m")
-    finite.require(loaded.model, done.metric, "patch.metric")
+    for name, metric in (done.tables.items() if isinstance(done, Seq2SeqSweep)
+                         else [("", done.metric)]):
+        finite.require(loaded.model, metric, f"patch.{name + '.' if name else ''}metric")
     gap = done.m_clean - done.m_corrupt
     if gap == 0:
         raise InputTextError(
             f"CLEAN and CORRUPT give the same logit difference ({done.m_clean:.6g}), so the "
             "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
             "answers differ")
-    effect = (done.metric - done.m_corrupt) / gap + 0.0  # + 0.0: no -0.0 where m = m_corrupt
-    finite.require(loaded.model, effect, "patch.effect")
     cols = "H" if site == "heads" else "T"
     tr = Trace()
-    tr.add("patch.effect", effect, ("L", cols))
-    tr.add("patch.metric", done.metric, ("L", cols))
+    tables = None
+    if isinstance(done, Seq2SeqSweep):
+        tables = [PatchTable(part=part, patched=template, cells="heads" if site == "heads"
+                             else "source" if part == "encoder" else "target")
+                  for part, template in SEQ2SEQ_PATCHED[site]]
+        for table in tables:
+            metric = done.tables[table.part]
+            # + 0.0: no -0.0 where m = m_corrupt
+            tr.add(f"patch.{table.part}.effect", (metric - done.m_corrupt) / gap + 0.0,
+                   ("L", cols))
+            tr.add(f"patch.{table.part}.metric", metric, ("L", cols))
+        n_cells = sum(int(t.numel()) for t in done.tables.values())
+        widest = max(int(t.shape[1]) for t in done.tables.values())
+        patched = ", ".join(t.patched for t in tables)
+    else:
+        effect = (done.metric - done.m_corrupt) / gap + 0.0
+        tr.add("patch.effect", effect, ("L", cols))
+        tr.add("patch.metric", done.metric, ("L", cols))
+        n_cells, widest = int(effect.numel()), int(effect.shape[1])
+        patched = ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
+    where = "the target's last position" if seq.target is not None else "the last position"
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
-        patched=PATCHED[site], answer=good, wrong=bad,
-        metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at the last position",
+        patched=patched, answer=good, wrong=bad, tables=tables,
+        metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at {where}",
         m_clean=done.m_clean, m_corrupt=done.m_corrupt,
         effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",
         differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
-        n_cells=int(effect.numel()),
-        batch=min(batch or default_batch(len(ids)), int(effect.shape[1])),
+        n_cells=n_cells,
+        batch=min(batch or default_batch(max(len(ids), len(seq.target or ()))), widest),
         batched_runs=done.batched_runs)
 
 
-__all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch"]
+__all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch", "sweep_seq2seq",
+           "Seq2SeqSweep", "SEQ2SEQ_PATCHED"]

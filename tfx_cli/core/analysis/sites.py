@@ -38,7 +38,8 @@ from ..config import split_stack
 from ..model import finite
 from ..results import Intervention, TokenRef
 from ..trace import summarise_names
-from .common import encode, run
+from .common import Seq, encode, read_seq, run
+from .sites_moe import ROUTE_AROUND, expert_site, moe_why_not, route_around
 
 
 ABLATE_MODES = ("zero", "mean")
@@ -78,6 +79,7 @@ class Site:
     head: int | None = None
     pos: int | None = None
     option: str = "--ablate"
+    expert: int | None = None  # blocks.{i}.moe.expert:e=E: the expert routed around
 
     @property
     def read(self) -> str:
@@ -97,8 +99,14 @@ class Site:
 
     @property
     def layer(self) -> int | None:
-        match = re.match(r"blocks\.(\d+)\.", self.name)
-        return int(match.group(1)) if match else None
+        match = _BLOCK.match(self.name)
+        return int(match.group(2)) if match else None
+
+    @property
+    def stack(self) -> str:
+        """An encoder–decoder's stack the site is in ("encoder", "decoder"); "" for a
+        single-stack model."""
+        return split_stack(self.name)[0]
 
     def index(self, ndim: int, positions: slice | None = None) -> tuple:
         """Index into a (B, *dims) tensor: the site's head (kept as a length-1 axis) and
@@ -140,7 +148,7 @@ def _why_not(name: str, cfg) -> str | None:
         return _ROPE_K
     if ".attn.k_norm." in name and cfg.n_kv_heads != cfg.n_heads:
         return _SHARED_K_NORM
-    return None
+    return moe_why_not(name)  # a mixture of experts' indices (sites_moe.py)
 
 
 def site_names(model) -> list[str]:
@@ -154,6 +162,8 @@ def site_names(model) -> list[str]:
         if match:
             out.append(f"{match.group(1) or ''}blocks.{match.group(2)}.resid_pre")
         out.append(name)
+        if name.endswith(".moe.router_logits"):  # routing around an expert (sites_moe.py)
+            out.append(name[:-len("router_logits")] + "expert")
     return out
 
 
@@ -165,6 +175,10 @@ def parse_site(model, spec: str, option: str = "--ablate") -> Site:
     cfg = model.cfg
     spec = spec.strip()
     name, *narrowing = spec.split(":")
+    # an expert routed around, or a router name on a dense model or layer (sites_moe.py)
+    special = expert_site(model, spec, name, narrowing, option, Site)
+    if special is not None:
+        return special
     valid = site_names(model)
     summary = summarise_names(valid)
     if name not in valid:
@@ -353,21 +367,11 @@ def check_options(*, ablate: Sequence[str] | str | None = None,
     pair_steers(steer, toward, away, scale)
 
 
-def single_stack(cfg, what: str) -> None:
-    """Interventions read one residual stream: refuse an encoder–decoder, by name."""
-    if cfg.is_encoder_decoder:
-        raise UsageError(f"{what} works on single-stack models (one residual stream); "
-                         f"{cfg.name} is an encoder–decoder: use a decoder-only config, e.g. "
-                         "--config gpt2, or real weights")
-
-
 def plan(loaded, *, ablate: Sequence[str] | str | None = None, ablate_mode: str | None = None,
          steer=None, toward=None, away=None, scale=None) -> Plan:
     check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                   away=away, scale=scale)
     steers = pair_steers(steer, toward, away, scale)
-    if steers:  # an encoder–decoder takes --ablate, on either stack
-        single_stack(loaded.cfg, "--steer")
     model = loaded.model
     return Plan(ablate=[parse_site(model, s, "--ablate") for s in as_names(ablate, "--ablate")
                         or ()],
@@ -403,13 +407,15 @@ def _counted(fn: Edit, counter: list[int]) -> Edit:
     return edit
 
 
-def steering_vector(loaded, steer: Steer) -> tuple[torch.Tensor, Intervention]:
+def steering_vector(loaded, steer: Steer, source: str | None = None
+                    ) -> tuple[torch.Tensor, Intervention]:
     """activation(toward) - activation(away) at the steer's site, on the model as it is
-    (ablated, not yet steered), and the record of it."""
+    (ablated, not yet steered), and the record of it (`source`: an encoder–decoder's
+    text, read by the encoder while a decoder site's steering texts run)."""
     site = steer.site
     ids = {}
     for option, text in (("--toward", steer.toward), ("--away", steer.away)):
-        ids[option] = encode(loaded, text)
+        ids[option] = _steering_ids(loaded, site, text)
     n, m = len(ids["--toward"]), len(ids["--away"])
     pieces = {k: loaded.tokenizer.pieces(v) for k, v in ids.items()}
     if n != m:
@@ -419,12 +425,13 @@ def steering_vector(loaded, steer: Steer) -> tuple[torch.Tensor, Intervention]:
             f"{pieces['--toward']} and --away is {counted(m, 'token')} "
             f"{pieces['--away']}; add or remove words until they match")
     if site.pos is not None and site.pos >= n:
+        start = " with the start token" if site.stack == "decoder" else ""
         raise RangeError(f"--steer {site.spec!r}: position {site.pos} is out of range: "
-                         f"--toward and --away have {counted(n, 'token')} (0 to {n - 1})")
+                         f"--toward and --away have {counted(n, 'token')}{start} "
+                         f"(0 to {n - 1})")
     acts = []
     for option in ("--toward", "--away"):
-        tr = run(loaded, ids[option], [site.name], validate=False,
-                 stop_after=-1 if site.name.startswith("embed.") else site.layer)
+        tr = _steering_run(loaded, site, ids[option], source)
         acts.append(tr.raw(site.name).clone())
     vector = acts[0] - acts[1]  # (*dims) over the steering texts' positions
     shown = vector[site.index(vector.ndim + 1, site.positions(n) if site.pos is not None
@@ -437,19 +444,27 @@ def steering_vector(loaded, steer: Steer) -> tuple[torch.Tensor, Intervention]:
 
 
 @contextmanager
-def applied(loaded, p: Plan):
+def applied(loaded, p: Plan, source: str | None = None):
     """Install `p`'s ablations, compute each steering vector on the model as ablated (the
     vector one --steer would have alone), then install them all; yields an Applied to
-    finish the result with."""
+    finish the result with.
+
+    An encoder–decoder's steering texts are read by the stack the site is in: an encoder
+    site's as the source, a decoder site's as the target (after the start token), with
+    the command's own `source` text in the encoder, so the vector holds what the two
+    targets write differently about the same source."""
     model = loaded.model
     counters, sites, records, edits = [], [], [], []
     for site in p.ablate:
         counter = [0]
         counters.append(counter)
         sites.append(site)
-        edits.append((site.name, _counted(ablation(site, p.mode), counter)))
+        rerouted = site.expert is not None  # an expert routed around, whatever the mode
+        edit = route_around(site) if rerouted else ablation(site, p.mode)
+        edits.append((site.name, _counted(edit, counter)))
         records.append(Intervention(kind="ablate", site=site.spec, name=site.name,
-                                    head=site.head, position=site.pos, mode=p.mode))
+                                    head=site.head, position=site.pos,
+                                    mode=ROUTE_AROUND if rerouted else p.mode))
     with editing(model, edits):
         if not p.steers:
             done = Applied(records, counters, sites)
@@ -457,7 +472,7 @@ def applied(loaded, p: Plan):
             return
         steered = []
         for steer in p.steers:
-            vector, record = steering_vector(loaded, steer)
+            vector, record = steering_vector(loaded, steer, source)
             counter = [0]
             counters.append(counter)
             sites.append(steer.site)
@@ -471,6 +486,31 @@ def applied(loaded, p: Plan):
                "overflows the activations")
         with editing(model, steered), finite.hinting(model, fix):
             yield Applied(records, counters, sites)
+
+
+def _steering_ids(loaded, site: Site, text: str) -> list[int]:
+    """A steering text's ids as the site's stack reads it: a decoder site's after the
+    start token, with no end token (the decoder goes on from it, as --target)."""
+    if site.stack != "decoder":
+        return encode(loaded, text)
+    return read_seq(loaded, target=text).target
+
+
+def _steering_run(loaded, site: Site, ids: list[int], source: str | None):
+    """A steering text's run up to the site (its activation is the site's value)."""
+    split = split_stack(site.name)[1]
+    stop = -1 if split.startswith("embed.") else site.layer
+    if not site.stack:
+        return run(loaded, ids, [site.name], validate=False, stop_after=stop)
+    if site.stack == "encoder":
+        seq = Seq("encoder", "encoder.", loaded.model.encoder)
+        return run(loaded, ids, [site.name], validate=False, stop_after=stop, seq=seq)
+    if source is None:
+        raise UsageError(f"--steer {site.spec!r} is in the decoder, whose steering texts "
+                         "are targets read against a source; give the command's text")
+    seq = Seq("decoder", "decoder.", loaded.model.decoder, target=ids)
+    return run(loaded, encode(loaded, source), [site.name], validate=False, stop_after=stop,
+               seq=seq)
 
 
 # -- one-token answers -----------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..results import (EmbedResult, FFNResult, LayerNormResult, ModelInfo, Param
                        PosencResult, RowStats, TraceResult)
 from ..trace import Trace, compile_globs
 from .common import check_range, encode, input_info, read_seq, run, seq_info
+from .route import check_dense_ffn
 
 
 # -- trace ----------------------------------------------------------------------------
@@ -154,6 +155,8 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
             tr.add("posenc.table", table.detach(), (P, "C"))
         formula = (f"learned: row pos of the position-embedding table ({prefix}embed.pos_emb)"
                    + (f", read from row pos + {cfg.pos_offset}" if cfg.pos_offset else ""))
+    elif cfg.positional == "relative":  # T5: buckets of distance, a learned bias per head
+        formula = _relative_posenc(loaded, cfg, n, P, tr)
     else:  # rope
         D = cfg.rotary_dim or cfg.head_dim  # the dims that rotate (all but GPT-NeoX's)
         inv_freq, factor = rope_frequencies(D, cfg.rope_theta, cfg.rope, n)
@@ -171,6 +174,39 @@ def posenc(source: Loaded | ModelConfig, text: str | None = None, *,
                         input=input_info(loaded, text, ids) if text is not None else None,
                         tensors=tr, positional=cfg.positional, n_positions=n,
                         d_model=cfg.d_model, formula=formula, **extra)
+
+
+def _relative_posenc(loaded: Loaded | None, cfg: ModelConfig, n: int, P: str,
+                     tr: Trace) -> str:
+    """T5's positions: the bucket of every (query, key) distance among n positions, as
+    the encoder (both directions) and a decoder or causal stack (keys up to the query)
+    bin them; with weights, the bias each head adds to a score, from the encoder's (or
+    the one stack's) table: the stack's, or its first layer's (UMT5)."""
+    from ..model.positions import relative_bias, relative_buckets
+
+    pos = torch.arange(n)
+    distance = pos[None, :] - pos[:, None]  # key - query
+    kw = dict(buckets=cfg.relative_buckets, max_distance=cfg.relative_max_distance)
+    stacks = [("encoder", True), ("decoder", False)] if cfg.is_encoder_decoder else \
+        [("", not cfg.causal)]
+    for stack, both_ways in stacks:
+        name = f"posenc.{stack}.bucket" if stack else "posenc.bucket"
+        tr.add(name, relative_buckets(distance, bidirectional=both_ways, **kw), (P, "S"))
+    if loaded is not None:
+        module, prefix = loaded.model.stack()
+        first = f"{prefix}blocks.0" if cfg.relative_per_layer else f"{prefix}embed"
+        with loaded.model.holding(first):
+            table = (module.blocks[0].attn if cfg.relative_per_layer else module.embed).rel_bias
+            bias = relative_bias(table.weight.detach(), n, n, 0,
+                                 bidirectional=stacks[0][1], cfg=cfg)[0]
+        tr.add(f"posenc.{stacks[0][0]}.bias" if stacks[0][0] else "posenc.bias", bias,
+               ("H", P, "S"))
+    return (f"bias(h, q, k) = table[bucket(k - q), h]: distances below "
+            f"{cfg.relative_buckets // 4} (one way: {cfg.relative_buckets // 2}) have a "
+            f"bucket each, longer ones share log-spaced buckets up to "
+            f"{cfg.relative_max_distance}; added to every self-attention score "
+            f"(attn.position_bias), one table per "
+            + ("layer" if cfg.relative_per_layer else "stack"))
 
 
 # -- layernorm ------------------------------------------------------------------------
@@ -206,6 +242,13 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
         check_range("layer", layer, seq.n_layers, "--layer")
         prefix = f"{p}blocks.{layer}.{which}"
         module, stop = getattr(stack_module.blocks[layer], which), layer
+        if getattr(module, "identity", False):  # OLMo 2's ln1/ln2, ModernBERT's first ln1
+            raise RangeError(
+                f"--which {which}: block {layer} of {cfg.name} has no norm before its "
+                f"{'attention' if which == 'ln1' else 'feed-forward'} ("
+                + ("its norms come after each sublayer" if not cfg.pre_norms else
+                   "the embedding norm serves block 0") + "); choose another, e.g. "
+                + ("--which ln_f" if not cfg.pre_norms else "--layer 1"))
     elif which == "ln_f":
         prefix, module, stop = p + "ln_f", stack_module.ln_f, None
     else:
@@ -253,6 +296,7 @@ FFN_FORMULAS = {"relu": "out = ReLU(x W1 + b1) W2 + b2",
                 "silu": "out = SiLU(x W1 + b1) W2 + b2",
                 "swiglu": "out = (SiLU(x W_gate) * (x W_up)) W_down",
                 "geglu": "out = (GELU_tanh(x W_gate) * (x W_up)) W_down"}
+FFN_FORMULAS["geglu_exact"] = "out = (GELU(x W_gate) * (x W_up)) W_down   (exact, erf)"
 
 
 def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
@@ -261,6 +305,7 @@ def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
     cfg = loaded.cfg
     seq = read_seq(loaded, truncate=truncate, target=target, stack=stack)
     check_range("layer", layer, seq.n_layers, "--layer")
+    check_dense_ffn(cfg, layer)  # an MoE layer's FFN is its experts: tfx route
     ids = encode(loaded, text, truncate=truncate)
     b = f"{seq.prefix}blocks.{layer}"
     decoder = seq.stack == "decoder"

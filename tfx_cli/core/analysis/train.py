@@ -35,6 +35,7 @@ from ..config import ModelConfig
 from ..model import build_model, finite
 from ..tokenizers import (END, START, VOCAB_FILE, VOCAB_FORMAT, CharTokenizer,
                          WordTokenizer)
+from .fillmask import need_causal
 
 FORMAT = "tfx-model/1"
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "tfx-model.json"
@@ -159,6 +160,7 @@ def check_training(cfg: ModelConfig, data: TrainData, *, steps: int, lr: float,
                          "--pairs")
     if not cfg.lm_head:
         raise ConfigError(f"{cfg.name} has no output head to train; choose a config with one")
+    need_causal(cfg, "train")  # masking a text to learn from is not what train does
     vocabulary(vocab_kind(cfg, tokenizer), TrainData(text="x"))  # word or char only
 
 

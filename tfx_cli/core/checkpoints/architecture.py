@@ -38,6 +38,46 @@ def checkpoint_config(weights: str, *, progress=None) -> ModelConfig:
     return replace(cfg, name=ckpt.name)
 
 
+# -- a config file of another tool: --config config.json (HF) or --config FILE.gguf ----------
+def foreign_config(path: Path) -> ModelConfig | None:
+    """The ModelConfig of a --config file that is not tfx's own: a HuggingFace
+    config.json of any family tfx reads (it names its `architectures` or `model_type`,
+    keys no tfx config has), read as that family's checkpoint folder reads it; or a GGUF
+    file's header. None for anything else (a tfx config, or a file for load_config_file
+    to refuse). No tensor is read; a config of an architecture tfx cannot read is a
+    ConfigError naming it and the families tfx reads."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError:
+        return None
+    if magic == b"GGUF" or path.suffix.lower() == ".gguf":
+        try:
+            return checkpoint_config(str(path))
+        except WeightsError as exc:
+            raise ConfigError(exc.message) from None
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(hf, dict) or not ("architectures" in hf or "model_type" in hf):
+        return None
+    where = str(path)
+    name = path.parent.resolve().name if path.name == "config.json" else path.stem
+    tokenizer = path.parent / "tokenizer.json"  # the folder's, when the config sits in one
+    try:
+        kw = hf_config(hf_family(hf, where), hf, where)
+        kw.setdefault("tokenizer", str(tokenizer) if tokenizer.is_file() else "gpt2")
+        cfg = ModelConfig(**kw, name=name)
+    except WeightsError as exc:
+        raise ConfigError(exc.message) from None
+    except (ConfigError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        msg = getattr(exc, "message", None) or str(exc)
+        raise ConfigError(f"{where}: the config's architecture is not valid: {msg}") from None
+    return replace(cfg, eos_ids=eos_ids(text_config(hf).get("eos_token_id"),
+                                        cfg.vocab_size)) if cfg.lm_head else cfg
+
+
 def _tfx_config(ckpt: Checkpoint) -> ModelConfig:
     """A folder `tfx train` wrote: tfx-model.json holds the ModelConfig itself; its
     vocabulary file sits beside it."""

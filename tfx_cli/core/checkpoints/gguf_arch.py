@@ -46,6 +46,10 @@ def hf_settings(g, where: str) -> tuple[str, dict]:
                                "incomplete")
         return value
 
+    if (get("expert_count") or 0) > 0:  # llama.cpp's Mixtral, Qwen-MoE: stacked experts
+        raise WeightsError(f"{where}: a GGUF mixture of experts ({arch} with "
+                           f"{get('expert_count')} experts) is not read yet; use the model's "
+                           "HF folder (config.json + safetensors), which tfx reads")
     d = int(get("embedding_length", required=True))
     heads = int(get("attention.head_count", required=True))
     n_layers = int(get("block_count", required=True))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import MissingPackageError, WeightsError
-from ..packages import GGUF_INSTALL, MINILM_INSTALL, SMOLLM2_INSTALL, find_package_file
+from ..packages import (ANTIBERTY_INSTALL, GGUF_INSTALL, MINILM_INSTALL, SMOLLM2_INSTALL,
+                        find_package_file)
 from .assets import GEMMA_INSTALL, QWEN_INSTALL
 
 # alias -> (package module, file to find inside it, install command); a module of None
@@ -18,6 +19,8 @@ ALIASES = {
     "qwen2.5-0.5b": (None, "qwen2.5-0.5b", QWEN_INSTALL + " gguf"),
     "gemma3-270m": (None, "gemma3-270m", GEMMA_INSTALL + " gguf"),
 }
+# AntiBERTy (MIT): a BERT masked LM of antibody sequences, 26M parameters
+ALIASES["antiberty"] = ("antiberty", "config.json", ANTIBERTY_INSTALL)
 FORMATS = ("a HuggingFace folder (config.json + model.safetensors), a .gguf file, a nanoGPT "
            "ckpt.pt, a folder tfx train wrote, or an alias (" + ", ".join(ALIASES) + ")")
 

@@ -13,7 +13,7 @@ from ...errors import WeightsError
 from ..config import ModelConfig, tied_parameters
 from .architecture import read_json
 from .cache import cache_dir
-from .families import SEQ2SEQ, TOKEN_TABLES, check_tables, hf_family, hf_map, map_nanogpt
+from .families import check_tables, hf_family, hf_map, map_nanogpt, token_tables
 from .gguf import gguf_reader, gguf_source
 from .locate import Checkpoint
 from .sources import SafetensorsFiles, TorchFiles
@@ -137,7 +137,13 @@ class Plan:
                 torch.device(device).type == "cpu"
 
         out = {}
-        keys = sorted({self.keys[n] for n in cut if self.keys[n]})
+        keys = {self.keys[n] for n in cut if self.keys[n]}
+        # tensors a mapping reads together with another (gpt-oss: an MXFP4 weight's
+        # blocks with its scales), named by the mapping's `companions`
+        companions = getattr(self.mapper, "companions", None)
+        if companions is not None:
+            keys |= {c for k in keys for c in companions(k) if c in self.file_dtype}
+        keys = sorted(keys)
         if cut:
             read = self.source.read([k for k in keys if not as_stored(k)])
             read.update({k: self.source.view(k) for k in keys if as_stored(k)})
@@ -206,12 +212,12 @@ def plan_tensors(ckpt: Checkpoint, cfg: ModelConfig, expected: Shapes, *,
         else:
             source = SafetensorsFiles(files)
         try:
-            if family in SEQ2SEQ:  # its token tables, saved under several names, are one
-                tables = [k for k in TOKEN_TABLES if k in source.shapes()]
-                if len(tables) > 1:
-                    read = source.read(tables)
-                    check_tables({k: read[k] for k in tables})
-                    del read
+            # an encoder–decoder's token tables, saved under several names, are one
+            tables = [k for k in token_tables(family, cfg) if k in source.shapes()]
+            if len(tables) > 1:
+                read = source.read(tables)
+                check_tables({k: read[k] for k in tables})
+                del read
             plan = Plan(ckpt, cfg, source, hf_map(family), expected)
         except WeightsError as exc:  # a mapping's own check (families.map_seq2seq)
             if exc.message.startswith(str(ckpt.path)):
@@ -245,7 +251,10 @@ def load_state(ckpt: Checkpoint, cfg: ModelConfig, expected: Shapes, *,
     """(state, src, from_cache): every tensor in tfx names (float32 for a GGUF), their
     checkpoint names, and whether they came from the dequantised-weights cache."""
     plan, from_cache = plan_tensors(ckpt, cfg, expected, use_cache=use_cache, update=update)
-    state, src = plan.mapper(plan.source.read(sorted(set(filter(None, plan.keys.values())))),
-                             cfg)
+    keys = set(filter(None, plan.keys.values()))
+    companions = getattr(plan.mapper, "companions", None)  # gpt-oss: MXFP4 scales
+    if companions is not None:
+        keys |= {c for k in keys for c in companions(k) if c in plan.file_dtype}
+    state, src = plan.mapper(plan.source.read(sorted(keys)), cfg)
     plan.source.release()
     return state, src, from_cache

@@ -36,6 +36,9 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
                       "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
                       "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
                       "BOOL": torch.bool}
+# DeepSeek-V3's released weights: FP8 (E4M3) with a scale per block, multiplied out by its
+# family's mapping (families/deepseek.py)
+SAFETENSORS_DTYPES["F8_E4M3"] = torch.float8_e4m3fn
 _NAMES = {v: k for k, v in SAFETENSORS_DTYPES.items()}
 CHUNK = 8 << 20  # bytes converted at a time when a tensor is read into another dtype
 

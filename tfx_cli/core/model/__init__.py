@@ -4,8 +4,9 @@ switches on, never a second model class.
 Read in forward order: `taps.py` (the identity modules every intermediate passes through,
 so it can be recorded or edited by its trace name), `norms.py`, `positions.py` (sinusoidal,
 learned and rotary positions; the embedding), `attention.py` (the KV cache and the one
-attention formula), `feedforward.py`, then `transformer.py` (blocks, stacks, the model and
-`build_model`). Beside them: `decoding.py`, the same arithmetic arranged for one cached
+attention formula; `mla.py`, the latent projections of DeepSeek's attention), `feedforward.py`
+(`moe.py`: the router and experts of a mixture-of-experts layer), then `transformer.py`
+(blocks, stacks, the model and `build_model`). Beside them: `decoding.py`, the same arithmetic arranged for one cached
 token at a time (held bit-equal to the forward by tests), and `streaming.py`, which keeps a
 checkpoint larger than memory on disk and reads one part at a time through a plan that
 core/checkpoints makes. `finite.py` is the check every forward makes: a NaN or infinity

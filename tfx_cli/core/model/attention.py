@@ -9,8 +9,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
+from .mla import build_latent, latent_qkv
 from .norms import Norm
-from .positions import apply_rope
+from .positions import apply_rope, embedding, relative_bias
 from .taps import Tap
 
 
@@ -21,10 +22,11 @@ class KVCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         max_len = max_len or cfg.context_length
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        v_shape = shape[:-1] + (cfg.v_dim,)  # latent attention's value heads are narrower
         # the decoder's self-attention in an encoder–decoder; every block otherwise
         layers = cfg.n_decoder_layers or cfg.n_layers
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.empty(v_shape, dtype=dtype, device=device) for _ in range(layers)]
         # cross-attention's keys and values of the encoder output, per decoder layer:
         # computed at the first step and read at every later one
         self.memory_kv: dict = {}
@@ -40,7 +42,9 @@ class KVCache:
 
 def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                        keep: torch.Tensor | None, scale: float, taps=None, *,
-                       causal: bool = False, softcap: float | None = None) -> torch.Tensor:
+                       causal: bool = False, softcap: float | None = None,
+                       bias: torch.Tensor | None = None,
+                       sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(mask(Q Kᵀ / scale)) V, written out step by step: the one attention formula.
 
     queries (..., T, D), keys (..., S, D), values (..., S, Dv); keep (T, S) bool or None.
@@ -49,6 +53,11 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     causal: keep is the square causal mask (key j visible to query i when j <= i).
     softcap (Gemma 2): the scaled scores become cap * tanh(scaled / cap) before the mask,
     recorded as `capped`.
+    bias (T5's relative position bias, (..., T, S)): added to the scaled scores before the
+    mask, so `masked` is scaled + bias with -inf where a key is hidden.
+    sinks (gpt-oss): one learned logit per head (H,), appended to every row of the masked
+    scores as an extra key column before the softmax and dropped after it, so a pattern
+    row sums to less than 1; what the sink took of each row is recorded as `sink` (H, T).
 
     scores, scaled and masked are recorded lazily: each is a step or two from q and k, so
     the trace computes it again, with the same operations and so the same numbers, when
@@ -70,10 +79,15 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
             return scaled(rows, cols)
         return scaled(rows, cols).div_(softcap).tanh_().mul_(softcap)
 
+    def biased(rows=every, cols=every):
+        if bias is None:
+            return capped(rows, cols)
+        return capped(rows, cols).add_(bias[..., rows, cols])
+
     def masked(rows=every, cols=every):
         if keep is None:
-            return capped(rows, cols)
-        return capped(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
+            return biased(rows, cols)
+        return biased(rows, cols).masked_fill_(~keep[rows, cols], float("-inf"))
 
     shape = (*queries.shape[:-1], keys.shape[-2])
     for name, compute in (("scores", scores), ("scaled", scaled), ("capped", capped),
@@ -83,6 +97,8 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
     T = queries.shape[-2]
     # an edited pattern must be whole before the context is formed from it
     edited = getattr(tap.pattern, "edit", None) is not None
+    if sinks is not None:
+        return _attend_with_sinks(masked(), values, sinks, tap)
     if edited or not (causal and keep is not None and T > CAUSAL_BLOCK):
         attn_weights = tap.pattern(softmax_rows(masked()))
         return attn_weights @ values  # (..., T, Dv)
@@ -103,6 +119,18 @@ def explicit_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.
 
 
 CAUSAL_BLOCK = 128  # query rows per block of explicit causal attention
+
+
+def _attend_with_sinks(masked: torch.Tensor, values: torch.Tensor, sinks: torch.Tensor,
+                       tap) -> torch.Tensor:
+    """softmax over the keys and one more column, the head's sink logit, which is then
+    dropped: the sink takes a share of each row and gives back no value."""
+    sink_col = sinks.to(masked.dtype).view(-1, 1, 1).expand(*masked.shape[:-1], 1)
+    weights = softmax_rows(torch.cat([masked, sink_col], dim=-1))  # (..., T, S + 1)
+    if getattr(getattr(tap, "sink", None), "on", False):
+        tap.sink(weights[..., -1])  # (..., H, T): the sink's share of each row
+    attn_weights = tap.pattern(weights[..., :-1])
+    return attn_weights @ values
 
 
 def softmax_rows(scores: torch.Tensor) -> torch.Tensor:
@@ -131,9 +159,11 @@ class Attention(nn.Module):
     (Gemma's query_pre_attn_scalar), and a head width apart from d_model / n_heads.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False):
+    def __init__(self, cfg: ModelConfig, layer: int, *, cross: bool = False,
+                 bidirectional: bool = True):
         """cross: an encoder–decoder's cross-attention (queries from the decoder, keys and
-        values from the encoder output; no mask but the source's padding)."""
+        values from the encoder output; no mask but the source's padding).
+        bidirectional: the queries may see later keys (an encoder), for T5's buckets."""
         super().__init__()
         self.cfg, self.layer, self.is_cross = cfg, layer, cross
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -141,23 +171,44 @@ class Attention(nn.Module):
         self.softcap = cfg.attn_softcap
         self.scale = math.sqrt(cfg.attn_scalar or cfg.head_dim)  # scores are divided by it
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
-        self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.out_proj = nn.Linear(cfg.attn_dim, cfg.d_model, bias=cfg.proj_bias)
-        self.q, self.k, self.v = Tap("H", "T", "D"), Tap("H", "S", "D"), Tap("H", "S", "D")
+        self.latent = cfg.is_mla and not cross
+        if self.latent:  # DeepSeek-V3: q, k and v decompressed from latents (mla.py)
+            build_latent(self, cfg)
+        else:
+            self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
+            self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+            self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        out_dim = cfg.n_heads * cfg.v_dim  # attn_dim, or latent attention's value heads
+        self.out_proj = nn.Linear(out_dim, cfg.d_model, bias=cfg.proj_bias)
+        self.q, self.k = Tap("H", "T", "D"), Tap("H", "S", "D")
+        self.v = Tap("H", "S", "Dv" if cfg.v_dim != cfg.head_dim else "D")
         if cfg.qk_norm:  # each head's q and k rows normalised over D, before the rotation
             self.q_norm = Norm(cfg, cfg.head_dim, ("H", "T", "D"))
             self.k_norm = Norm(cfg, cfg.head_dim, ("H", "S", "D"))
+        if cfg.qk_norm_full:  # OLMo 2: the whole projections, before the split into heads
+            self.q_norm = Norm(cfg, cfg.attn_dim, ("T", "A"))
+            self.k_norm = Norm(cfg, kv_dim, ("S", "K"))
         if cfg.positional == "rope" and not cross:
             self.q_rot, self.k_rot = Tap("H", "T", "D"), Tap("H", "S", "D")
         self.scores, self.scaled = Tap("H", "T", "S"), Tap("H", "T", "S")
         if self.softcap is not None:
             self.capped = Tap("H", "T", "S")
+        # T5: a learned bias per head and bucket of relative distance on every score of
+        # self-attention (the stack's table, passed in; UMT5: this layer's own)
+        self.relative = cfg.positional == "relative" and not cross
+        if self.relative:
+            self.bidirectional = bidirectional
+            if cfg.relative_per_layer:
+                self.rel_bias = embedding(cfg.relative_buckets, cfg.n_heads)
+            self.position_bias = Tap("H", "T", "S")
         self.masked, self.pattern = Tap("H", "T", "S"), Tap("H", "T", "S")
+        if cfg.attn_sinks and not cross:  # gpt-oss: one learned logit per head
+            self.sinks = nn.Parameter(torch.zeros(cfg.n_heads))
+            self.sink = Tap("H", "T")
         # A: the heads joined, H * D wide; C (d_model) unless head_dim is set apart
-        joined = "C" if cfg.attn_dim == cfg.d_model else "A"
-        self.context, self.concat, self.out = Tap("H", "T", "D"), Tap("T", joined), Tap("T", "C")
+        joined = "C" if out_dim == cfg.d_model else "A"
+        self.context = Tap("H", "T", "Dv" if cfg.v_dim != cfg.head_dim else "D")
+        self.concat, self.out = Tap("T", joined), Tap("T", "C")
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
@@ -175,27 +226,40 @@ class Attention(nn.Module):
 
     def window_keep(self, T: int, S: int, start: int, device=None) -> torch.Tensor:
         """(T, S): key j is within the window of query start + i (it and the window - 1
-        keys before it)."""
+        keys before it; in a model that is not causal (ModernBERT's local layers), the
+        window - 1 keys on either side)."""
         q_pos = torch.arange(start, start + T, device=device)[:, None]
-        return q_pos - torch.arange(S, device=device)[None, :] < self.window
+        distance = q_pos - torch.arange(S, device=device)[None, :]
+        return (distance if self.cfg.causal else distance.abs()) < self.window
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, *,
                 kv_x: torch.Tensor | None = None, rot: tuple | None = None,
                 k_rot: tuple | None = None, rot_local: tuple | None = None,
                 cache: KVCache | None = None, start: int = 0,
-                is_causal: bool = False) -> torch.Tensor:
+                is_causal: bool = False,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, C) queries' input; kv_x: keys/values' input (cross-attention), else x.
         keep: (T, S) bool, True where a query may look; None means no mask at all.
         rot: the (cos, sin) tables rotating q (rotary models); k_rot those of k when they
         differ (keys from another text), else rot; rot_local those of a sliding layer that
         rotates with its own base (Gemma 3).
         is_causal: keep is exactly the square causal mask, which the fused kernel can
-        apply by skipping the hidden blocks instead of reading a mask."""
+        apply by skipping the hidden blocks instead of reading a mask.
+        position_bias: T5's relative bias of the stack, (1, H, T, S) for these queries and
+        every key (a UMT5 layer computes its own)."""
         if self.window is not None and rot_local is not None:
             rot = rot_local
         if self.is_cross:
             return self._cross(x, keep, kv_x, cache)
+        if self.latent:
+            queries, keys, values = latent_qkv(self, x, rot)  # (B, H, T|S, D|Dv)
+            if cache is not None:
+                keys, values = cache.append(self.layer, keys, values, start)
+            return self._attend(self.q_rot(queries), self.k_rot(keys), self.v(values), keep,
+                                is_causal)
         q, k, v = self._project(x, kv_x)
+        if self.cfg.qk_norm_full:
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, T, A), (B, S, K)
         queries = self._heads(q, self.n_heads)  # (B, H, T, D)
         keys = self._heads(k, self.n_kv_heads)  # (B, Hkv, S, D)
         values = self._heads(v, self.n_kv_heads)  # (B, Hkv, S, D)
@@ -224,7 +288,14 @@ class Attention(nn.Module):
                                       device=queries.device)
             keep = inside if keep is None else keep & inside
             is_causal = False  # the mask is no longer the plain causal one
-        return self._attend(queries, keys, values, keep, is_causal)
+        bias = None
+        if self.relative:
+            T, S = queries.shape[-2], keys.shape[-2]
+            if self.cfg.relative_per_layer:
+                position_bias = relative_bias(self.rel_bias.weight, T, S, start,
+                                              bidirectional=self.bidirectional, cfg=self.cfg)
+            bias = self.position_bias(position_bias)
+        return self._attend(queries, keys, values, keep, is_causal, bias)
 
     def _cross(self, x: torch.Tensor, keep: torch.Tensor | None, memory: torch.Tensor,
                cache: KVCache | None) -> torch.Tensor:
@@ -244,14 +315,23 @@ class Attention(nn.Module):
         return self._attend(queries, keys, values, keep, False)
 
     def _attend(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                keep: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-        """softmax(mask(QKᵀ / scale)) V over the heads, joined and projected by W_O."""
-        explicit = self.softcap is not None or any(
+                keep: torch.Tensor | None, is_causal: bool,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(mask(QKᵀ / scale [+ bias])) V over the heads, joined and projected by
+        W_O."""
+        sinks = getattr(self, "sinks", None)
+        explicit = self.softcap is not None or sinks is not None or any(
             t.on for t in (self.scores, self.scaled, self.masked, self.pattern))
         if explicit:
             context_vec = explicit_attention(queries, keys, values, keep, self.scale,
                                              taps=self, causal=is_causal,
-                                             softcap=self.softcap)
+                                             softcap=self.softcap, bias=bias,
+                                             sinks=sinks)
+        elif bias is not None:  # the bias and the mask as one float mask
+            mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
+            context_vec = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask.to(queries.dtype),
+                scale=1.0 / self.scale)
         else:
             causal = is_causal and keep is not None
             context_vec = F.scaled_dot_product_attention(

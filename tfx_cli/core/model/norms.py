@@ -18,6 +18,8 @@ class Norm(nn.Module):
     and the output is rounded back to the model's dtype (a no-op in float32).
     """
 
+    identity = False  # see NoNorm
+
     def __init__(self, cfg: ModelConfig, size: int | None = None,
                  dims: tuple[str, ...] = ("T", "C")):
         """size: the normalised width (d_model; head_dim for Qwen3's and Gemma 3's q and k
@@ -28,7 +30,9 @@ class Norm(nn.Module):
         # Gemma stores w and scales by (1 + w); a fresh norm still multiplies by one
         self.plus_one = cfg.norm_plus_one
         self.scale = nn.Parameter(torch.zeros(size) if self.plus_one else torch.ones(size))
-        self.shift = nn.Parameter(torch.zeros(size)) if cfg.norm == "layernorm" else None
+        # ModernBERT's LayerNorms have no shift (norm_bias false)
+        self.shift = nn.Parameter(torch.zeros(size)) \
+            if cfg.norm == "layernorm" and cfg.norm_bias else None
         self.add_module("in", Tap(*dims))  # what is normalised (x + Sublayer(x) in post-LN)
         self.mean, self.var = Tap(*dims[:-1]), Tap(*dims[:-1])
         self.normed, self.out = Tap(*dims), Tap(*dims)
@@ -63,13 +67,37 @@ class Norm(nn.Module):
         self.mean(mean.squeeze(-1))
         self.var(var.squeeze(-1))
         normed = self.normed((wide - mean) / torch.sqrt(var + self.eps))
-        return self.out((normed * self.gain + self.shift.float()).to(x.dtype))
+        shifted = normed * self.gain if self.shift is None else \
+            normed * self.gain + self.shift.float()
+        return self.out(shifted.to(x.dtype))
 
     def fused(self, x: torch.Tensor) -> torch.Tensor:
         """The same norm in one kernel, recording nothing (in float32, as forward)."""
         if self.kind == "rmsnorm":
             out = F.rms_norm(x.float(), (x.shape[-1],), self.gain, self.eps)
         else:
-            out = F.layer_norm(x.float(), (x.shape[-1],), self.gain, self.shift.float(),
-                               self.eps)
+            shift = None if self.shift is None else self.shift.float()
+            out = F.layer_norm(x.float(), (x.shape[-1],), self.gain, shift, self.eps)
         return out.to(x.dtype)
+
+
+class NoNorm(nn.Module):
+    """Where a family has no norm but the block's layout has one (OLMo 2 before attention
+    and the FFN, ModernBERT before block 0's attention): the stream passes unchanged. Its
+    `in` and `out` taps keep the names (blocks.{i}.ln1.in is block i's input, the
+    resid_pre site); it has no statistics and no parameters."""
+
+    identity = True
+    eps = 0.0
+    shift = None
+
+    def __init__(self, dims: tuple[str, ...] = ("T", "C")):
+        super().__init__()
+        self.add_module("in", Tap(*dims))
+        self.out = Tap(*dims)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(getattr(self, "in")(x))
+
+    def fused(self, x: torch.Tensor) -> torch.Tensor:
+        return x

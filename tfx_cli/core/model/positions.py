@@ -69,8 +69,10 @@ def rope_frequencies(dim: int, theta: float, scaling: dict | None = None,
         def dim_turning(turns: float) -> float:  # the dimension that turns `turns` times
             return dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(theta))
 
-        lo = max(math.floor(dim_turning(fast)), 0)
-        hi = min(math.ceil(dim_turning(slow)), dim - 1)
+        lo, hi = dim_turning(fast), dim_turning(slow)
+        if scaling.get("truncate", 1):  # gpt-oss: truncate 0 keeps the ends unrounded
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
         ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) /
                 (max(hi - lo, 0.001))).clamp(0, 1)  # 0: keep, 1: interpolate
         keep = 1 - ramp
@@ -92,8 +94,9 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float,
 def rope_tables(positions: torch.Tensor, cfg: ModelConfig, *, local: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (T, rotary dims), that rotate q and k: the sliding layers of
-    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims."""
-    dim = cfg.rotary_dim or cfg.head_dim
+    Gemma 3 use their own base and no scaling; GPT-NeoX rotates only rotary_dim dims, and
+    latent attention (DeepSeek-V3) the last qk_rope_dim of each head."""
+    dim = cfg.qk_rope_dim or cfg.rotary_dim or cfg.head_dim
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta else cfg.rope_theta
     scaling = None if local and cfg.rope_local_theta else cfg.rope
     length = int(positions.max()) + 1 if positions.numel() else 0
@@ -124,9 +127,11 @@ def embedding(n: int, d: int) -> nn.Embedding:
 
 
 class Embed(nn.Module):
-    def __init__(self, cfg: ModelConfig, tok_emb: nn.Embedding | None = None):
+    def __init__(self, cfg: ModelConfig, tok_emb: nn.Embedding | None = None, *,
+                 bidirectional: bool = True):
         """tok_emb: a token table shared with another stack (an encoder–decoder's one
-        vocabulary); else its own."""
+        vocabulary); else its own. bidirectional: whether the stack's self-attention sees
+        keys after the query (an encoder), for T5's relative buckets."""
         super().__init__()
         self.cfg = cfg
         self.tok_emb = tok_emb if tok_emb is not None else embedding(cfg.vocab_size, cfg.d_model)
@@ -138,6 +143,10 @@ class Embed(nn.Module):
                                  persistent=False)
         if cfg.token_types:
             self.type_emb = embedding(cfg.token_types, cfg.d_model)
+        self.bidirectional = bidirectional
+        if cfg.positional == "relative" and not cfg.relative_per_layer:
+            # T5: the first layer's relative_attention_bias, read by every layer of the stack
+            self.rel_bias = embedding(cfg.relative_buckets, cfg.n_heads)
         self.tok = Tap("T", "C")
         if cfg.positional in ("learned", "sinusoidal"):
             self.pos = Tap("T", "C")
@@ -162,3 +171,51 @@ class Embed(nn.Module):
         if self.ln is not None:
             x = self.ln(x)
         return self.out(x)
+
+    def position_bias(self, T: int, S: int, start: int = 0) -> torch.Tensor:
+        """(1, H, T, S): the stack's relative position bias (T5), for queries at start ..
+        start + T - 1 and keys 0 .. S - 1."""
+        return relative_bias(self.rel_bias.weight, T, S, start,
+                             bidirectional=self.bidirectional, cfg=self.cfg)
+
+
+# -- relative positions (T5) -------------------------------------------------------------
+def relative_buckets(relative: torch.Tensor, *, bidirectional: bool, buckets: int,
+                     max_distance: int) -> torch.Tensor:
+    """T5's bucket of each query-key distance (key position - query position), as Mesh
+    TensorFlow and transformers' T5Attention._relative_position_bucket compute it.
+
+    Bidirectional (an encoder): half the buckets for keys after the query, half for the
+    rest. Unidirectional (a decoder): keys after the query are masked anyway and share
+    bucket 0 with the query itself. Of each half, the first half counts distances one by
+    one; the rest cover max_exact .. max_distance on a log scale, and every distance from
+    max_distance on falls in the last bucket."""
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        buckets //= 2
+        bucket = bucket + (relative > 0).long() * buckets
+        distance = relative.abs()
+    else:
+        distance = -torch.clamp(relative, max=0)
+    max_exact = buckets // 2
+    is_small = distance < max_exact
+    # float32 with the operations in transformers' order, so a distance on a bucket
+    # boundary falls on the same side
+    far = max_exact + (torch.log(distance.float() / max_exact)
+                       / math.log(max_distance / max_exact)
+                       * (buckets - max_exact)).long()
+    far = torch.clamp(far, max=buckets - 1)
+    return bucket + torch.where(is_small, distance, far)
+
+
+def relative_bias(table: torch.Tensor, T: int, S: int, start: int, *, bidirectional: bool,
+                  cfg: ModelConfig) -> torch.Tensor:
+    """(1, H, T, S): the learned bias of each head for queries at positions start ..
+    start + T - 1 and keys at 0 .. S - 1; table (buckets, H) is the stack's (T5) or the
+    layer's (UMT5) relative_attention_bias."""
+    q_pos = torch.arange(start, start + T, device=table.device)[:, None]
+    k_pos = torch.arange(S, device=table.device)[None, :]
+    bucket = relative_buckets(k_pos - q_pos, bidirectional=bidirectional,
+                              buckets=cfg.relative_buckets,
+                              max_distance=cfg.relative_max_distance)  # (T, S)
+    return table[bucket].permute(2, 0, 1)[None]  # (1, H, T, S)

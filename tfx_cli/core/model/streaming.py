@@ -15,9 +15,18 @@ values in the same layout, so the results are bit for bit the in-memory run's
 
 The cost is reading: every forward reads every part it runs, so decoding reads the whole
 model once per token (the KV cache stays in memory, as do the recorded tensors).
+
+A mixture of experts reads less: where each expert's tensors are its own in the file
+(the Hub's per-expert layout), every expert is a part of its own,
+`blocks.{i}.moe.expert.{e}`, read only while a token routed to it runs and let go before
+the next expert (core/model/moe.py asks for it through `MoE.hold`). A block's part then
+holds its attention, norms, router and shared expert, and the budget needs that plus one
+expert. Stacked expert tensors (one per layer) are read with their block.
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -49,8 +58,9 @@ class Streamed:
                  progress=None):
         self.model, self.plan, self.dtype, self.device = model, plan, dtype, device
         self.parts: dict[str, list[str]] = {}
+        experts = _expert_parts(plan)  # name -> its expert's own part, where it has one
         for name in plan.shapes:
-            self.parts.setdefault(part_of(name), []).append(name)
+            self.parts.setdefault(experts.get(name) or part_of(name), []).append(name)
         # in the order a forward reads them, which is what the progress counts
         self.parts = dict(sorted(self.parts.items(), key=lambda item: forward_order(item[0])))
         self.slots = {}
@@ -60,6 +70,7 @@ class Streamed:
             self.slots[name] = (module, attr, getattr(module, attr))  # the meta parameter
         self.held: set[str] = set()
         self.reads = 0  # parts read so far
+        self.bytes_read = 0  # and their bytes in memory (what streaming costs)
         self.progress = progress
         self.label: str | None = None  # what the reads are for ("token 3 of 20")
         # a long generation stores the weights as decoding reads them fastest
@@ -79,7 +90,17 @@ class Streamed:
 
     @property
     def largest(self) -> tuple[str, int]:
-        return max(self.part_bytes().items(), key=lambda item: item[1])
+        """The most a forward holds at once: a part, or a block with its largest expert
+        (an expert part is read while its block is held)."""
+        sizes = self.part_bytes()
+        expert: dict[str, int] = {}  # block -> its largest expert part
+        for part, n in sizes.items():
+            match = _EXPERT_PART.match(part)
+            if match:
+                expert[match.group(1)] = max(expert.get(match.group(1), 0), n)
+        held = {part: n + expert.get(part, 0) for part, n in sizes.items()
+                if not _EXPERT_PART.match(part)}
+        return max(held.items(), key=lambda item: item[1])
 
     # -- holding parts ------------------------------------------------------------------
     @contextmanager
@@ -114,6 +135,7 @@ class Streamed:
             decoding_layout(self.model, list(root.modules()))
         self.held.add(part)
         self.reads += 1
+        self.bytes_read += self.plan.nbytes(self.dtype, self.parts[part])
 
     def _drop(self, part: str) -> None:
         for name in self.parts[part]:
@@ -139,6 +161,27 @@ class Streamed:
                 self._update = None
 
 
+_EXPERT_PART = re.compile(r"^(blocks\.\d+)\.moe\.expert\.\d+$")
+_EXPERT_NAME = re.compile(r"^(blocks\.\d+\.moe\.expert\.\d+)\.")
+
+
+def _expert_parts(plan) -> dict[str, str]:
+    """Each expert parameter's own part, `blocks.{i}.moe.expert.{e}`, where the file
+    holds that expert's tensors apart from every other (a stacked tensor, read for every
+    expert it holds, stays with its block)."""
+    users = Counter(plan.keys[n] for n in plan.shapes if plan.keys.get(n))
+    out = {}
+    for name in plan.shapes:
+        match = _EXPERT_NAME.match(name)
+        key = plan.keys.get(name)
+        if match and key and users[key] == 1:
+            out[name] = match.group(1)
+    # an expert is its own part only if every tensor of it is
+    whole = {part for part in set(out.values())
+             if all(out.get(n) == part for n in plan.shapes if n.startswith(part + "."))}
+    return {n: p for n, p in out.items() if p in whole}
+
+
 def stream(plan, dtype: torch.dtype, device, budget, progress=None):
     """The checkpoint as a streamed Transformer: built on the meta device, each part read
     when it runs. Refuses a budget that cannot hold the largest part."""
@@ -151,6 +194,9 @@ def stream(plan, dtype: torch.dtype, device, budget, progress=None):
         raise budget.refuse_part(plan.cfg.name, part, need, residency.part_bytes(),
                                  dtype=str(dtype).removeprefix("torch."))
     model.residency = residency
+    for i, block in enumerate(getattr(model, "blocks", [])):
+        if getattr(block, "is_moe", False):  # read an expert only when a token needs it
+            block.moe.hold = lambda e, p=f"blocks.{i}.moe.expert": residency.holding(f"{p}.{e}")
     model.dtype, model.device = dtype, torch.device(device)
     model.fill_sinusoids(dtype, device)  # not in checkpoints: computed, and kept
     return model

@@ -24,8 +24,9 @@ from ..config import ModelConfig, tied_parameters
 from ..trace import Trace, compile_globs
 from . import finite
 from .attention import Attention, KVCache
-from .feedforward import FeedForward
-from .norms import Norm
+from .feedforward import FeedForward, activate
+from .moe import MoE
+from .norms import NoNorm, Norm
 from .positions import Embed, rope_tables, sinusoidal_table
 from .taps import Tap, Taps
 
@@ -64,18 +65,26 @@ class Block(nn.Module):
         self.post_ln = cfg.norm_position == "post"
         self.parallel, self.sandwich = cfg.parallel_residual, cfg.sandwich_norm
         self.has_cross = cross
-        self.ln1 = Norm(cfg)
-        self.attn = Attention(cfg, layer)
+        # OLMo 2 has no norm before its sublayers, ModernBERT none before block 0's
+        # attention: the stream passes through unchanged there
+        self.ln1 = Norm(cfg) if cfg.pre_norms and (layer or cfg.first_block_norm) \
+            else NoNorm()
+        # a decoder block's self-attention (and a causal model's) sees no later key
+        self.attn = Attention(cfg, layer, bidirectional=not (cross or cfg.causal))
         if self.sandwich:
             self.ln_post_attn = Norm(cfg)
         if not self.parallel:  # a parallel block has no stream between its sublayers
             self.resid_mid = Tap("T", "C")
-        self.ln2 = Norm(cfg)
+        self.ln2 = Norm(cfg) if cfg.pre_norms else NoNorm()
         if cross:
             self.cross = Attention(cfg, layer, cross=True)
             self.resid_cross = Tap("T", "C")
             self.ln3 = Norm(cfg)
-        self.ffn = FeedForward(cfg)
+        self.is_moe = cfg.is_moe_layer(layer) and not cross
+        if self.is_moe:  # a router and experts in place of the FFN (core/model/moe.py)
+            self.moe = MoE(cfg, layer)
+        else:
+            self.ffn = FeedForward(cfg)
         if self.sandwich:
             self.ln_post_ffn = Norm(cfg)
         self.resid_out = Tap("T", "C")
@@ -89,18 +98,22 @@ class Block(nn.Module):
             return self._decoder_block(x, keep, memory, memory_keep, attn_kw)
         if self.post_ln:  # LayerNorm(x + Sublayer(x)), the original encoder (seed 000)
             x = self.resid_mid(self.ln1(x + self.attn(x, keep, **attn_kw)))
-            return self.resid_out(self.ln2(x + self.ffn(x)))
+            return self.resid_out(self.ln2(x + self.feed_forward(x)))
         if self.parallel:
             attended = self.attn(self.ln1(x), keep, **attn_kw)
-            return self.resid_out(x + attended + self.ffn(self.ln2(x)))
+            return self.resid_out(x + attended + self.feed_forward(self.ln2(x)))
         attended = self.attn(self.ln1(x), keep, **attn_kw)
         if self.sandwich:
             attended = self.ln_post_attn(attended)
         x = self.resid_mid(x + attended)
-        fed = self.ffn(self.ln2(x))
+        fed = self.feed_forward(self.ln2(x))
         if self.sandwich:
             fed = self.ln_post_ffn(fed)
         return self.resid_out(x + fed)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's FFN: the dense one, or the mixture of experts of an MoE layer."""
+        return self.moe(x) if self.is_moe else self.ffn(x)
 
     def _decoder_block(self, x, keep, memory, memory_keep, attn_kw) -> torch.Tensor:
         cache = attn_kw.get("cache")
@@ -115,6 +128,23 @@ class Block(nn.Module):
         return self.resid_out(x + self.ffn(self.ln3(x)))
 
 
+class MLMHead(nn.Module):
+    """A masked LM's transform between the last stream and the output head (BERT's
+    cls.predictions.transform, RoBERTa's and ModernBERT's head): dense, activation, norm;
+    the head (the token table, tied) and its bias follow."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.activation = cfg.mlm_activation
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.proj_bias)
+        self.hidden, self.act = Tap("T", "C"), Tap("T", "C")
+        self.ln = Norm(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.hidden(self.dense(x))  # (B, T, C)
+        return self.ln(self.act(activate(self.activation, hidden)))
+
+
 class Stack(nn.Module):
     """One stack of an encoder–decoder: its input ids, embedding (the token table is the
     one both stacks share), blocks and, pre-LN, final norm. Trace names get the stack's
@@ -124,7 +154,7 @@ class Stack(nn.Module):
                  tok_emb: nn.Embedding | None = None):
         super().__init__()
         self.tokens = Taps(ids=Tap("T"))
-        self.embed = Embed(cfg, tok_emb)
+        self.embed = Embed(cfg, tok_emb, bidirectional=not cross)
         self.blocks = nn.ModuleList(Block(cfg, i, cross=cross) for i in range(n_blocks))
         self.ln_f = Norm(cfg) if cfg.has_final_norm else None
 
@@ -146,20 +176,23 @@ class Transformer(nn.Module):
             self.encoder = Stack(cfg, cfg.n_layers, cross=False)
             self.decoder = Stack(cfg, cfg.n_decoder_layers, cross=True,
                                  tok_emb=self.encoder.embed.tok_emb)
-            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            if cfg.lm_head:  # BartModel, T5Model: none, the decoder's last stream is the output
+                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             token_table = self.encoder.embed.tok_emb
         else:
             self.built_blocks = cfg.n_layers if blocks is None else \
                 max(0, min(blocks, cfg.n_layers))
             self.tokens = Taps(ids=Tap("T"))
-            self.embed = Embed(cfg)
+            self.embed = Embed(cfg, bidirectional=not cfg.causal)
             self.blocks = nn.ModuleList(Block(cfg, i) for i in range(self.built_blocks))
             rest = self.built_blocks < cfg.n_layers
             with torch.device("meta") if rest else nullcontext():
                 self.blocks.extend(Block(cfg, i) for i in range(self.built_blocks, cfg.n_layers))
                 self.ln_f = Norm(cfg) if cfg.has_final_norm else None
+                if cfg.mlm_head:
+                    self.mlm = MLMHead(cfg)
                 if cfg.lm_head:
-                    self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+                    self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
             token_table = self.embed.tok_emb
         if cfg.lm_head and cfg.tie_embeddings:
             self.lm_head.weight = token_table.weight
@@ -364,7 +397,8 @@ class Transformer(nn.Module):
                               lambda: dec.embed(target, positions, None))
         if stop_after is not None and stop_after < 0:
             return None
-        context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True)
+        context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True,
+                                         stack=dec)
         context["memory"] = memory
         context["memory_keep"] = None if source_len is None else \
             self.mask(T, memory.shape[1], causal=False, valid_len=source_len)
@@ -391,16 +425,36 @@ class Transformer(nn.Module):
                                   lambda: enc.embed(ids, positions, None))
             if stop_after is not None and stop_after < 0:
                 return None
-            context = {"keep": keep, "cache": None, "start": 0}
+            context = self.encoder_context(S, keep)
             return self.run_blocks(x, context, stop_after=stop_after, stack=enc)
+
+    def encoder_context(self, S: int, keep: torch.Tensor | None = None) -> dict:
+        """What every encoder block's attention needs besides x: the source's keep-mask
+        (None: every position) and, for T5, the stack's relative position bias."""
+        context = {"keep": keep, "cache": None, "start": 0}
+        self._add_position_bias(context, self.encoder, S, S, 0)
+        return context
+
+    def _add_position_bias(self, context: dict, stack: nn.Module, T: int, S: int,
+                           start: int) -> None:
+        """T5: the stack's relative position bias (1, H, T, S), computed once for all its
+        layers (UMT5's layers compute their own)."""
+        cfg = self.cfg
+        if cfg.positional != "relative" or cfg.relative_per_layer:
+            return
+        prefix = "decoder." if stack is getattr(self, "decoder", None) else \
+            "encoder." if stack is getattr(self, "encoder", None) else ""
+        with self.holding(prefix + "embed"):
+            context["position_bias"] = stack.embed.position_bias(T, S, start)
 
     def attention_context(self, T: int, *, start: int = 0, cache: KVCache | None = None,
                           keep: torch.Tensor | None | str = "auto",
-                          causal: bool | None = None) -> dict:
+                          causal: bool | None = None, stack: nn.Module | None = None) -> dict:
         """What every block's attention needs besides x: the keep-mask (the config's own
         for "auto", or causal when `causal`; sliding layers narrow it to their window
-        themselves), the cache and where the new positions start, and the rotary tables
-        of the new positions."""
+        themselves), the cache and where the new positions start, the rotary tables of
+        the new positions, and T5's relative position bias. `stack`: the decoder of an
+        encoder–decoder (default: the model's one stack)."""
         causal = self.cfg.causal if causal is None else causal
         attn_kw: dict = {"keep": keep, "cache": cache, "start": start}
         if isinstance(keep, str):
@@ -411,11 +465,18 @@ class Transformer(nn.Module):
             attn_kw["rot"] = self.rope_for(positions)
             if self.cfg.rope_local_theta is not None:
                 attn_kw["rot_local"] = self.rope_for(positions, local=True)
+        self._add_position_bias(attn_kw, stack if stack is not None else self, T, start + T,
+                                start)
         return attn_kw
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """The head on a (normalised) residual stream: logits, soft-capped where the
-        model caps them (Gemma 2). Recorded as `logits`."""
+        model caps them (Gemma 2); a masked LM's head transform first. Recorded as
+        `logits`."""
+        if self.cfg.unembed_scale:  # T5's tied head reads the stream × d_model^-0.5
+            x = x * self.cfg.d_model ** -0.5
+        if self.cfg.mlm_head:
+            x = self.mlm(x)
         logits = self.lm_head(x)
         if self.cfg.logits_bias:
             logits = logits + self.final_logits_bias

@@ -21,7 +21,6 @@ core.config and core.trace (and core.params for type hints only).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import PurePath
@@ -232,9 +231,16 @@ _LAZY = {
                "AttendResult", "AttendInputsResult", "LayerNormResult", "FFNResult",
                "TraceResult", "NormStats", "ReportResult"),
     "decoding": ("Candidate", "StepInfo", "GenerateSettings", "GenerateResult",
-                 "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult"),
-    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult"),
+                 "NextCandidate", "Greedy", "NextSettings", "NextResult", "LensResult",
+                 "MaskPrediction"),
+    "interventions": ("Intervention", "TokenRef", "PatchResult", "Part", "AttributeResult",
+                      "PatchTable"),
     "training": ("TrainCheck", "TrainResult"),
+    # mixtures of experts: tfx route, and count-params' active parameters
+    "moe": ("MoeCount", "LayerRouting", "RouteResult"),
+    "datasets": ("CorpusRun", "ScanResult", "TopContext", "TopExample", "TopUnit",
+                 "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
+                 "PatchPairsResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -9,6 +9,7 @@ from . import Result, optional, to_json
 if TYPE_CHECKING:
     from ..config import ModelConfig
     from ..params import Row
+    from .moe import MoeCount
 
 
 @dataclass
@@ -83,3 +84,5 @@ class CountParamsResult(Result):
     # an encoder–decoder's decoder block (per_block is then an encoder block)
     decoder_per_block: BlockCount | None = optional()
     verify: ParamCheck | None = optional()
+    # a mixture of experts: what one token uses of it (results/moe.py)
+    moe: MoeCount | None = optional()

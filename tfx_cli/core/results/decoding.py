@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from . import Result
+from . import Result, optional
 
 
 @dataclass
@@ -85,6 +85,18 @@ class NextSettings:
     candidates: int
 
 
+@dataclass
+class MaskPrediction:
+    """A masked LM's prediction at one mask token: next's numbers for that position."""
+
+    position: int
+    entropy: float
+    greedy: Greedy
+    kept_tokens: int
+    kept_mass: float
+    candidates: list[NextCandidate]
+
+
 @dataclass(kw_only=True)
 class NextResult(Result):
     command: ClassVar[str] = "next"
@@ -96,6 +108,11 @@ class NextResult(Result):
     kept_mass: float
     settings: NextSettings
     candidates: list[NextCandidate]
+    # a masked LM (fill-mask): the fields above are its first mask's; `masks` has every
+    # mask in order, `filled` the text with each mask replaced by its most likely token
+    mask_token: str | None = optional()
+    masks: list[MaskPrediction] | None = optional()
+    filled: str | None = optional()
 
 
 @dataclass(kw_only=True)
@@ -107,5 +124,10 @@ class LensResult(Result):
     top_ids: list[list[int]]
     top_tokens: list[list[str]]
     top_probs: list[list[float]]
-    next_token_probs: list[list[float]]
+    # causal models: [layer][position] the probability of the token that comes next
+    next_token_probs: list[list[float]] | None = optional()
     output_top_ids: list[int]
+    # a masked LM: [layer][position] the probability of the position's own token (null
+    # at a mask), and where its mask tokens are
+    token_probs: list[list[float | None]] | None = optional()
+    mask_positions: list[int] | None = optional()

@@ -33,6 +33,16 @@ class TokenRef:
     token: str
 
 
+@dataclass
+class PatchTable:
+    """One table of an encoder–decoder's sweep: the cells of one stack, or of the
+    decoder's cross-attention (tensors patch.{part}.effect and patch.{part}.metric)."""
+
+    part: str  # encoder | decoder | cross
+    patched: str  # the trace names patched, e.g. encoder.blocks.{i}.attn.out
+    cells: str  # what a column is: source (positions), target (positions) or heads
+
+
 @dataclass(kw_only=True)
 class PatchResult(Result):
     """Activation patching: CORRUPT's run with one cell of CLEAN's activations put in.
@@ -54,6 +64,8 @@ class PatchResult(Result):
     n_cells: int
     batch: int  # cells per forward pass
     batched_runs: int  # forward passes the sweep made, each from its layer's input
+    # an encoder–decoder: the sweep's tables, both stacks' (and cross-attention's)
+    tables: list[PatchTable] | None = optional()
 
 
 @dataclass
@@ -79,3 +91,6 @@ class AttributeResult(Result):
     per_head: bool
     norm: str  # how the norms were frozen
     remainder: str  # what the remainder part holds
+    # an encoder–decoder: the sum of the cross-attention parts, what the decoder reads
+    # from the source directly into its last stream
+    through_cross: float | None = optional()

@@ -47,6 +47,7 @@ class ExplainKey:
     dot: float
     scaled: float
     capped: float | None = optional()  # Gemma 2: cap * tanh(scaled / cap)
+    bias: float | None = optional()  # T5: the head's relative position bias for this key
     visible: bool
     exp: float
     weight: float
@@ -71,6 +72,9 @@ class ExplainRow:
     keys: list[ExplainKey]
     context: list[float]
     max_abs_diff_vs_pattern: float
+    # gpt-oss: the head's sink logit and the share of the row it takes (1 - Σ weights)
+    sink: float | None = optional()
+    sink_weight: float | None = optional()
 
 
 @dataclass(kw_only=True)

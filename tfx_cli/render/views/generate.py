@@ -38,12 +38,15 @@ class TextStream:
     stream prints nothing: it would break the text's line."""
 
     def __init__(self, file: TextIO, prompt: str, *, spaced: bool = False,
-                 console: Console | None = None):
+                 console: Console | None = None, before=None):
         """spaced: put a space between the prompt and a first piece that starts without
         one (an encoder–decoder's target prefix, whose new words decode on their own).
-        console: the terminal the live region draws on (default: one on `file`)."""
+        console: the terminal the live region draws on (default: one on `file`).
+        before: the progress factory for work before the text starts (the command passes
+        render.emit.progress; views do not import emit, which imports them)."""
         self.file, self.prompt, self.started, self.spaced = file, prompt, False, spaced
         self.console = console
+        self.before = before
         self.line = ""  # the text written since the last newline
         self.live = None  # (Live, Progress) while a bar runs below the text
 
@@ -86,12 +89,13 @@ class TextStream:
         """A progress factory like render.emit.progress that leaves the text intact."""
         from contextlib import contextmanager
 
-        from ..emit import progress as plain
-
         @contextmanager
         def bar():
             if not self.started:
-                with plain(description) as update:
+                if self.before is None:
+                    yield lambda fraction=None, text=None: None
+                    return
+                with self.before(description) as update:
                     yield update
                 return
             if not self.terminal:
@@ -262,8 +266,23 @@ def next_view(result: NextResult, console: Console, opts: ViewOptions) -> None:
     settings = result.settings
     header(console, result)
     plain = (settings.temperature == 1 and settings.top_k is None and settings.top_p is None)
+    if result.masks:  # a masked LM: one table per mask token
+        _masks_view(result, console, opts, plain)
+        return
+    title = f"next token after position {result.position - 1}"
+    sci = needs_sci(np.array([c.prob for c in result.candidates]), opts.precision)
+    console.print()
+    console.print(_candidates_table(title, result.candidates, settings, plain, sci, opts))
+    footer = _next_footer(result, settings, plain, sci, opts)
+    if result.context < result.position:
+        footer["context"] = f"the last {result.context} tokens (cropped to the context length)"
+    console.print(kv_table(footer, precision=opts.precision))
+
+
+def _candidates_table(title: str, candidates, settings, plain: bool, sci: bool,
+                      opts: ViewOptions) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, title_justify="left",
-                  title=Text(f"next token after position {result.position - 1}", style="bold"))
+                  title=Text(title, style="bold") if title else None)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("token", no_wrap=True, max_width=16)
     table.add_column("id", justify="right", no_wrap=True)
@@ -274,8 +293,7 @@ def next_view(result: NextResult, console: Console, opts: ViewOptions) -> None:
         table.add_column(f"T={temperature}", justify="right", no_wrap=True)
         table.add_column("kept", justify="center", no_wrap=True)
         table.add_column("final p", justify="right", no_wrap=True)
-    sci = needs_sci(np.array([c.prob for c in result.candidates]), opts.precision)
-    for cand in result.candidates:
+    for cand in candidates:
         row = [str(cand.rank), token_text(cand.token), str(cand.id),
                format_number(cand.logit, opts.precision),
                prob_text(cand.prob, opts.precision, sci)]
@@ -284,19 +302,44 @@ def next_view(result: NextResult, console: Console, opts: ViewOptions) -> None:
                     Text("yes") if cand.kept else Text("cut", style="red"),
                     prob_text(cand.final_prob, opts.precision)]
         table.add_row(*row)
-    console.print()
-    console.print(table)
-    greedy = result.greedy
-    footer = {"entropy": f"{format_number(result.entropy, opts.precision)} nats",
+    return table
+
+
+def _next_footer(pred, settings, plain: bool, sci: bool, opts: ViewOptions) -> dict:
+    """Entropy, greedy and what the filters kept, of a NextResult or a MaskPrediction."""
+    greedy = pred.greedy
+    footer = {"entropy": f"{format_number(pred.entropy, opts.precision)} nats",
               "greedy": f"{visible(greedy.token)} (id {greedy.id}, "
                         f"p {format_number(greedy.prob, opts.precision, sci)})"}
     if not plain:
-        footer["kept"] = (f"{result.kept_tokens:,} tokens holding "
-                          f"{format_number(result.kept_mass, opts.precision)} of the mass at "
-                          f"T={temperature}; final p renormalises them")
-    if result.context < result.position:
-        footer["context"] = f"the last {result.context} tokens (cropped to the context length)"
-    console.print(kv_table(footer, precision=opts.precision))
+        footer["kept"] = (f"{pred.kept_tokens:,} tokens holding "
+                          f"{format_number(pred.kept_mass, opts.precision)} of the mass at "
+                          f"T={format_number(settings.temperature, 2)}; final p "
+                          "renormalises them")
+    return footer
+
+
+def _masks_view(result: NextResult, console: Console, opts: ViewOptions, plain: bool) -> None:
+    """Fill-mask: each mask's candidates, then the text with every mask filled."""
+    settings = result.settings
+    tokens = result.tokens
+    for pred in result.masks:
+        sci = needs_sci(np.array([c.prob for c in pred.candidates]), opts.precision)
+        title = f"{result.mask_token} at position {pred.position}"
+        around = _around(tokens, pred.position)
+        console.print()
+        console.print(Text(f"{title}: ", style="bold") + Text(around))
+        console.print(_candidates_table(None, pred.candidates, settings, plain, sci, opts))
+        footer = _next_footer(pred, settings, plain, sci, opts)
+        console.print(kv_table(footer, precision=opts.precision))
+    console.print(kv_table({"filled": visible(result.filled or "")},
+                           precision=opts.precision))
+
+
+def _around(tokens: list[str], position: int, width: int = 3) -> str:
+    """The mask among its neighbours, for a table's title."""
+    lo, hi = max(position - width, 0), min(position + width + 1, len(tokens))
+    return " ".join(visible(t) for t in tokens[lo:hi])
 
 
 # ---------------------------------------------------------------- lens
@@ -316,8 +359,9 @@ def lens_view(result: LensResult, console: Console, opts: ViewOptions) -> None:
     cell = 8
     cols, cut = _lens_columns(len(tokens), console.width, cell, 7, opts.full)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, title_justify="left",
-                  title=Text("top next token per layer (rows) and position (columns)",
-                             style="bold"))
+                  title=Text(("top token (masked LM: what belongs at the position)"
+                              if result.mask_positions is not None else "top next token")
+                             + " per layer (rows) and position (columns)", style="bold"))
     table.add_column("layer", justify="right", style="dim", no_wrap=True)
     order: list = []
     for n, j in enumerate(cols):

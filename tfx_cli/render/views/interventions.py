@@ -30,16 +30,45 @@ def patch_columns(result: PatchResult) -> list[str] | None:
     return [t + "*" if i in result.differing_positions else t for i, t in enumerate(tokens)]
 
 
+def patch_tables(result: PatchResult) -> list[tuple[str, list[str] | None, str]]:
+    """(tensor, column labels, what its rows and columns are) of each table: one for a
+    single stack; an encoder–decoder's encoder (source positions, CLEAN's tokens
+    starred), decoder and cross-attention (target positions) tables."""
+    cells = "heads" if result.site == "heads" else "positions"
+    if not result.tables:
+        return [("patch.effect", patch_columns(result),
+                 f"{result.site}: rows are layers, columns {cells}")]
+    target = result.input.target
+    out = []
+    for table in result.tables:
+        columns = patch_columns(result) if table.cells == "source" else None \
+            if table.cells == "heads" else display_tokens(target.tokens)
+        out.append((f"patch.{table.part}.effect", columns,
+                    f"{table.patched} × " + ("heads" if table.cells == "heads"
+                                             else f"{table.cells} positions")))
+    return out
+
+
 @register("patch")
 def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None:
+    if hasattr(result, "n_pairs"):  # tfx patch --pairs: the averaged effect
+        from .datasets import pairs_view
+
+        return pairs_view(result, console, opts)
     header(console, result)
     corrupt = result.corrupt
     console.print(Text("corrupt: ", style="dim") + Text(quoted(corrupt.text)) +
                   Text(f" ({counted(len(corrupt.tokens), 'token')})", style="dim"),
                   no_wrap=True, overflow="ellipsis")
     cells = "positions" if result.site != "heads" else "heads"
-    L, n = result.tensors.shape("patch.effect")
     p = opts.precision
+    runs = (f"in {counted(result.batched_runs, 'forward pass', 'forward passes')} of up to "
+            f"{result.batch} rows")
+    if result.tables:  # an encoder–decoder: a table per stack (and for cross-attention)
+        size = f"{result.n_cells} cells {runs}"
+    else:
+        L, n = result.tensors.shape("patch.effect")
+        size = f"{L} layers × {n} {cells} {runs}"
     console.print(kv_table({
         "patched": f"{result.patched} ({result.site}; one {cells[:-1]} per cell"
                    + (", every position" if result.site == "heads" else "") + ")",
@@ -47,14 +76,12 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         "m_clean": format_number(result.m_clean, max(p, 4)),
         "m_corrupt": format_number(result.m_corrupt, max(p, 4)),
         "effect": result.effect + "  (1: the cell restores CLEAN's answer)",
-        "cells": f"{L} layers × {n} {cells} in {counted(result.batched_runs, 'forward pass', 'forward passes')}"
-                 f" of up to {result.batch} rows",
+        "cells": size,
     }, precision=p))
-    axes = {"T": patch_columns(result)}
-    title = f"patch.effect  ({result.site}: rows are layers, columns {cells})"
-    console.print(TensorView("patch.effect", result.tensors.array("patch.effect"),
-                             result.tensors.dims("patch.effect"), axes=axes, precision=p,
-                             full=opts.full, title=title))
+    for name, columns, what in patch_tables(result):
+        console.print(TensorView(name, result.tensors.array(name), result.tensors.dims(name),
+                                 axes={"T": columns}, precision=p, full=opts.full,
+                                 title=f"{name}  ({what})"))
     if result.differing_positions and result.site != "heads":
         pairs = [f"{i}: {visible(result.tokens[i])!r} → {visible(corrupt.tokens[i])!r}"
                  for i in result.differing_positions]
@@ -85,25 +112,32 @@ def attribute_view(result: AttributeResult, console: Console, opts: ViewOptions)
     }, precision=p))
     chosen = shown_parts(result, opts.full)
     biggest = max((abs(part.value) for part in result.parts), default=0.0) or 1.0
+    # the bars give way to long part names (an encoder–decoder's decoder.blocks.{i}...)
+    name_width = max((len(result.parts[i].name) for i in chosen), default=4)
+    bar = max(6, min(BAR, (console.width - name_width - 12) // 2))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, title_justify="left",
                   title=Text(f"parts of {what}", style="bold"))
-    table.add_column("part", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("part", no_wrap=True, min_width=name_width)
+    table.add_column("value", justify="right", no_wrap=True, min_width=p + 3)
     table.add_column("", no_wrap=True)  # the bar: right of the axis positive, left negative
     for i in chosen:
         part = result.parts[i]
-        cells = round(abs(part.value) / biggest * BAR)
-        bar = Text(" " * BAR + "│", style="dim") if part.value >= 0 else \
-            Text(" " * (BAR - cells)) + Text("█" * cells, style="red") + Text("│", style="dim")
+        cells = round(abs(part.value) / biggest * bar)
+        drawn = Text(" " * bar + "│", style="dim") if part.value >= 0 else \
+            Text(" " * (bar - cells)) + Text("█" * cells, style="red") + Text("│", style="dim")
         if part.value >= 0:
-            bar.append("█" * cells, style="green")
-        table.add_row(Text(part.name), format_number(part.value, p), bar)
+            drawn.append("█" * cells, style="green")
+        table.add_row(Text(part.name), format_number(part.value, p), drawn)
     console.print()
     console.print(table)
     if len(chosen) < len(result.parts):
         console.print(Text(f"the {len(chosen) - 1} largest of {len(result.parts) - 1} parts and "
                            "the remainder (--full shows all, --json holds all)", style="dim"))
+    through = {} if result.through_cross is None else {
+        "through cross-attention": format_number(result.through_cross, max(p, 4))
+        + "  (the source's direct share: the cross-attention parts' sum)"}
     console.print(kv_table({
+        **through,
         "sum of parts": format_number(result.sum_of_parts, max(p, 4)),
         "logit difference" if result.wrong is not None else "logit":
             format_number(result.logit_diff, max(p, 4)),

@@ -99,9 +99,15 @@ def count_params_view(result: CountParamsResult, console: Console, opts=None) ->
         m = counts.n_layers
         where = f"{stack}blocks.0.*" if m == 1 else f"{stack}blocks.{{i}}.*, i = 0 … {m - 1}"
         kind = f"one {stack[:-1]} block" if stack else "one block"
+        if result.moe is not None:  # a mixture of experts: the MoE layers' block
+            kind, where = "one MoE block", f"blocks.{{i}}.*, i = {_layer_list(result.moe.moe_layers)}"
         console.print(_param_table(f"{kind}: {where}", counts.rows, counts.total,
                                    total_label=kind, n_layers=m))
         console.print()
+    if result.moe is not None:  # its dense layers' block, and what a token uses
+        from .moe import moe_counts
+
+        moe_counts(console, result, _param_table, si)
     line = Text("total ", style="bold").append(f"{total:,}", style="bold")
     line.append(f" ({si(total)}; {result.non_embedding:,} without embeddings)")
     console.print(line)
@@ -113,6 +119,12 @@ def count_params_view(result: CountParamsResult, console: Console, opts=None) ->
     _flops(console, result)
     if result.verify is not None:
         _verify(console, result.verify)
+
+
+def _layer_list(layers: list[int]) -> str:
+    if len(layers) > 2 and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]} … {layers[-1]}"
+    return ", ".join(map(str, layers))
 
 
 def _memory(console: Console, memory: dict) -> None:

@@ -124,18 +124,20 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
                                f"{_num(key.dot, p)}"), overflow="fold")
     capped = ex.softcap is not None
     cap = f"{ex.softcap:g}·tanh(s/{ex.softcap:g}), " if capped else ""
+    biased = any(key.bias is not None for key in ex.keys)  # T5's relative position bias
+    cap += "+ position bias, " if biased else ""
     steps = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                   title=Text(f"{next(step)}. scores, ÷{scale}, {cap}"
                              "mask, exp(s − max), softmax", style="bold"),
                   title_justify="left")
     columns = ["j", "key", "q·k", f"÷{scale}"] + (["capped"] if capped else []) + \
-        ["mask", "exp", "weight"]
+        (["+ bias"] if biased else []) + ["mask", "exp", "weight"]
     for col in columns:
         steps.add_column(col, justify="left" if col in ("key", "mask") else "right",
                          no_wrap=True, max_width=12 if col == "key" else None)
     # each column in scientific notation when fixed decimals would round it to 0.000
     sci = {name: needs_sci(np.array([getattr(k, name) or 0.0 for k in ex.keys] or [0.0]), p)
-           for name in ("dot", "scaled", "capped", "exp", "weight")}
+           for name in ("dot", "scaled", "capped", "bias", "exp", "weight")}
 
     def cell(key, name: str) -> str:
         return format_number(getattr(key, name), p, sci[name])
@@ -143,15 +145,23 @@ def explain_view(ex: ExplainRow, console: Console, opts: ViewOptions) -> None:
     for key in ex.keys:
         steps.add_row(str(key.pos), Text(visible(str(key.token or ""))), cell(key, "dot"),
                       cell(key, "scaled"), *([cell(key, "capped")] if capped else []),
+                      *([cell(key, "bias")] if biased else []),
                       "" if key.visible else "-inf",
                       cell(key, "exp") if key.visible else "0", cell(key, "weight"))
-    steps.add_row("", Text("sum", style="bold"), "", "", *([""] if capped else []), "",
+    steps.add_row("", Text("sum", style="bold"), "", "", *([""] if capped else []),
+                  *([""] if biased else []), "",
                   format_number(ex.sum_exp, p, sci["exp"]),
                   format_number(sum(k.weight for k in ex.keys), p))
     console.print(steps)
     console.print(Text(f"   exp(s − max) with max = {format_number(ex.max_scaled, p)}: "
                        "the same softmax, and exp stays finite", style="dim"), overflow="fold")
     console.print(Text("   weight = exp / sum", style="dim"))
+    if ex.sink is not None:  # gpt-oss: the sink logit joins the sum and takes its share
+        console.print(Text(f"   the sum includes the head's sink, exp({format_number(ex.sink, p)}"
+                           f" − max): it takes {format_number(ex.sink_weight, p)} of the row, "
+                           "so the weights sum to "
+                           f"{format_number(1 - ex.sink_weight, p)}", style="dim"),
+                      overflow="fold")
     console.print(Text(f"{next(step)}. weight × v_j, then their sum", style="bold"))
     for key in ex.keys:
         if not key.visible:

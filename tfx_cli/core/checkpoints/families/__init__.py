@@ -12,10 +12,16 @@ from __future__ import annotations
 from typing import Callable
 
 from ....errors import WeightsError
-from .bert import bert_config, map_bert
+from .bert import BERT_HEADS, bert_config, map_bert, roberta_config
 from .decoders import DECODERS, decoder_config, map_decoder, text_config
 from .gpt2 import gpt2_config, map_gpt2, map_nanogpt, nanogpt_config
+from .modernbert import MODERNBERT, map_modernbert, modernbert_config
+from .olmo import olmo2_config
+from .deepseek import deepseek_config, map_deepseek
+from .gptoss import gptoss_config, map_gptoss
+from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
+from .t5 import T5_ARCHITECTURES, T5_FAMILIES, T5_MODEL_TYPES, T5_TOKEN_TABLES, map_t5, t5_config
 
 # config.json `architectures` entry (or `model_type`) -> family
 ARCHITECTURES = {
@@ -30,19 +36,34 @@ ARCHITECTURES = {
     # encoder–decoders (translation, summarisation)
     "MarianMTModel": "marian", "BartForConditionalGeneration": "bart",
     "MBartForConditionalGeneration": "mbart",
+    # T5, mT5, UMT5: with the head, both stacks alone, the encoder alone
+    **T5_ARCHITECTURES,
 }
+# -- masked LMs and the newer encoders (bert.py, modernbert.py), OLMo 2 (olmo.py), and
+# BART's base model: every BERT and RoBERTa class tfx reads (bert.BERT_HEADS says which
+# head each has), ModernBERT's, and architectures with no head at all
+ARCHITECTURES.update({arch: "roberta" if arch.startswith("Roberta") else "bert"
+                      for arch in BERT_HEADS})
+ARCHITECTURES.update({arch: "modernbert" for arch in MODERNBERT})
+ARCHITECTURES.update({"Olmo2ForCausalLM": "olmo2", "BartModel": "bart"})
+HEADLESS = ("BartModel",)  # an encoder–decoder whose output is the decoder's last stream
 MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "mistral",
                "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3",
                "phi3": "phi3", "gpt_neox": "gpt_neox", "marian": "marian", "bart": "bart",
-               "mbart": "mbart"}
+               "mbart": "mbart", "roberta": "roberta", "modernbert": "modernbert",
+               "olmo2": "olmo2", **T5_MODEL_TYPES}
+# -- mixtures of experts (moe.py): Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
+ARCHITECTURES.update({"MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
+                      "Qwen3MoeForCausalLM": "qwen3_moe", "OlmoeForCausalLM": "olmoe"})
+MODEL_TYPES.update({family: family for family in MOE})
+# gpt-oss (gptoss.py): sinks, alternating windows, MXFP4 experts
+ARCHITECTURES["GptOssForCausalLM"] = MODEL_TYPES["gpt_oss"] = "gpt_oss"
+# DeepSeek-V3 (deepseek.py): latent attention, grouped sigmoid routing, FP8 weights
+ARCHITECTURES["DeepseekV3ForCausalLM"] = MODEL_TYPES["deepseek_v3"] = "deepseek_v3"
 # Architectures tfx has decided not to read, with the reason its one attention cannot
-# run them (said in the unknown-architecture message)
-_T5 = ("adds a learned bias per head and relative-distance bucket to every attention "
-       "score, a term tfx's attention does not have (its RMSNorm, unscaled scores and "
-       "bias-free projections are switches tfx has)")
-REFUSED = {"T5ForConditionalGeneration": _T5, "MT5ForConditionalGeneration": _T5,
-           "UMT5ForConditionalGeneration": _T5, "T5Model": _T5, "T5EncoderModel": _T5,
-           "t5": _T5, "mt5": _T5, "umt5": _T5}
+# run them (said in the unknown-architecture message); T5 was one until its relative
+# position bias became a switch of the model
+REFUSED: dict[str, str] = {}
 
 
 def hf_family(hf: dict, where: str) -> str:
@@ -60,8 +81,17 @@ def hf_family(hf: dict, where: str) -> str:
         if isinstance(name, str) and name in REFUSED:
             raise WeightsError(f"{where}: {name} is not supported: it {REFUSED[name]}")
     named = ", ".join(map(str, archs)) or f"model_type {hf.get('model_type')!r}"
-    raise WeightsError(f"{where}: unknown architecture {named}; tfx reads "
-                       f"{', '.join(ARCHITECTURES)}")
+    raise WeightsError(f"{where}: unknown architecture {named}; tfx reads the families "
+                       f"{families_read()}")
+
+
+def families_read() -> str:
+    """The families tfx reads, each with its HF architectures: "gpt2 (GPT2LMHeadModel,
+    GPT2Model), bert (BertModel), ..." (for the unknown-architecture message)."""
+    by_family: dict[str, list[str]] = {}
+    for arch, family in ARCHITECTURES.items():
+        by_family.setdefault(family, []).append(arch)
+    return ", ".join(f"{family} ({', '.join(archs)})" for family, archs in by_family.items())
 
 
 def hf_config(family: str, hf: dict, where: str) -> dict:
@@ -70,21 +100,56 @@ def hf_config(family: str, hf: dict, where: str) -> dict:
         return gpt2_config(hf, where)
     if family == "bert":
         return bert_config(hf, where)
+    if family in ("roberta", "modernbert", "olmo2"):
+        return {"roberta": roberta_config, "modernbert": modernbert_config,
+                "olmo2": olmo2_config}[family](hf, where)
     if family in SEQ2SEQ:  # Marian, BART, mBART
-        return seq2seq_config(family, hf, where)
+        out = seq2seq_config(family, hf, where)
+        archs = hf.get("architectures") or []
+        if any(arch in HEADLESS for arch in ([archs] if isinstance(archs, str) else archs)):
+            out.update(lm_head=False, logits_bias=False, tie_embeddings=False)
+        return out
+    if family in T5_FAMILIES:  # T5, mT5, UMT5
+        return t5_config(family, hf, where)
+    if family in MOE:  # mixtures of experts
+        return {**moe_config(family, hf, where), "causal": True}
+    if family == "gpt_oss":
+        return gptoss_config(hf, where)
+    if family == "deepseek_v3":
+        return deepseek_config(hf, where)
     # the decoder families: Llama and its descendants, GPT-NeoX
     return {**decoder_config(family, hf, where), "causal": True}
 
 
+def token_tables(family: str, cfg) -> tuple[str, ...]:
+    """The names under which a family's encoder–decoder checkpoints may save their one
+    token table (a tied head's too): every copy saved must be the same tensor."""
+    if family in SEQ2SEQ:
+        return TOKEN_TABLES
+    if family in T5_FAMILIES:
+        return T5_TOKEN_TABLES + (("lm_head.weight",) if cfg.tie_embeddings else ())
+    return ()
+
+
 def hf_map(family: str) -> Callable:
     """The family's tensor-name mapping: (state, cfg) -> (tfx state, tfx name -> theirs)."""
-    if family in DECODERS:
+    if family in DECODERS or family == "olmo2":
         return lambda state, cfg: map_decoder(family, state, cfg)
     if family in SEQ2SEQ:
         return lambda state, cfg: map_seq2seq(family, state, cfg)
-    return {"gpt2": map_gpt2, "bert": map_bert}[family]
+    if family in MOE:
+        return lambda state, cfg: map_moe(family, state, cfg)
+    if family == "gpt_oss":
+        return map_gptoss
+    if family == "deepseek_v3":
+        return map_deepseek
+    if family in T5_FAMILIES:
+        return map_t5
+    return {"gpt2": map_gpt2, "bert": map_bert, "roberta": map_bert,
+            "modernbert": map_modernbert}[family]
 
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "REFUSED", "DECODERS", "SEQ2SEQ", "TOKEN_TABLES",
+           "T5_FAMILIES", "T5_TOKEN_TABLES", "token_tables", "families_read",
            "hf_family", "hf_config", "hf_map", "check_tables", "decoder_config", "text_config",
            "nanogpt_config", "map_nanogpt"]

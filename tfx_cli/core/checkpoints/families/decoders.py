@@ -200,6 +200,9 @@ def _norms(family: str) -> dict:
     if family in GEMMA:
         return {"input_layernorm": "ln1", "post_attention_layernorm": "ln_post_attn",
                 "pre_feedforward_layernorm": "ln2", "post_feedforward_layernorm": "ln_post_ffn"}
+    if family == "olmo2":  # OLMo 2: only the norms after the sublayers (families/olmo.py)
+        return {"post_attention_layernorm": "ln_post_attn",
+                "post_feedforward_layernorm": "ln_post_ffn"}
     return {"input_layernorm": "ln1", "post_attention_layernorm": "ln2"}
 
 

@@ -112,6 +112,8 @@ def seq2seq_config(family: str, hf: dict, where: str) -> dict:
 # too (older .bin files hold them all), must be the same tensor
 TOKEN_TABLES = ("model.shared.weight", "model.encoder.embed_tokens.weight",
                 "model.decoder.embed_tokens.weight", "lm_head.weight")
+# ... and a base model's (BartModel: no head, no "model." prefix)
+TOKEN_TABLES += ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 _S2S_LINEARS = {"self_attn.q_proj": "attn.W_query", "self_attn.k_proj": "attn.W_key",
                 "self_attn.v_proj": "attn.W_value", "self_attn.out_proj": "attn.out_proj",
                 "encoder_attn.q_proj": "cross.W_query", "encoder_attn.k_proj": "cross.W_key",
@@ -158,7 +160,9 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
     if tables:
         check_tables({k: state[k] for k in tables})
         put("encoder.embed.tok_emb.weight", tables[0], state[tables[0]])
-    if "final_logits_bias" in state:
+    if not getattr(cfg, "logits_bias", True):  # a base model (BartModel): no head to bias
+        pass
+    elif "final_logits_bias" in state:
         bias = state["final_logits_bias"]
         put("final_logits_bias", "final_logits_bias",
             bias.reshape(-1) if bias.dim() == 2 and bias.shape[0] == 1 else bias)

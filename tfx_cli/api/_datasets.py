@@ -1,0 +1,148 @@
+"""The dataset commands as functions: a corpus in, the typed result back.
+
+    from tfx_cli import api
+
+    s = api.scan("python-docs", weights="smollm2", max_docs=200)
+    s.tensors["scan.induction"]             # (layers, heads)
+    t = api.top("python-docs", site="blocks.3.ffn.act", units="0:8", k=5, weights="smollm2")
+    api.collect("corpus.jsonl", select=["blocks.*.resid_out"], output="acts", config="gpt2")
+    acts = api.activations("acts")          # acts["blocks.3.resid_out"]: (tokens, 768)
+    api.patch(pairs="samples/ioi_pairs.jsonl", site="heads", weights="smollm2")
+
+The corpus (`source`, CORPUS on the command line) is a .txt, .jsonl or .parquet file, a folder of .txt files, or a built-in corpus
+(python-docs, repeated-tokens). Keywords are the command-line option names: field,
+max_docs, max_tokens, ctx, batch_size, output (-o DIR: resumable), engine, plus the model
+options. `progress` (a model option) gets a counted bar: the factory is called with
+total= and unit= (see core.progress.counting).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ._options import _spec
+
+if TYPE_CHECKING:
+    from ..core.datasets.read import Activations
+    from ..core.results import CollectResult, PatchPairsResult, ScanResult, TopResult
+
+
+def _corpus(corpus, field: str, max_docs: int | None):
+    from ..core.datasets.corpus import open_corpus
+
+    opened = open_corpus(corpus, field=field, max_docs=max_docs)
+    if opened.kind != "repeated-tokens":
+        opened.survey()  # bad input is found before a model loads
+    return opened
+
+
+def _loaded(model: dict):
+    from ..core.load import load as load_model
+
+    spec, hooks = _spec(model)
+    return load_model(spec, **hooks), hooks
+
+
+def _output(output, option="-o"):
+    if output is not None and not str(output).strip():
+        from ..errors import UsageError
+
+        raise UsageError(f"{option} is empty; give a folder")
+    return output
+
+
+def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None,
+         max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
+         output: str | Path | None = None, engine: str = "local", **model: Any) -> ScanResult:
+    """Per (layer, head) attention statistics over a corpus (entropy, sink, previous
+    token, duplicate token, induction), residual norms and FFN activity per layer."""
+    from ..core.datasets import runs
+
+    opened = _corpus(source, field, max_docs)
+    loaded, hooks = _loaded(model)
+    return runs.scan(loaded, opened, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
+                     output=_output(output), force=bool(model.get("force")), engine=engine,
+                     progress=hooks.progress)
+
+
+def top(source: str | Path, *, site: str, units: str | Sequence[int] | None = None,
+        k: int = 10, around: int = 8, field: str = "text", max_docs: int | None = None,
+        max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
+        output: str | Path | None = None, html: str | Path | None = None,
+        engine: str = "local", unit_map: Any = None, **model: Any) -> TopResult:
+    """The `k` highest activations of each unit of `site` over a corpus, each with its
+    document, position and `around` tokens of context either side. `units`: '0,5,9', '0:64' or a
+    list of indices (default: every unit). `html`: also write the self-contained page.
+    `unit_map`: your own map from the site's rows to unit values (see core.datasets.top)."""
+    from ..core.datasets import runs
+
+    if html is not None:
+        from ..render.plot import check_output_path
+
+        check_output_path(html, bool(model.get("force")), suffixes=(".html", ".htm"),
+                          option="--html")
+    if units is not None and not isinstance(units, str):
+        units = ",".join(str(int(u)) for u in units)
+    opened = _corpus(source, field, max_docs)
+    loaded, hooks = _loaded(model)
+    result = runs.top(loaded, opened, site=site, units=units, k=k, context=around, ctx=ctx,
+                      batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
+                      force=bool(model.get("force")), engine=engine,
+                      progress=hooks.progress, unit_map=unit_map)
+    if html is not None:
+        write_top_html(result, html, force=bool(model.get("force")))
+    return result
+
+
+def write_top_html(result: TopResult, path: str | Path, *, force: bool = False) -> int:
+    """Write `tfx top`'s page atomically; returns its size in bytes."""
+    from ..render.plot import atomic_output
+    from ..render.top_page import build_page
+
+    page = build_page(result).encode("utf-8")
+    with atomic_output(Path(path), force) as tmp:
+        tmp.write_bytes(page)
+    result.html = str(path)
+    return len(page)
+
+
+def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
+            shard_tokens: int | None = None, field: str = "text",
+            max_docs: int | None = None, max_tokens: int | None = None,
+            ctx: int | None = None, batch_size: int = 8, engine: str = "local",
+            **model: Any) -> CollectResult:
+    """An activation dataset in `output`: safetensors shards (one 2-D tensor per site,
+    rows = tokens in corpus order), manifest.json and tokens.parquet. Resumable: the
+    same call finishes what a killed one left."""
+    from ..core.datasets import runs
+    from ..errors import UsageError
+
+    if output is None:
+        raise UsageError("-o DIR is missing: collect writes a folder, e.g. -o acts")
+    if isinstance(select, str):
+        select = [select]
+    opened = _corpus(source, field, max_docs)
+    loaded, hooks = _loaded(model)
+    return runs.collect(loaded, opened, select=list(select or ()), output=_output(output),
+                        shard_tokens=shard_tokens, ctx=ctx, batch_size=batch_size,
+                        max_tokens=max_tokens, force=bool(model.get("force")), engine=engine,
+                        progress=hooks.progress)
+
+
+def activations(path: str | Path) -> Activations:
+    """A collect folder as numpy arrays by site (rows in corpus order) and its tokens
+    table: `acts = api.activations("acts"); acts["blocks.3.resid_out"]`."""
+    from ..core.datasets.read import Activations
+
+    return Activations(path)
+
+
+def patch_pairs(pairs: str | Path, *, site: str = "resid_pre", batch: int | None = None,
+                engine: str = "local", **model: Any) -> PatchPairsResult:
+    """Activation patching averaged over the prompt pairs of a JSONL file (api.patch
+    with pairs=)."""
+    from ..core.datasets.pairs import patch_pairs as run_pairs
+
+    loaded, hooks = _loaded(model)
+    return run_pairs(loaded, Path(pairs), site=site, batch=batch, engine=engine,
+                     progress=hooks.progress)

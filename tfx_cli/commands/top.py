@@ -1,0 +1,76 @@
+"""`tfx top CORPUS --site SITE`: each unit's highest activations over a corpus."""
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
+                       FullOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt, PrecisionOpt,
+                       corpus_options, model_command, need_corpus)
+
+
+@model_command
+def top(
+    source: CorpusArg = None,
+    site: Annotated[Optional[str], typer.Option(
+        "--site", metavar="SITE", show_default=False,
+        help="A site with one row per token: blocks.3.ffn.act (neurons), "
+             "blocks.3.resid_out (residual dimensions), blocks.3.attn.context (heads × "
+             "head dim) ...")] = None,
+    units: Annotated[Optional[str], typer.Option(
+        "--units", metavar="LIST", show_default=False,
+        help="Units of the site: 0,5,9 or 0:64 (default: all).")] = None,
+    k: Annotated[int, typer.Option("-k", "--k", help="Examples per unit.")] = 10,
+    around: Annotated[int, typer.Option(
+        "--around", metavar="C",
+        help="Tokens of context shown either side of each example (--context is the "
+             "model's context length).")] = 8,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", metavar="FILE", show_default=False,
+        help="Also write a self-contained HTML page with a card per unit.")] = None,
+    field: FieldOpt = "text",
+    max_docs: MaxDocsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    ctx: CtxOpt = None,
+    batch_size: BatchSizeOpt = 8,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", metavar="DIR", show_default=False,
+        help="Keep the run's state in DIR (resumable after a kill) and its result in "
+             "DIR/result.json.")] = None,
+    engine: EngineOpt = "local",
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    full: FullOpt = False,
+    force: ForceOpt = False,
+    *,
+    model,
+    encoding,
+) -> None:
+    """Each unit's highest activations over a corpus (max-activating examples).
+
+    For every unit of --site, the K highest values in the corpus with their document,
+    position, token and C tokens of context either side (within the window the model
+    read). Ties go to the earlier document and position. The terminal shows each example
+    as a strip of tokens, the activating one highlighted and the others shaded by the
+    unit's value there.
+
+    JSON: result.units = [{unit, examples: [{value, doc, position, token, context:
+    {tokens, values, at}}]}].
+
+    Examples:
+
+      tfx top python-docs -w smollm2 --site blocks.3.ffn.act --units 0:4 -k 5 --around 6
+
+      tfx top corpus.txt -c gpt2 --site blocks.5.resid_out --units 7 --html neuron7.html
+    """
+    from .. import api
+    from ..errors import UsageError
+    from ..render.emit import emit
+
+    if site is None:
+        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act")
+    result = api.top(need_corpus(source), site=site, units=units, k=k, around=around,
+                     html=html, output=output,
+                     **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
+                     **model)
+    emit(result, json=json_out, precision=precision, full=full)
