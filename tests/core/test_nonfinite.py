@@ -208,3 +208,52 @@ def test_gemma3_float16_is_refused_before_loading_and_stopped_with_force():
     fine = run("next", text, "-w", "gemma3-270m", "--dtype", "bfloat16", "--json")
     assert fine.exit_code == 0  # the fix the message names runs
     assert 0 < json.loads(fine.stdout)["result"]["greedy"]["prob"] <= 1
+
+
+def _scaled(m, prefix: str, words: tuple, factor: float):
+    """Multiply the parameters under `prefix` whose names hold one of `words`; returns
+    what to restore."""
+    saved = []
+    with torch.no_grad():
+        for name, p in m.module.named_parameters():
+            if name.startswith(prefix) and any(w in name for w in words):
+                saved.append((p, p.detach().clone()))
+                p.mul_(factor)
+    return saved
+
+
+def test_a_mixture_of_experts_block_is_checked_and_named():
+    """The check sits on every block's output, whatever the block holds: a tiny-moe
+    block whose experts overflow float32 is named at its routed output."""
+    m = api.load(config="tiny-moe")
+    saved = _scaled(m, "blocks.1.moe.expert.", ("gate_proj", "fc1"), 1e20)
+    try:
+        with pytest.raises(NonFiniteError) as caught:
+            m.next("hello")
+    finally:
+        for p, value in saved:
+            _restore(p, value)
+    assert caught.value.message.startswith("blocks.1.moe."), caught.value.message
+    assert np_finite(m.next("hello").candidates[0].prob)
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_both_stacks_of_an_encoder_decoder_are_checked(stack):
+    """toy's encoder steered past float32, or its decoder's FFN blown up: the error
+    names the stack's own tap."""
+    text = "When you play game of thrones"
+    if stack == "encoder":
+        with pytest.raises(NonFiniteError) as caught:
+            api.next(text, config="toy", steer="encoder.blocks.0.resid_pre", toward="you",
+                     away="win", scale=1e30)
+        assert "use a smaller --scale" in caught.value.message
+    else:
+        m = api.load(config="toy")
+        saved = _scaled(m, "decoder.blocks.0.ffn.", ("weight",), 1e30)
+        try:
+            with pytest.raises(NonFiniteError) as caught:
+                m.next(text, target="you")
+        finally:
+            for p, value in saved:
+                _restore(p, value)
+    assert caught.value.message.startswith(f"{stack}.blocks.0."), caught.value.message
