@@ -25,6 +25,22 @@ POST_LN = str(ROOT / "tests" / "post_ln_words.json")
 TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")
 COLLECTED = str(Path(tempfile.gettempdir()) / "tfx-test-api-collected")  # train writes a folder  # toy's encoder as one stack, with a head
 
+SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae")  # a random SAE (written below)
+
+
+def _write_sae() -> None:
+    """A random TopK SAE of SMALL's block 1 input, in SAELens's format."""
+    import torch
+    from tfx_cli.core.features import write_saelens
+
+    g = torch.Generator().manual_seed(0)
+    write_saelens(SAE, activation="topk", k=4, W_enc=torch.randn(32, 64, generator=g),
+                  W_dec=torch.randn(64, 32, generator=g), b_enc=torch.zeros(64),
+                  b_dec=torch.zeros(32), hook_name="blocks.1.hook_resid_pre", force=True)
+
+
+_write_sae()
+
 # (CLI arguments, the same call through the API)
 CASES = {
     "tokenize": (["tokenize", "Hello, I am"], lambda: api.tokenize("Hello, I am")),
@@ -120,6 +136,25 @@ CASES = {
                                         ablate=["blocks.1.moe.expert:e=3"])),
     "count-params-moe": (["count-params", "-c", "qwen3-30b-a3b", "--seq-len", "4096"],
                          lambda: api.count_params(config="qwen3-30b-a3b", seq_len=4096)),
+    # features of an SAE: the command, a feature ablated and steered, patch and attribute
+    "features": (["features", CAPITAL, *SMALL, "--sae", SAE, "--per-token", "3"],
+                 lambda: api.features(CAPITAL, sae=SAE, per_token=3, **SMALL_KW)),
+    "next-feature-ablated": (["next", CAPITAL, *SMALL, "--sae", SAE, "--ablate",
+                              "features.7:p=4", "--ablate-mode", "mean"],
+                             lambda: api.next(CAPITAL, sae=SAE, ablate=["features.7:p=4"],
+                                              ablate_mode="mean", **SMALL_KW)),
+    "trace-feature-steered": (["trace", CAPITAL, *SMALL, "-s", "logits", "--steer-feature",
+                               f"{SAE}:3", "--scale", "5"],
+                              lambda: api.trace(CAPITAL, select=["logits"],
+                                                steer_feature=f"{SAE}:3", scale=5,
+                                                **SMALL_KW)),
+    "patch-features": (["patch", CAPITAL, "--corrupt", OTHER, "--answer", " Paris", "--wrong",
+                        " Rome", "--site", "features", "--sae", SAE, *SMALL],
+                       lambda: api.patch(CAPITAL, corrupt=OTHER, answer=" Paris",
+                                         wrong=" Rome", site="features", sae=SAE,
+                                         **SMALL_KW)),
+    "attribute-sae": (["attribute", CAPITAL, "--answer", " Paris", "--sae", SAE, *SMALL],
+                      lambda: api.attribute(CAPITAL, answer=" Paris", sae=SAE, **SMALL_KW)),
     "count-params-vocab": (["count-params", "-c", "vaswani", "--vocab-size", "37000"],
                            lambda: api.count_params(config="vaswani", vocab_size=37000)),
     # a corpus instead of one prompt

@@ -89,7 +89,23 @@ AwayOpt = Annotated[Optional[List[str]], typer.Option(
     help="--steer's text to move away from; once, or once per --steer.")]
 ScaleOpt = Annotated[Optional[List[float]], typer.Option(
     "--scale", metavar="K", show_default=False, rich_help_panel="Interventions",
-    help="--steer's multiplier (default 1); once, or once per --steer.")]
+    help="--steer's multiplier (default 1; once, or once per --steer), or what "
+         "--steer-feature adds to the feature.")]
+
+# Features of a sparse autoencoder (core/features, core/analysis/feature_sites.py).
+SaeOpt = Annotated[Optional[str], typer.Option(
+    "--sae", metavar="DIR", show_default=False, rich_help_panel="Features",
+    help="An SAE folder (SAELens's cfg.json + sae_weights.safetensors, Gemma Scope's "
+         "params.npz, Gemma Scope 2's params.safetensors, tfx-sae.json). With --ablate "
+         "features.K, its feature K is removed from its site.")]
+SaeSiteOpt = Annotated[Optional[str], typer.Option(
+    "--sae-site", metavar="SITE", show_default=False, rich_help_panel="Features",
+    help="The site the SAE reads, when its folder does not say or says it otherwise: a "
+         "trace name (blocks.3.resid_out) or a TransformerLens hook (blocks.3.hook_resid_post).")]
+SteerFeatureOpt = Annotated[Optional[str], typer.Option(
+    "--steer-feature", metavar="DIR:IDX", show_default=False, rich_help_panel="Features",
+    help="Add --scale × feature IDX's decoder row of the SAE in DIR at its site (the "
+         "feature's activation raised by K at every position).")]
 
 
 def edit_options(ablate: Optional[List[str]] = None, ablate_mode: Optional[AblateMode] = None,

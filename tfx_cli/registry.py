@@ -71,6 +71,9 @@ COMMANDS: tuple[Command, ...] = (
             "Show a mixture-of-experts model's router: for every MoE layer and token, the k "
             "experts it is routed to and their weights; each layer's load over the text and "
             "the router's entropy."),
+    Command("features", "features", "features", "features",
+            "Show a sparse autoencoder's features on TEXT: per token the most active "
+            "features, how many fire (L0), and how well the SAE reconstructs its site."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "
@@ -87,6 +90,12 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 BY_NAME = {command.name: command for command in COMMANDS}
+
+# How a result draws itself outside the command line: "html" (result -> an HTML fragment,
+# for a notebook's _repr_html_) and "rich" (result -> a Rich renderable, __rich__).
+# core/results calls them; tfx_cli.api puts render.notebook's here when it is imported
+# (the core may not import render).
+DRAWERS: dict = {}
 
 
 def find(name: str | None) -> Command | None:

@@ -325,6 +325,33 @@ def _other_run(d: Path) -> None:
     (d / "acts" / "manifest.json").write_text(json.dumps({
         "schema": "tfx/1", "kind": "activations", "model": {"config": "gpt2"},
         "corpus": {"source": "python-docs"}, "options": {}}))
+def _sae(name: str, hook: str, d_in: int = 6, d_sae: int = 8,
+         npz: bool = False) -> Callable[[Path], None]:
+    """A random SAE folder as SAELens writes one (cfg.json + sae_weights.safetensors), or
+    as Gemma Scope does (params.npz, no config: it names no site)."""
+    def make(d: Path) -> None:
+        import json
+
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        g = torch.Generator().manual_seed(0)
+        tensors = {"W_enc": torch.randn(d_in, d_sae, generator=g),
+                   "W_dec": torch.randn(d_sae, d_in, generator=g),
+                   "b_enc": torch.zeros(d_sae), "b_dec": torch.zeros(d_in)}
+        if npz:
+            import numpy as np
+
+            np.savez(folder / "params.npz", threshold=np.zeros(d_sae, dtype=np.float32),
+                     **{k: v.numpy() for k, v in tensors.items()})
+            return
+        (folder / "cfg.json").write_text(json.dumps({
+            "architecture": "standard", "d_in": d_in, "d_sae": d_sae,
+            "metadata": {"hook_name": hook, "sae_lens_version": "6.18.0"}}))
+        save_file(tensors, str(folder / "sae_weights.safetensors"))
+    return make
 
 
 # -- the cases ------------------------------------------------------------------------
@@ -943,6 +970,40 @@ CASES = [
     Case("pairs-and-clean", "patch --pairs together with CLEAN",
          ["patch", "hi", "--pairs", "pairs.jsonl", *TINY], "UsageError",
          "does not go with --pairs"),
+    # features of sparse autoencoders (--sae)
+    Case("features-no-sae", "features without --sae", ["features", SENTENCE, *WORDY],
+         "UsageError", "--sae is missing"),
+    Case("sae-missing", "--sae of a folder that does not exist",
+         ["features", SENTENCE, *WORDY, "--sae", "nosae"], "WeightsError", "no such folder"),
+    Case("sae-width", "--sae trained on a wider model (d_in 32, d_model 6)",
+         ["features", SENTENCE, *WORDY, "--sae", "wide"], "ConfigError", "32 wide",
+         files=(_sae("wide", "blocks.0.hook_resid_post", d_in=32),)),
+    Case("sae-site-range", "--sae of a block the model lacks",
+         ["features", SENTENCE, *WORDY, "--sae", "deep"], "RangeError",
+         "block 4 is out of range", files=(_sae("deep", "blocks.4.hook_resid_post"),)),
+    Case("sae-hook-unmapped", "--sae reading a TransformerLens hook tfx does not map",
+         ["features", SENTENCE, *WORDY, "--sae", "heads"], "SelectError", "does not map",
+         files=(_sae("heads", "blocks.0.attn.hook_result"),)),
+    Case("sae-no-site", "--sae of a params.npz whose folder names no site",
+         ["features", SENTENCE, *WORDY, "--sae", "plain"], "SelectError", "--sae-site",
+         files=(_sae("plain", "", npz=True),)),
+    Case("sae-site-not-activation", "--sae-site naming an attention pattern",
+         ["features", SENTENCE, *WORDY, "--sae", "sae", "--sae-site", "blocks.0.attn.pattern"],
+         "SelectError", "not an activation an SAE reads",
+         files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    Case("feature-without-sae", "--ablate features.K without --sae",
+         ["next", SENTENCE, *WORDY, "--ablate", "features.3"], "UsageError", "add --sae DIR"),
+    Case("sae-without-feature", "--sae on trace without a features.K to edit",
+         ["trace", SENTENCE, *WORDY, "--sae", "sae"], "UsageError", "no features.K",
+         files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    Case("feature-range", "--ablate features.K past the SAE's width",
+         ["next", SENTENCE, *WORDY, "--sae", "sae", "--ablate", "features.8"], "RangeError",
+         "the SAE has 8 features", files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    Case("steer-feature-format", "--steer-feature without :INDEX",
+         ["generate", "hi", *WORDY, "--steer-feature", "sae"], "UsageError", "DIR:INDEX"),
+    Case("patch-features-no-sae", "patch --site features without --sae",
+         ["patch", SENTENCE, "--corrupt", "When you play game of you", "--answer", "win",
+          "--wrong", "die", "--site", "features", *WORDY], "UsageError", "give --sae DIR"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -43,8 +43,28 @@ from ._commands import (attend, attribute, configs, count_params, embed, ffn, ge
 from ._model import Model, load, report_html, write_report
 from ._route import route  # mixtures of experts
 from ._datasets import activations, collect, scan, top, write_top_html
+from ._features import features
+from ..registry import DRAWERS
+
+
+def _html(result) -> str:
+    from ..render.notebook import result_html
+
+    return result_html(result)
+
+
+def _rich(result):
+    from ..render.notebook import result_rich
+
+    return result_rich(result)
+
+
+# Results draw themselves (notebook HTML, Rich) with render's drawers; the core cannot
+# import render, so the API hands them in (registry.DRAWERS, read by core/results).
+DRAWERS.setdefault("html", _html)
+DRAWERS.setdefault("rich", _rich)
 
 __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "posenc",
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
            "report_html", "write_report", "patch", "attribute", "train", "model_config",
-           "route", "scan", "top", "collect", "activations", "write_top_html"]
+           "route", "scan", "top", "collect", "activations", "write_top_html", "features"]

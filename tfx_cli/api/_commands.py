@@ -168,7 +168,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
            query_pos: int | None = None, inputs: str | Path | None = None,
            truncate: bool = False, ablate: Sequence[str] | None = None,
            ablate_mode: str | None = None, target: str | None = None,
-           stack: str | None = None, cross: bool = False,
+           stack: str | None = None, cross: bool = False, sae: str | None = None,
+           sae_site: str | None = None,
            **model: Any) -> AttendResult | AttendInputsResult:
     """One layer's attention, stage by stage (blocks 0..layer are built and run); or,
     with `inputs`, attention on hand-made matrices from a JSON file."""
@@ -180,7 +181,8 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         given = {"--layer": layer or None, "--mask": mask, "--kv": kv,
                  "--valid-lens": valid_lens, "--truncate": truncate or None,
                  "--ablate": ablate or None, "--ablate-mode": ablate_mode,
-                 "--target": target, "--stack": stack, "--cross": cross or None}
+                 "--target": target, "--stack": stack, "--cross": cross or None,
+                 "--sae": sae, "--sae-site": sae_site}
         given.update({"--" + k.replace("_", "-"): v for k, v in model.items()
                       if k in SPEC_DEFAULTS and v != SPEC_DEFAULTS[k]})
         named = [name for name, value in given.items() if value is not None]
@@ -190,12 +192,13 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
                                  "and no model is built")
         return attend_inputs(inputs, head=head, explain=explain, query_pos=query_pos,
                              show=show)
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     _check_layer(model, layer, target=target, stack=stack)
     return _model(model, blocks=max(layer, 0) + 1).attend(
         text, layer=layer, head=head, mask=mask, kv=kv, valid_lens=valid_lens, show=show,
         explain=explain, query_pos=query_pos, truncate=truncate, ablate=ablate,
-        ablate_mode=ablate_mode, target=target, stack=stack, cross=cross)
+        ablate_mode=ablate_mode, target=target, stack=stack, cross=cross, sae=sae,
+        sae_site=sae_site)
 
 
 @checked
@@ -225,10 +228,12 @@ def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = Fa
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
           steer: str | None = None, toward: str | None = None, away: str | None = None,
           scale: float | None = None, target: str | None = None,
-          **model: Any) -> TraceResult:
+          sae: str | None = None, sae_site: str | None = None,
+          steer_feature: str | None = None, **model: Any) -> TraceResult:
     """The whole forward pass, recording the trace names `select` picks (globs)."""
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     return _model(model).trace(text, select=select, truncate=truncate, target=target,
                                **edits)
@@ -253,7 +258,8 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
              steer: str | None = None, toward: str | None = None, away: str | None = None,
              scale: float | None = None, target: str | None = None,
-             **model: Any) -> GenerateResult:
+             sae: str | None = None, sae_site: str | None = None,
+             steer_feature: str | None = None, **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced."""
     from ..core.analysis.sampling import Sampling, check_new_tokens, check_sampling
@@ -261,7 +267,8 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     check_new_tokens(max_new_tokens)
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     _needs_head(model, "generate")
     _masked_lm_checks(model, "generate")
@@ -276,13 +283,16 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
          top_p: float | None = None, candidates: int = 10, truncate: bool = False,
          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
          steer: str | None = None, toward: str | None = None, away: str | None = None,
-         scale: float | None = None, target: str | None = None, **model: Any) -> NextResult:
+         scale: float | None = None, target: str | None = None, sae: str | None = None,
+         sae_site: str | None = None, steer_feature: str | None = None,
+         **model: Any) -> NextResult:
     """The distribution over the token after `text`, and what sampling filters keep."""
     from ..core.analysis.sampling import Sampling, check_sampling
 
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
     edits = dict(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
-                 away=away, scale=scale)
+                 away=away, scale=scale, sae=sae, sae_site=sae_site,
+                 steer_feature=steer_feature)
     _check_edits(**edits)
     _needs_head(model, "next")
     _masked_lm_checks(model, "next", text)
@@ -294,30 +304,32 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
 @checked
 def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
          ablate_mode: str | None = None, target: str | None = None,
-         **model: Any) -> LensResult:
+         sae: str | None = None, sae_site: str | None = None, **model: Any) -> LensResult:
     """Logit lens: every layer's residual stream read through ln_f and the head (an
     encoder–decoder's decoder, on `target`)."""
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     _needs_head(model, "lens")
     return _model(model).lens(text, truncate=truncate, ablate=ablate, ablate_mode=ablate_mode,
-                              target=target)
+                              target=target, sae=sae, sae_site=sae_site)
 
 
 @checked
 def report(text: str, *, show_layers: str | Iterable[int] | None = None, candidates: int = 5,
            truncate: bool = False, output: str | Path | None = None, force: bool = False,
            ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-           target: str | None = None, **model: Any) -> ReportResult:
+           target: str | None = None, sae: str | None = None, sae_site: str | None = None,
+           **model: Any) -> ReportResult:
     """What `tfx report` puts on its HTML page; with `output`, the page is written (an
     encoder–decoder's decoder, self- and cross-attention, with `target`)."""
     if output is not None:
         from ..render.plot import check_output_path
 
         check_output_path(output, force, suffixes=(".html", ".htm"), option="--output")
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
     return _model(model).report(text, show_layers=show_layers, candidates=candidates,
                                 truncate=truncate, output=output, force=force, ablate=ablate,
-                                ablate_mode=ablate_mode, target=target)
+                                ablate_mode=ablate_mode, target=target, sae=sae,
+                                sae_site=sae_site)
 
 
 # -- interventions -----------------------------------------------------------------
@@ -327,21 +339,23 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
           pairs: str | Path | None = None, site: str = "resid_pre",
           batch: int | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-          target: str | None = None, engine: str = "local",
-          **model: Any) -> PatchResult | PatchPairsResult:
+          target: str | None = None, engine: str = "local", sae: str | None = None,
+          sae_site: str | None = None, **model: Any) -> PatchResult | PatchPairsResult:
     """Activation patching: run `corrupt`, put in `clean`'s activation at one cell of
     `site` (resid_pre, attn_out, ffn_out: every layer × position; heads: every layer ×
-    head), and measure m = logit(answer) - logit(wrong) at the last position.
+    head; features: every feature of the SAE `sae` × position), and measure
+    m = logit(answer) - logit(wrong) at the last position.
     tensors["patch.effect"] = (m - m_corrupt) / (m_clean - m_corrupt) per cell. An
     encoder–decoder's CLEAN and CORRUPT are sources read against `target`; its sweep
     covers both stacks (patch.encoder.effect, patch.decoder.effect, patch.cross.effect).
     With `pairs` (a JSONL file of {clean, corrupt, answer, wrong} lines) the effect is
     averaged over the pairs (tensors["patch.effect_std"]: its standard deviation)."""
-    from ..core.analysis.patching import PATCH_SITES
+    from ..core.analysis.patching import ALL_SITES, check_site
 
-    if site not in PATCH_SITES:
+    if site not in ALL_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(PATCH_SITES)}")
+                         f"{', '.join(ALL_SITES)}")
+    check_site(site, sae is not None)
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
     if pairs is not None:
@@ -351,7 +365,8 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
                                           ("--answer", answer), ("--wrong", wrong),
                                           ("--truncate", truncate or None),
                                           ("--ablate", ablate or None),
-                                          ("--target", target)) if value is not None]
+                                          ("--target", target), ("--sae", sae),
+                                          ("--sae-site", sae_site)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} does not go with --pairs: every pair brings its own "
                              "clean, corrupt, answer and wrong; drop it")
@@ -361,24 +376,31 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
         if value is None:
             raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
                              "TOKEN --wrong TOKEN (or --pairs FILE.jsonl)")
-    _check_edits(ablate=ablate, ablate_mode=ablate_mode)
+    _check_edits(ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
+                 sae_used=True)
     _needs_head(model, "patch")
     _masked_lm_checks(model, "patch")
     return _model(model).patch(clean, corrupt=corrupt, answer=answer, wrong=wrong, site=site,
                                batch=batch, truncate=truncate, ablate=ablate,
-                               ablate_mode=ablate_mode, target=target)
+                               ablate_mode=ablate_mode, target=target, sae=sae,
+                               sae_site=sae_site)
 
 
 @checked
 def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
-              truncate: bool = False, target: str | None = None,
+              truncate: bool = False, target: str | None = None, sae: str | None = None,
+              sae_site: str | None = None,
               **model: Any) -> AttributeResult:
     """Direct logit attribution: the logit of `answer` (minus `wrong`'s) at the last
     position, split into the embedding, every attention output (every head with
     `per_head`) and every FFN output through the frozen final norm, plus a remainder;
     result.parts sum to result.logit_diff. An encoder–decoder's is the decoder's, after
-    `target`: its embedding, self-attention, cross-attention and FFN outputs."""
+    `target`: its embedding, self-attention, cross-attention and FFN outputs. With `sae`,
+    its site's share is split into the SAE's features (features.{k}, bias, error)."""
+    if sae is not None or sae_site is not None:
+        _check_edits(sae=sae, sae_site=sae_site, sae_used=True)
     _needs_head(model, "attribute")
     _masked_lm_checks(model, "attribute")
     return _model(model).attribute(text, answer=answer, wrong=wrong, per_head=per_head,
-                                   truncate=truncate, target=target)
+                                   truncate=truncate, target=target, sae=sae,
+                                   sae_site=sae_site)

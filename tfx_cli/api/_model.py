@@ -8,6 +8,7 @@ from ..errors import UsageError
 from ._options import _one_of_text_or_length, _spec, _target, _text, checked
 
 if TYPE_CHECKING:
+    from ..core.results import FeaturesResult
     from ..core.results import (AttendResult, AttributeResult, EmbedResult, FFNResult,
                                 GenerateResult, LayerNormResult, LensResult, NextResult,
                                 PatchResult, PosencResult, ReportResult, TraceResult)
@@ -48,11 +49,12 @@ class Model:
         """run(plan) with the interventions `edits` asks for in place; the result says
         what was changed (result.interventions). `source`: the command's text, which an
         encoder–decoder's encoder reads while a decoder site's steering texts run."""
-        if all(v is None for v in edits.values()):
+        if all(v is None for k, v in edits.items() if k != "sae_used"):
             return run(None)
+        from ..core.analysis import feature_sites
         from ..core.analysis import sites as interventions
 
-        plan = interventions.plan(self._loaded, **edits)
+        plan = feature_sites.plan(self._loaded, **edits)
         with interventions.applied(self._loaded, plan, source=source) as done:
             result = run(plan)
         return done.finish(result)
@@ -98,7 +100,8 @@ class Model:
                explain: bool = False, query_pos: int | None = None,
                truncate: bool = False, ablate: Sequence[str] | None = None,
                ablate_mode: str | None = None, target: str | None = None,
-               stack: str | None = None, cross: bool = False) -> AttendResult:
+               stack: str | None = None, cross: bool = False, sae: str | None = None,
+               sae_site: str | None = None) -> AttendResult:
         from ..core.analysis.attend import attend
 
         if mask not in (None, "causal", "none"):
@@ -110,7 +113,7 @@ class Model:
                                     query_pos=query_pos, show=list(show or ()),
                                     truncate=truncate, target=_target(target), stack=stack,
                                     cross=cross),
-            ablate=ablate, ablate_mode=ablate_mode)
+            ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
 
     @checked
     def layernorm(self, text: str, *, layer: int = 0, which: str = "ln1",
@@ -137,14 +140,16 @@ class Model:
               truncate: bool = False, ablate: Sequence[str] | None = None,
               ablate_mode: str | None = None, steer: str | None = None,
               toward: str | None = None, away: str | None = None,
-              scale: float | None = None, target: str | None = None) -> TraceResult:
+              scale: float | None = None, target: str | None = None,
+              sae: str | None = None, sae_site: str | None = None,
+              steer_feature: str | None = None) -> TraceResult:
         from ..core.analysis.stages import trace
 
         return self._edited(
             lambda _: trace(self._loaded, _text(text), list(select or ()),
                                    truncate=truncate, target=_target(target)),
-            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
-            scale=scale)
+            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+            away=away, scale=scale, sae=sae, sae_site=sae_site, steer_feature=steer_feature)
 
     @checked
     def generate(self, prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
@@ -156,7 +161,9 @@ class Model:
                  ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
                  steer: str | None = None, toward: str | None = None,
                  away: str | None = None, scale: float | None = None,
-                 target: str | None = None) -> GenerateResult:
+                 target: str | None = None, sae: str | None = None,
+                 sae_site: str | None = None,
+                 steer_feature: str | None = None) -> GenerateResult:
         """With interventions every step recomputes the whole text without the KV cache:
         a cached step would skip the edits at earlier positions."""
         from ..core.analysis.generate import generate
@@ -169,8 +176,9 @@ class Model:
                 use_cache=not no_cache and not plan, n_candidates=candidates,
                 select=list(select or ()), stops=list(stop or ()), on_text=on_text,
                 truncate=truncate, ignore_eos=ignore_eos, target=_target(target)),
-            source=prompt, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
-            scale=scale)
+            source=prompt, ablate=ablate, ablate_mode=ablate_mode, steer=steer,
+            toward=toward, away=away, scale=scale, sae=sae, sae_site=sae_site,
+            steer_feature=steer_feature)
 
     @checked
     def next(self, text: str, *, temperature: float = 1.0, top_k: int | None = None,
@@ -178,7 +186,9 @@ class Model:
              truncate: bool = False, ablate: Sequence[str] | None = None,
              ablate_mode: str | None = None, steer: str | None = None,
              toward: str | None = None, away: str | None = None,
-             scale: float | None = None, target: str | None = None) -> NextResult:
+             scale: float | None = None, target: str | None = None,
+             sae: str | None = None, sae_site: str | None = None,
+             steer_feature: str | None = None) -> NextResult:
         from ..core.analysis.generate import next_token
         from ..core.analysis.sampling import Sampling
 
@@ -188,52 +198,77 @@ class Model:
                                                    top_p=top_p),
                                  n_candidates=candidates, truncate=truncate,
                                  target=_target(target)),
-            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward, away=away,
-            scale=scale)
+            source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
+            away=away, scale=scale, sae=sae, sae_site=sae_site, steer_feature=steer_feature)
 
     @checked
     def lens(self, text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
-             ablate_mode: str | None = None, target: str | None = None) -> LensResult:
+             ablate_mode: str | None = None, target: str | None = None,
+             sae: str | None = None, sae_site: str | None = None) -> LensResult:
         from ..core.analysis.generate import lens
 
         return self._edited(lambda _: lens(self._loaded, _text(text), truncate=truncate,
                                            target=_target(target)),
-                            ablate=ablate, ablate_mode=ablate_mode)
+                            ablate=ablate, ablate_mode=ablate_mode, sae=sae,
+                            sae_site=sae_site)
 
     @checked
     def patch(self, clean: str, *, corrupt: str, answer: str, wrong: str,
               site: str = "resid_pre", batch: int | None = None, truncate: bool = False,
               ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-              target: str | None = None) -> PatchResult:
+              target: str | None = None, sae: str | None = None,
+              sae_site: str | None = None) -> PatchResult:
         """Activation patching: CORRUPT's run with one cell of CLEAN's activations at
         `site` put in, for every layer and position (or head); tensors["patch.effect"]
         (an encoder–decoder's, reading `target`: patch.encoder.effect,
-        patch.decoder.effect and, for attn_out and heads, patch.cross.effect)."""
+        patch.decoder.effect and, for attn_out and heads, patch.cross.effect).
+        site="features" with `sae`: the SAE's features × positions."""
         from ..core.analysis.patching import patch
 
         return self._edited(
-            lambda _: patch(self._loaded, _text(clean, "CLEAN text"),
-                            corrupt=_text(corrupt, "--corrupt text"), answer=answer,
-                            wrong=wrong, site=site, batch=batch, truncate=truncate,
-                            target=_target(target)),
-            ablate=ablate, ablate_mode=ablate_mode)
+            lambda plan: patch(self._loaded, _text(clean, "CLEAN text"),
+                               corrupt=_text(corrupt, "--corrupt text"), answer=answer,
+                               wrong=wrong, site=site, batch=batch, truncate=truncate,
+                               target=_target(target),
+                               sae=plan.features.sae if plan is not None and site == "features"
+                               else None),
+            ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
+            sae_used=site == "features" or None)
 
     @checked
     def attribute(self, text: str, *, answer: str, wrong: str | None = None,
                   per_head: bool = False, truncate: bool = False,
-                  target: str | None = None) -> AttributeResult:
+                  target: str | None = None, sae: str | None = None,
+                  sae_site: str | None = None) -> AttributeResult:
         """Direct logit attribution at the last position (an encoder–decoder's: the
-        decoder's, after `target`): result.parts sum to result.logit_diff."""
+        decoder's, after `target`): result.parts sum to result.logit_diff. With `sae`, its
+        site's share split by feature."""
         from ..core.analysis.attribution import attribute
 
+        opened = None
+        if sae is not None or sae_site is not None:
+            from ..core.analysis.feature_sites import check_feature_options, open_sae
+
+            check_feature_options(sae=sae, sae_site=sae_site, sae_used=True)
+            opened = open_sae(self._loaded, sae, sae_site)
         return attribute(self._loaded, _text(text), answer=answer, wrong=wrong,
-                         per_head=per_head, truncate=truncate, target=_target(target))
+                         per_head=per_head, truncate=truncate, target=_target(target),
+                         sae=opened)
+
+    def features(self, text: str, *, sae: str, sae_site: str | None = None,
+                 per_token: int = 5, truncate: bool = False) -> "FeaturesResult":
+        """An SAE's features on every token of `text` (api.features)."""
+        from ..core.analysis.features import features
+
+        return features(self._loaded, _text(text), sae=sae, sae_site=sae_site,
+                        per_token=per_token, truncate=truncate)
 
     @checked
     def report(self, text: str, *, show_layers: str | Iterable[int] | None = None,
                candidates: int = 5, truncate: bool = False, output: str | Path | None = None,
                force: bool = False, ablate: Sequence[str] | None = None,
-               ablate_mode: str | None = None, target: str | None = None) -> ReportResult:
+               ablate_mode: str | None = None, target: str | None = None,
+               sae: str | None = None, sae_site: str | None = None) -> ReportResult:
         """What the HTML page shows; with `output`, the page is written there too."""
         from ..core.analysis.common import check_range
         from ..core.analysis.report import report, report_layers
@@ -259,7 +294,7 @@ class Model:
                                     output=None if path is None else str(path),
                                     target=_target(target), force=force,
                                     progress=self._loaded.progress),
-            ablate=ablate, ablate_mode=ablate_mode)
+            ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
         if path is not None:
             write_report(result, path, force=force)
         return result

@@ -166,9 +166,10 @@ def _text(text: str | None, what: str = "text") -> str:
 
 
 def _check_edits(**edits: Any) -> None:
-    """Refuse impossible intervention options before a model is loaded."""
-    if any(v is not None for v in edits.values()):
-        from ..core.analysis.sites import check_options
+    """Refuse impossible intervention options before a model is loaded (an SAE's
+    features among them: core/analysis/feature_sites.py)."""
+    if any(v is not None for k, v in edits.items() if k != "sae_used"):
+        from ..core.analysis.feature_sites import check_options
 
         check_options(**edits)
 

@@ -8,6 +8,7 @@ import typer
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, StackOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
                        model_command, read_text, split_list, stack_value)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 class Mask(str, Enum):
@@ -55,6 +56,8 @@ def attend(
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -101,6 +104,7 @@ def attend(
                         kv=kv, valid_lens=valid_lens, show=split_list(show, "--show"), explain=explain,
                         query_pos=query_pos, inputs=inputs, truncate=truncate,
                         target=target, stack=stack_value(stack), cross=cross,
-                        **edit_options(ablate, ablate_mode), **model)
+                        **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -5,6 +5,7 @@ import typer
 
 from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TargetOpt,
                        TextArg, TruncateOpt, model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 @model_command
@@ -21,6 +22,8 @@ def attribute(
         "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
     truncate: TruncateOpt = False,
     target: TargetOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -71,6 +74,7 @@ def attribute(
         raise UsageError("--answer is missing; tfx attribute TEXT --answer TOKEN "
                          "[--wrong TOKEN]")
     result = api.attribute(read_text(text, encoding=encoding), answer=answer, wrong=wrong,
-                           per_head=per_head, truncate=truncate, target=target, **model)
+                           per_head=per_head, truncate=truncate, target=target, sae=sae,
+                           sae_site=sae_site, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -8,6 +8,7 @@ from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, Prec
                        ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt,
                        edit_options,
                        model_command, read_text, split_list)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
@@ -67,6 +68,9 @@ def generate(
     toward: TowardOpt = None,
     away: AwayOpt = None,
     scale: ScaleOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
+    steer_feature: SteerFeatureOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -131,7 +135,9 @@ def generate(
                               ignore_eos=ignore_eos, on_text=stream.write if stream else None,
                               target=target,
                               **edit_options(ablate, ablate_mode, steer=steer, toward=toward,
-                                             away=away, scale=scale), **model)
+                                             away=away, scale=scale, sae=sae,
+                                             sae_site=sae_site,
+                                             steer_feature=steer_feature), **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

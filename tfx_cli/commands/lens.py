@@ -2,6 +2,7 @@
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options, model_command,
                        read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 @model_command
@@ -11,6 +12,8 @@ def lens(
     truncate: TruncateOpt = False,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -58,6 +61,7 @@ def lens(
 
     check_plot(plot, force)
     result = api.lens(read_text(text, encoding=encoding), truncate=truncate, target=target,
-                      **edit_options(ablate, ablate_mode), **model)
+                      **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

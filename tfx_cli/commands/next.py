@@ -6,6 +6,7 @@ import typer
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
                        SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
                        model_command)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 
@@ -27,6 +28,9 @@ def next_token(
     toward: TowardOpt = None,
     away: AwayOpt = None,
     scale: ScaleOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
+    steer_feature: SteerFeatureOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     *,
@@ -65,6 +69,8 @@ def next_token(
       tfx next "The capital of France is" -w smollm2 --ablate blocks.20.ffn.out
 
       tfx next "EVQLVESGGGLVQPGGSLRLSCAAS[MASK]FTFSSYAMS" -w antiberty
+
+      tfx next "The capital of France is" -w smollm2 --sae my-sae --ablate features.12
     """
     from .. import api
     from ..render.emit import emit
@@ -72,5 +78,6 @@ def next_token(
     emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
                   top_p=top_p, candidates=candidates, truncate=truncate, target=target,
                   **edit_options(ablate, ablate_mode, steer=steer, toward=toward, away=away,
-                                 scale=scale), **model),
+                                 scale=scale, sae=sae, sae_site=sae_site,
+                                 steer_feature=steer_feature), **model),
          json=json_out, precision=precision)

@@ -8,6 +8,7 @@ import typer
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
                        PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
                        model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 
 class PatchSite(str, Enum):
@@ -15,6 +16,7 @@ class PatchSite(str, Enum):
     attn_out = "attn_out"
     ffn_out = "ffn_out"
     heads = "heads"
+    features = "features"
 
 
 @model_command
@@ -33,7 +35,8 @@ def patch(
     site: Annotated[PatchSite, typer.Option(
         "--site", help="What one cell patches: resid_pre (block i's input at one position), "
         "attn_out, ffn_out (a sublayer's output at one position), heads (one head's context "
-        "at every position).")] = PatchSite.resid_pre,
+        "at every position), features (one feature of --sae's SAE at one position, the "
+        "32 features that differ most).")] = PatchSite.resid_pre,
     batch: Annotated[Optional[int], typer.Option(
         "--batch", min=1, show_default=False,
         help="Cells run together in one forward pass (default: as many as fill 4,096 "
@@ -48,6 +51,8 @@ def patch(
     target: TargetOpt = None,
     ablate: AblateOpt = None,
     ablate_mode: AblateModeOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -85,6 +90,7 @@ def patch(
       tfx patch "When Mary and John went to the store, John gave a drink to" --corrupt "When Mary and John went to the store, Mary gave a drink to" --answer " Mary" --wrong " John" --site heads --plot heads.png
 
       tfx patch "When you play game of thrones" --corrupt "When you play game of swords" --target "you win or you" --answer die --wrong win -c toy
+
       tfx patch --pairs samples/ioi_pairs.jsonl --site heads -w smollm2
 
     With --pairs, each cell's effect is averaged over the pairs (patch.effect, and its
@@ -100,8 +106,10 @@ def patch(
         result = api.patch(pairs=pairs, site=site.value, batch=batch,
                            **{k: v for k, v in dict(
                                clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
-                               truncate=truncate or None).items() if v is not None},
-                           **edit_options(ablate, ablate_mode), **model)
+                               truncate=truncate or None, target=target).items()
+                               if v is not None},
+                           **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                           **model)
         plot_to(result, plot, force)
         emit(result, json=json_out, precision=precision, full=full)
         return
@@ -112,6 +120,8 @@ def patch(
     result = api.patch(read_text(clean, encoding=encoding, what="CLEAN text"),
                        corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
                        wrong=wrong, site=site.value, batch=batch, truncate=truncate,
-                       target=target, **edit_options(ablate, ablate_mode), **model)
+                       target=target,
+                       **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
+                       **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full)

@@ -15,6 +15,7 @@ from ..errors import UsageError
 from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TargetOpt, TextArg,
                        TruncateOpt,
                        edit_options, model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,
@@ -32,6 +33,7 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
            candidates: CandidatesOpt = 5, target: TargetOpt = None,
            truncate: TruncateOpt = False,
            ablate: AblateOpt = None, ablate_mode: AblateModeOpt = None,
+           sae: SaeOpt = None, sae_site: SaeSiteOpt = None,
            json_out: JsonOpt = False, force: ForceOpt = False, *, model, encoding) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
     maps, a clickable head view with hover values, layer-norm statistics, and the
@@ -58,9 +60,9 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
         raise UsageError("no output file given; pass --output FILE.html (-o FILE.html), "
                          "or --json for what the page would show")
     text = read_text(text, encoding=encoding)
-    edits = edit_options(ablate, ablate_mode)
-    if edits["ablate"] or edits["ablate_mode"]:
-        from ..core.analysis.sites import check_options
+    edits = edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site)
+    if edits["ablate"] or edits["ablate_mode"] or sae or sae_site:
+        from ..core.analysis.feature_sites import check_options
 
         check_options(**edits)
     path = None if output is None else check_output_path(

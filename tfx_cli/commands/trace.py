@@ -7,6 +7,7 @@ from ..options import (AblateModeOpt, AblateOpt, AwayOpt, ForceOpt, FullOpt, Jso
                        PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg,
                        TowardOpt,
                        TruncateOpt, edit_options, model_command, read_text, split_list)
+from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 
 
 @model_command
@@ -26,6 +27,9 @@ def trace(
     toward: TowardOpt = None,
     away: AwayOpt = None,
     scale: ScaleOpt = None,
+    sae: SaeOpt = None,
+    sae_site: SaeSiteOpt = None,
+    steer_feature: SteerFeatureOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -48,6 +52,8 @@ def trace(
       tfx trace "When you play game of thrones" --config toy -s 'blocks.0.attn.*' --values
 
       tfx trace "Hello, I am" -s logits --steer blocks.6.resid_pre --toward " love" --away " hate" --scale 4
+
+      tfx trace "Hello, I am" -s 'blocks.3.*' --steer-feature my-sae:12 --scale 8
     """
     from .. import api
     from ..render.emit import emit
@@ -58,7 +64,9 @@ def trace(
     result = api.trace(read_text(text, encoding=encoding), select=split_list(select, "--select"),
                        truncate=truncate, target=target,
                        **edit_options(ablate, ablate_mode, steer=steer,
-                                                         toward=toward, away=away, scale=scale),
+                                                         toward=toward, away=away, scale=scale,
+                                      sae=sae, sae_site=sae_site,
+                                      steer_feature=steer_feature),
                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, json=json_out, precision=precision, full=full, values=values)

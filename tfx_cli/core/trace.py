@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -56,8 +57,13 @@ class Lazy:
         return len(self.shape)
 
 
-class Trace:
-    """Ordered name -> (value, dims). Insertion order is forward-pass order."""
+class Trace(Mapping):
+    """Ordered name -> (value, dims). Insertion order is forward-pass order.
+
+    To a reader it is a read-only mapping of trace name -> numpy array: `r.tensors[name]`,
+    `list(r.tensors)`, `dict(r.tensors)`, `for name in r.tensors`, `.keys()`, `.values()`,
+    `.items()` (name, array). `entries()` also gives each tensor's dims. Only the model's
+    taps (and the analysis that builds a result) add to it."""
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
@@ -78,6 +84,14 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __iter__(self):
+        return iter(list(self._entries))  # a snapshot: reading may replace entries' values
+
+    # Mapping would compare every array (numpy's == is elementwise, and ambiguous in an
+    # if) and make a Trace unhashable; a Trace stays equal to itself alone, as before
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def names(self) -> list[str]:
         return list(self._entries)
@@ -110,9 +124,14 @@ class Trace:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.array(name)
 
-    def items(self):
-        for name in self._entries:
+    def entries(self):
+        """(name, array, dims) for every tensor, in forward order."""
+        for name in list(self._entries):
             yield name, self.array(name), self._entries[name].dims
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name} {tuple(self.shape(name))}" for name in self._entries)
+        return f"Trace({shown})"
 
     def subset(self, names: Iterable[str]) -> "Trace":
         out = Trace()

@@ -91,6 +91,11 @@ def head_tail(n: int, keep: int) -> tuple[list[int], int | None]:
 def intervention_text(change) -> str:
     """One intervention as a reader should see it: 'blocks.0.attn.out ablated (zero)',
     "blocks.6.resid_pre steered 4 × (' love' − ' hate')"."""
+    if getattr(change, "feature", None) is not None:  # a feature of an SAE at its site
+        where = f"{change.site} (SAE {change.sae}, at {change.name})"
+        if change.kind == "ablate":
+            return f"{where} ablated ({change.mode})"
+        return f"{where} steered +{change.scale:g} × its decoder row"
     if change.kind == "ablate":
         return f"{change.site} ablated ({change.mode})"
     return (f"{change.site} steered {change.scale:g} × ({change.toward!r} − "

@@ -15,6 +15,7 @@ One drawing per command, chosen by the result's command:
   trace      the one selected tensor: 1-D bars, 2-D heat map, (H, ., .) a grid of heads
   patch      the effect as layers x positions (or heads), diverging around 0, values inside
   attribute  one horizontal bar per part, in forward order
+  features   tokens x the text's strongest SAE features, shaded by activation
 
 Files are written beside their final name and moved into place with os.replace, so a
 failed or interrupted draw never leaves half a file, and nothing is overwritten without
@@ -573,9 +574,10 @@ def _patch_panel(ax, effect, bound: float, columns, result):
                         fontsize=fontsize,
                         color="white" if abs(effect[i, j]) > 0.6 * bound else "black")
     step = max(1, math.ceil(n_layers / MAX_LABELS))
-    ax.set_yticks(range(0, n_layers, step), [str(i) for i in range(0, n_layers, step)],
-                  fontsize=7)
-    ax.set_ylabel("layer")
+    rows = [f"#{k}" for k in result.features] if getattr(result, "features", None) else \
+        [str(i) for i in range(n_layers)]
+    ax.set_yticks(range(0, n_layers, step), rows[::step], fontsize=7)
+    ax.set_ylabel("feature" if getattr(result, "features", None) else "layer")
     if columns == "heads":
         ax.set_xticks(range(n), [str(h) for h in range(n)], fontsize=7)
         ax.set_xlabel("head")
@@ -634,4 +636,48 @@ def plot_scan(result: Result, plt):
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
                           f"{describe(result)}"), fontsize=11)
+# ---------------------------------------------------------------- features
+
+FEATURE_COLUMNS = 40  # features drawn across (the strongest of the text)
+
+
+def shown_features(result) -> list[int]:
+    """The features to draw for a features result: every token's top features, the
+    strongest first, at most FEATURE_COLUMNS (shared with the notebook picture)."""
+    best: dict[int, float] = {}
+    for pos in result.positions:
+        for a in pos.top:
+            best[a.index] = max(best.get(a.index, 0.0), a.activation)
+    return sorted(best, key=lambda k: (-best[k], k))[:FEATURE_COLUMNS]
+
+
+@plotter("features")
+def plot_features(result, plt):
+    """Tokens × the text's strongest features, shaded by activation, values inside."""
+    from ..core.tokenizers.base import visible
+
+    chosen = shown_features(result)
+    acts = np.asarray(result.tensors.array("features.acts"), dtype=np.float64)  # (T, F)
+    shown = acts[:, chosen] if chosen else np.zeros((acts.shape[0], 0))
+    T, n = shown.shape
+    fig, ax = plt.subplots(figsize=(min(30, 2.5 + 0.6 * max(n, 1)), min(30, 1.8 + 0.3 * T)),
+                           layout="constrained")
+    image = ax.imshow(np.ma.masked_equal(shown, 0.0), cmap="viridis", aspect="auto",
+                      interpolation="nearest", vmin=0.0,
+                      vmax=float(shown.max()) if shown.size and shown.max() > 0 else 1.0)
+    if n * T <= 600:
+        for i in range(T):
+            for j in range(n):
+                if shown[i, j] > 0:
+                    ax.text(j, i, f"{shown[i, j]:.2g}", ha="center", va="center",
+                            fontsize=6, color="white")
+    ax.set_xticks(range(n), [f"#{k}" for k in chosen], fontsize=7, rotation=90)
+    ax.set_xlabel("feature (blank: 0)")
+    labels = [tex_safe(visible(t)) for t in result.tokens]
+    label_axis(ax, "y", labels, T, token_fontsize(T))
+    ax.set_ylabel("token")
+    fig.colorbar(image, ax=ax, label="activation", shrink=0.9)
+    fvu = "—" if result.fvu is None else f"{result.fvu:.3g}"
+    ax.set_title(tex_safe(f"SAE features at {result.sae.site} · L0 {result.l0_mean:.1f} · "
+                          f"FVU {fvu}\n{describe(result)}"), fontsize=10)
     return fig

@@ -10,12 +10,13 @@ writes nothing into that stream itself: it reaches it through the cross-attentio
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from ...errors import InputTextError
+from ...errors import InputTextError, UsageError
 from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..model import finite
@@ -58,8 +59,8 @@ class Attribution:
 
 
 def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
-                      per_head: bool = False,
-                      target: Sequence[int] | None = None) -> Attribution:
+                      per_head: bool = False, target: Sequence[int] | None = None,
+                      sae=None) -> Attribution:
     """Direct logit attribution of logit(answer) [- logit(wrong)] at the last position.
 
     Pre-LN (GPT, Llama): the final residual is the embedding's terms plus every layer's
@@ -108,6 +109,13 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
     if stack.ln_f is not None:
         names.append(p + "ln_f.var")
+    if sae is not None:
+        if seq2seq:
+            raise UsageError("tfx attribute --sae reads a single-stack model's residual "
+                             "stream; an encoder–decoder's SAE sites are not split yet: "
+                             "drop --sae")
+        check_sae_site(sae, per_head)
+        names += [sae.site, sae.site_out]
     with model.record(names) as tr, torch.inference_mode():
         if seq2seq:
             model(torch.tensor([list(ids)]), target=torch.tensor([list(target)]), head="last")
@@ -159,7 +167,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
         nonlocal rest
         where = f"{p}blocks.{i}.{sub}"
         if not per_head:
-            add(f"{where}.out", tr.raw(f"{where}.out")[-1])
+            sublayer(f"{where}.out", tr.raw(f"{where}.out")[-1], attn.out_proj)
             return
         context = _host(tr.raw(f"{where}.context")[:, -1])  # (H, D)
         W_O = _host(attn.out_proj.weight)  # (C, H·D)
@@ -168,6 +176,39 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             add(f"{where}.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
         if attn.out_proj.bias is not None:
             rest = rest + _host(attn.out_proj.bias)
+
+    features = None  # the SAE's parts of its site, at the last position
+    if sae is not None:
+        from .features import feature_parts, site_values
+
+        x_in, x_out = site_values(sae, tr)
+        features = feature_parts(sae, x_in[-1], x_out[-1])
+
+    def stream_is(name: str) -> None:
+        """At the point where the stream is `name`'s value: an SAE of it replaces
+        every part so far (and the remainder) by its own parts."""
+        nonlocal rest
+        if sae is not None and sae.site_out == name:
+            labels.clear()
+            vectors.clear()
+            rest = torch.zeros_like(rest)
+            for label, vector in features:
+                add(label, vector)
+
+    def sublayer(name: str, value, out_proj=None) -> None:
+        """A sublayer's output part, or the SAE's parts of it (through W_O for an SAE
+        of attention's context, whose output bias joins the remainder)."""
+        nonlocal rest
+        if sae is None or sae.site_out not in (name, name.replace(".out", ".context")):
+            add(name, value)
+            return
+        W = _host(out_proj.weight) if sae.site_out.endswith(".context") else None
+        for label, vector in features:
+            add(label, vector if W is None else W @ vector)
+        if W is not None and out_proj.bias is not None:
+            rest = rest + _host(out_proj.bias)
+
+    stream_is("embed.out")
 
     def block_parts(i: int, block) -> None:
         """Block i's attention (or its heads), cross-attention (a decoder's) and FFN
@@ -178,7 +219,7 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
             if sandwich:
                 rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
             if sub == "ffn":
-                add(ffn_name(i), tr.raw(ffn_name(i))[-1])
+                sublayer(ffn_name(i), tr.raw(ffn_name(i))[-1])
             else:
                 attention_parts(i, sub, getattr(block, sub))
             if sandwich:
@@ -187,6 +228,8 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
                 rest = before + rest
             if post:
                 through(getattr(block, norm), f"{p}blocks.{i}.{norm}")
+            if not seq2seq:
+                stream_is(f"blocks.{i}.resid_out" if sub == "ffn" else f"blocks.{i}.resid_mid")
     for i, block in enumerate(stack.blocks):
         with model.holding(f"{p}blocks.{i}"):
             block_parts(i, block)
@@ -197,11 +240,29 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     return Attribution(labels + ["remainder"], values, logit_diff)
 
 
+# the sites whose value attribution can split by feature: the residual stream at a
+# block's boundaries, a sublayer's output, attention's context (through W_O)
+SAE_SITES = re.compile(r"^(embed\.out|blocks\.\d+\.(resid_mid|resid_out|attn\.out|ffn\.out|"
+                       r"attn\.context))$")
+
+
+def check_sae_site(sae, per_head: bool) -> None:
+    if not SAE_SITES.match(sae.site_out):
+        raise UsageError(f"tfx attribute --sae splits the residual stream (resid_pre, "
+                         f"resid_mid, resid_out), a sublayer's output (attn.out, ffn.out) or "
+                         f"attention's context by feature; the SAE's site {sae.site_out} is "
+                         "none of them")
+    if per_head and sae.site_out.endswith((".attn.context", ".attn.out")):
+        raise UsageError("--per-head splits attention by head and --sae splits it by "
+                         "feature; choose one")
+
+
 def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
               per_head: bool = False, truncate: bool = False,
-              target: str | None = None) -> AttributeResult:
+              target: str | None = None, sae=None) -> AttributeResult:
     """`tfx attribute`: logit_attribution of TEXT's last position (an encoder–decoder's:
-    the decoder's last position, after `target`), as a result."""
+    the decoder's last position, after `target`), as a result; with `sae` (a
+    core.features SAE) its site's share split by feature."""
     cfg, model = loaded.cfg, loaded.model
     need_head(cfg, "attribute")
     need_causal(cfg, "attribute")
@@ -216,7 +277,7 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
                              "every part would be 0")
     found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
-                              per_head=per_head, target=seq.target)
+                              per_head=per_head, target=seq.target, sae=sae)
     for name, value in zip(found.names, found.values):
         finite.require(model, value, f"the attribution part {name}")
     finite.require(model, found.logit_diff, "the logit difference")
@@ -253,7 +314,14 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
         logit_diff=found.logit_diff, parts=parts, sum_of_parts=total,
         unexplained=found.logit_diff - total, per_head=per_head, norm=norm_text,
         remainder=", ".join(held) if held else "nothing (no biases or shifts)",
-        through_cross=sum(cross) if seq.target is not None else None)
+        through_cross=sum(cross) if seq.target is not None else None,
+        sae=None if sae is None else _sae_info(sae))
+
+
+def _sae_info(sae):
+    from .features import sae_info
+
+    return sae_info(sae)
 
 
 def _norms(stack, post: bool) -> list:

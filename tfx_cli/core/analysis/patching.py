@@ -31,7 +31,9 @@ from .fillmask import need_causal
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name
 
-PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")
+PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")  # the layer sweeps
+# and the features of an SAE (--sae; core/analysis/features.py), features × positions
+ALL_SITES = PATCH_SITES + ("features",)
 # -- activation patching -----------------------------------------------------------------
 PATCHED = {"resid_pre": "blocks.{i}.resid_pre", "attn_out": "blocks.{i}.attn.out",
            "ffn_out": "blocks.{i}.ffn.out", "heads": "blocks.{i}.attn.context"}
@@ -129,6 +131,15 @@ def _put_cells(source: torch.Tensor, chosen: torch.Tensor, rows: torch.Tensor) -
         return out
 
     return edit
+
+
+def check_site(site: str, sae_given: bool) -> None:
+    """--site features and --sae come together (before any model is loaded)."""
+    if site == "features" and not sae_given:
+        raise UsageError("--site features patches the features of an SAE: give --sae DIR")
+    if sae_given and site != "features":
+        raise UsageError(f"--sae gives the SAE whose features --site features patches, but "
+                         f"--site is {site}; pass --site features")
 
 
 # -- an encoder–decoder's sweep ------------------------------------------------------------
@@ -229,13 +240,18 @@ def sweep_seq2seq(model, clean: Sequence[int], corrupt: Sequence[int],
 
 def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
           site: str = "resid_pre", batch: int | None = None,
-          truncate: bool = False, target: str | None = None) -> PatchResult:
+          truncate: bool = False, target: str | None = None, sae=None) -> PatchResult:
     """`tfx patch`: the sweep over every layer and position (or head) of `site`; an
     encoder–decoder's over both stacks, CLEAN and CORRUPT its sources and `target` the
-    decoder's input (its start token alone when None)."""
-    if site not in PATCH_SITES:
+    decoder's input (its start token alone when None); with site "features", over the
+    features of `sae` (a core.features.SAE) × positions."""
+    check_site(site, sae is not None)
+    if site not in ALL_SITES:
         raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(PATCH_SITES)}")
+                         f"{', '.join(ALL_SITES)}")
+    if sae is not None and loaded.cfg.is_encoder_decoder:
+        raise UsageError("--site features patches a single-stack model's SAE; an "
+                         "encoder–decoder's features are not patched yet: use another --site")
     need_head(loaded.cfg, "patch")
     need_causal(loaded.cfg, "patch")
     check_vocab(loaded)
@@ -261,7 +277,12 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     L = loaded.cfg.n_layers
     cells = L * (loaded.cfg.n_heads if site == "heads" else len(ids))
     with after(loaded.progress, f"patching {cells:,} cells") as update:
-        if seq.target is not None:
+        if sae is not None:
+            from .features import feature_sweep, sae_info
+
+            done = feature_sweep(loaded.model, sae, ids, bad_ids, good.id, bad.id,
+                                 batch=batch or default_batch(len(ids)))
+        elif seq.target is not None:
             done = sweep_seq2seq(loaded.model, ids, bad_ids, seq.target, good.id, bad.id,
                                  site, batch=batch)
         else:
@@ -278,6 +299,7 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
             "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
             "answers differ")
     cols = "H" if site == "heads" else "T"
+    rows = "F" if site == "features" else "L"  # features × positions, or layers × ...
     tr = Trace()
     tables = None
     if isinstance(done, Seq2SeqSweep):
@@ -295,10 +317,12 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
         patched = ", ".join(t.patched for t in tables)
     else:
         effect = (done.metric - done.m_corrupt) / gap + 0.0
-        tr.add("patch.effect", effect, ("L", cols))
-        tr.add("patch.metric", done.metric, ("L", cols))
-        n_cells, widest = int(effect.numel()), int(effect.shape[1])
-        patched = ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
+        tr.add("patch.effect", effect, (rows, cols))
+        tr.add("patch.metric", done.metric, (rows, cols))
+        n_cells = int(effect.numel())
+        widest = getattr(done, "cells_run", None) or int(effect.shape[1])
+        patched = f"features.{{k}} at {sae.spec}" if sae is not None else \
+            ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
     where = "the target's last position" if seq.target is not None else "the last position"
     return PatchResult(
         model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
@@ -309,8 +333,10 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
         differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
         n_cells=n_cells,
         batch=min(batch or default_batch(max(len(ids), len(seq.target or ()))), widest),
-        batched_runs=done.batched_runs)
+        batched_runs=done.batched_runs,
+        sae=None if sae is None else sae_info(sae),
+        features=getattr(done, "features", None))
 
 
-__all__ = ["PATCH_SITES", "patch", "sweep", "Sweep", "default_batch", "sweep_seq2seq",
-           "Seq2SeqSweep", "SEQ2SEQ_PATCHED"]
+__all__ = ["PATCH_SITES", "ALL_SITES", "check_site", "patch", "sweep", "Sweep",
+           "default_batch", "sweep_seq2seq", "Seq2SeqSweep", "SEQ2SEQ_PATCHED"]

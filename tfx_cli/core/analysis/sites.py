@@ -307,9 +307,14 @@ class Plan:
     ablate: list[Site] = field(default_factory=list)
     mode: str = "zero"
     steers: list[Steer] = field(default_factory=list)
+    # edits of other kinds of sites, made ready by their own module (feature_sites.py:
+    # an SAE's features): (tap name, edit, Intervention, the site) each, installed after
+    # the ablations; a None record is a helper edit (it reports nothing)
+    extra: list = field(default_factory=list)
+    features: object | None = None  # feature_sites.FeaturePlan: the SAEs and features
 
     def __bool__(self) -> bool:
-        return bool(self.ablate) or bool(self.steers)
+        return bool(self.ablate) or bool(self.steers) or bool(self.extra)
 
 
 STEER_PAIRING = ("each --steer takes the --toward, --away and --scale given in the same "
@@ -465,6 +470,15 @@ def applied(loaded, p: Plan, source: str | None = None):
         records.append(Intervention(kind="ablate", site=site.spec, name=site.name,
                                     head=site.head, position=site.pos,
                                     mode=ROUTE_AROUND if rerouted else p.mode))
+    for name, edit, record, site in p.extra:
+        if record is None:
+            edits.append((name, edit))
+            continue
+        counter = [0]
+        counters.append(counter)
+        sites.append(site)
+        edits.append((name, _counted(edit, counter)))
+        records.append(record)
     with editing(model, edits):
         if not p.steers:
             done = Applied(records, counters, sites)

@@ -119,7 +119,7 @@ def tensor_json(array: np.ndarray, dims: tuple[str, ...]) -> dict:
 
 
 def tensors_json(trace: Trace) -> dict:
-    return {name: tensor_json(array, dims) for name, array, dims in trace.items()}
+    return {name: tensor_json(array, dims) for name, array, dims in trace.entries()}
 
 
 # -- what every result carries --------------------------------------------------------
@@ -167,6 +167,12 @@ class InputInfo:
     target: InputInfo | None = optional()
 
 
+# -- showing itself ------------------------------------------------------------------------
+# A result draws itself in a notebook (`_repr_html_`) and in a Rich console (`__rich__`),
+# but the core never draws: the layer above that can (tfx_cli.api, when imported) puts
+# the drawers in registry.DRAWERS, and render is imported only when a result is shown.
+
+
 @dataclass(kw_only=True)
 class Result:
     """Base of every command's result: model, input and recorded tensors; subclasses
@@ -195,7 +201,22 @@ class Result:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every recorded tensor as a numpy array, by trace name."""
-        return {name: array for name, array, _ in self.tensors.items()}
+        return dict(self.tensors)
+
+    def _repr_html_(self) -> str | None:
+        """The result's pictures, for a notebook (None: no drawer installed; import
+        tfx_cli.api, which installs them)."""
+        from ...registry import DRAWERS
+
+        draw = DRAWERS.get("html")
+        return draw(self) if draw is not None else None
+
+    def __rich__(self):
+        """The terminal view, for a Rich console (`rich.print(result)`)."""
+        from ...registry import DRAWERS
+
+        draw = DRAWERS.get("rich")
+        return draw(self) if draw is not None else repr(self)
 
     @property
     def tokens(self) -> list[str]:
@@ -241,6 +262,8 @@ _LAZY = {
     "datasets": ("CorpusRun", "ScanResult", "TopContext", "TopExample", "TopUnit",
                  "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
                  "PatchPairsResult"),
+    "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
+                 "FeaturesResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -25,6 +25,10 @@ class Intervention:
     away_tokens: list[str] | None = optional()
     scale: float | None = optional()
     vector_norm: float | None = optional()  # L2 norm of activation(toward) - activation(away)
+    # a feature of an SAE (--ablate features.{k} with --sae, --steer-feature DIR:IDX): the
+    # SAE's folder and the feature's index; `name` is the site the SAE reconstructs
+    sae: str | None = optional()
+    feature: int | None = optional()
 
 
 @dataclass
@@ -66,6 +70,10 @@ class PatchResult(Result):
     batched_runs: int  # forward passes the sweep made, each from its layer's input
     # an encoder–decoder: the sweep's tables, both stacks' (and cross-attention's)
     tables: list[PatchTable] | None = optional()
+    # --site features: the SAE (results/features.SAEInfo) and the features patched, one
+    # row of patch.effect each (positions across)
+    sae: object | None = optional()
+    features: list[int] | None = optional()
 
 
 @dataclass
@@ -94,3 +102,6 @@ class AttributeResult(Result):
     # an encoder–decoder: the sum of the cross-attention parts, what the decoder reads
     # from the source directly into its last stream
     through_cross: float | None = optional()
+    # with an SAE (--sae): the SAE (results/features.SAEInfo); its site's share of the
+    # stream is split into features.{k}, features.bias and features.error parts
+    sae: object | None = optional()

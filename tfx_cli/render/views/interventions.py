@@ -61,6 +61,10 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
                   Text(f" ({counted(len(corrupt.tokens), 'token')})", style="dim"),
                   no_wrap=True, overflow="ellipsis")
     cells = "positions" if result.site != "heads" else "heads"
+    if result.sae is not None:
+        from .features import sae_lines
+
+        console.print(kv_table(sae_lines(result.sae), precision=opts.precision))
     p = opts.precision
     runs = (f"in {counted(result.batched_runs, 'forward pass', 'forward passes')} of up to "
             f"{result.batch} rows")
@@ -68,7 +72,7 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         size = f"{result.n_cells} cells {runs}"
     else:
         L, n = result.tensors.shape("patch.effect")
-        size = f"{L} layers × {n} {cells} {runs}"
+        size = f"{L} {'features' if result.features else 'layers'} × {n} {cells} {runs}"
     console.print(kv_table({
         "patched": f"{result.patched} ({result.site}; one {cells[:-1]} per cell"
                    + (", every position" if result.site == "heads" else "") + ")",
@@ -79,9 +83,14 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         "cells": size,
     }, precision=p))
     for name, columns, what in patch_tables(result):
+        axes = {"T": columns}
+        title = f"{name}  ({what})"
+        if result.features:  # --site features: one row per feature of the SAE
+            axes["F"] = [f"#{k}" for k in result.features]
+            title = (f"{name}  (features of the SAE at {result.sae.site}: rows are "
+                     f"features, columns positions)")
         console.print(TensorView(name, result.tensors.array(name), result.tensors.dims(name),
-                                 axes={"T": columns}, precision=p, full=opts.full,
-                                 title=f"{name}  ({what})"))
+                                 axes=axes, precision=p, full=opts.full, title=title))
     if result.differing_positions and result.site != "heads":
         pairs = [f"{i}: {visible(result.tokens[i])!r} → {visible(corrupt.tokens[i])!r}"
                  for i in result.differing_positions]
@@ -105,6 +114,10 @@ def attribute_view(result: AttributeResult, console: Console, opts: ViewOptions)
     what = f"logit({result.answer.token!r})"
     if result.wrong is not None:
         what += f" − logit({result.wrong.token!r})"
+    if result.sae is not None:
+        from .features import sae_lines
+
+        console.print(kv_table(sae_lines(result.sae), precision=p))
     console.print(kv_table({
         "measured": f"{what} at position {result.position}",
         "each part": f"through {result.norm}, then · ({result.direction})",

@@ -1,0 +1,25 @@
+"""Features: sparse autoencoders (SAEs) and transcoders trained on a site's activations.
+
+What lives here: reading SAE folders (formats.py: SAELens's cfg.json + sae_weights.
+safetensors, Gemma Scope's params.npz, Gemma Scope 2's params.safetensors, tfx's own
+tfx-sae.json), the hook names they use mapped onto tfx's trace names (hooks.py), the SAE
+as tfx runs it (sae.py: encode, decode, the change of a site that a change of features
+makes), the numbers an SAE is judged by (metrics.py: FVU, L0, dead features) and
+writing SAELens's and tfx's folders (write.py). Training an SAE on collected
+activations is to live here too. Running an SAE on a model's text (the `features`
+command, features as intervention sites) is analysis's (core/analysis/features.py).
+
+May import: torch, numpy, safetensors, errors and core.trace; never a model, a
+checkpoint reader, typer or rich. Nothing here reads a model: the checks that an SAE
+fits one are made where the two meet (core/analysis/features.py).
+"""
+from __future__ import annotations
+
+from .formats import SAEFile, read_sae, site_needed
+from . import metrics
+from .hooks import hook_name, tfx_site
+from .sae import SAE, site_width
+from .write import write_saelens, write_tfx
+
+__all__ = ["SAE", "SAEFile", "read_sae", "site_needed", "site_width", "tfx_site",
+           "hook_name", "metrics", "write_saelens", "write_tfx"]

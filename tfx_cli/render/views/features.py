@@ -1,0 +1,103 @@
+"""Terminal view of `tfx features`: the SAE, then a token × top-features table (each
+cell a feature's index and activation, shaded by it), then how well the SAE
+reconstructs its site over the text."""
+from __future__ import annotations
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.cells import cell_len
+from rich.table import Table
+from rich.text import Text
+
+from ...core.results import FeaturesResult
+from ..common import display_tokens, head_tail, terminal_text
+from ..matrix import format_number, heat_scale
+from . import header, kv_table, register
+
+MAX_ROWS = 40  # tokens shown before the head and tail (--full shows all)
+LABEL = 14  # characters of a token shown
+
+
+def sae_lines(sae) -> dict:
+    """What the SAE is and where it reads, as key -> text (shared by the views that ran
+    with one: features, patch --site features, attribute --sae)."""
+    what = f"{sae.architecture}" + (f", k={sae.k}" if sae.k is not None else "")
+    site = sae.site if sae.site == sae.name else f"{sae.site} (= {sae.name})"
+    if sae.hook and sae.hook != sae.site:
+        site += f", its file's {sae.hook}"
+    lines = {"sae": f"{sae.path} ({sae.format}, {what})",
+             "site": site + (f" → {sae.site_out}" if sae.site_out else ""),
+             "features": f"{sae.d_sae:,}, reading {sae.d_in:,} numbers per token"}
+    for note in sae.notes or ():
+        lines.setdefault("note", note)
+    return lines
+
+
+@register("features")
+def features_view(result: FeaturesResult, console: Console, opts) -> None:
+    header(console, result)
+    p = opts.precision
+    console.print(kv_table(sae_lines(result.sae), precision=p))
+    acts = [a.activation for pos in result.positions for a in pos.top]
+    scale = heat_scale(np.asarray(acts + [0.0], dtype=np.float64))
+    tokens = display_tokens([pos.token for pos in result.positions]) or []
+    shown, cut = head_tail(len(result.positions), len(result.positions) if opts.full
+                           else MAX_ROWS)
+    rows = []
+    for t in shown:
+        pos = result.positions[t]
+        rows.append((str(t), terminal_text(tokens[t])[:LABEL], str(pos.l0),
+                     "—" if pos.cosine is None else format_number(pos.cosine, p),
+                     format_number(pos.error_norm, p),
+                     [(f"#{a.index} {format_number(a.activation, p)}", a.activation)
+                      for a in pos.top]))
+    heads = ("pos", "token", "L0", "cos", "|x − x̂|")
+    fixed = sum(max([cell_len(h)] + [cell_len(r[i]) for r in rows]) + 2
+                for i, h in enumerate(heads))
+    cell = max([cell_len(c) for r in rows for c, _ in r[5]] + [3]) + 2
+    columns = result.per_token if opts.full else \
+        max(1, min(result.per_token, (console.width - fixed - 2) // cell))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
+                  title=Text(f"top {result.per_token} features per token (#index activation)",
+                             style="bold"))
+    for name, justify in zip(heads, ("right", "left", "right", "right", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for i in range(columns):
+        table.add_column(f"#{i + 1}", justify="right", no_wrap=True)
+    for n, row in enumerate(rows):
+        if cut is not None and n == cut:
+            table.add_row("⋮", *[""] * (4 + columns))
+        cells = [Text(text, style=(scale.style(a) if scale is not None else None) or "")
+                 for text, a in row[5][:columns]]
+        cells += [""] * (columns - len(cells))
+        table.add_row(row[0], Text(row[1]), row[2], row[3], row[4], *cells)
+    console.print()
+    console.print(table)
+    if cut is not None:
+        console.print(Text(f"{len(shown)} of {len(result.positions)} tokens (--full shows "
+                           "all)", style="dim"))
+    if columns < result.per_token:
+        console.print(Text(f"{columns} of {result.per_token} features per token fit the "
+                           "width (--full shows all, --json holds all)", style="dim"))
+    summary = {
+        "L0": f"{format_number(result.l0_mean, 2)} features per token on average",
+        "FVU": "— (one token has no variance)" if result.fvu is None else
+               f"{format_number(result.fvu, max(p, 4))}  (Σ|x − x̂|² / Σ|x − mean x|²)",
+        "cosine": "—" if result.cosine_mean is None else
+                  f"{format_number(result.cosine_mean, max(p, 4))} on average",
+        "|x − x̂|": f"{format_number(result.error_norm_mean, p)} on average",
+        "silent": f"{result.dead:,} of {result.sae.d_sae:,} features fire on no token",
+    }
+    console.print(kv_table(summary, precision=p))
+    if result.top_features:
+        top = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
+                    title=Text("strongest features of the text", style="bold"))
+        for name in ("feature", "max", "at", "tokens"):
+            top.add_column(name, justify="left" if name == "at" else "right", no_wrap=True)
+        for f in result.top_features:
+            top.add_row(f"#{f.index}", format_number(f.max_activation, p),
+                        Text(f"{f.position} {terminal_text(tokens[f.position])!r}"),
+                        str(f.tokens))
+        console.print()
+        console.print(top)
