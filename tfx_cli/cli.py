@@ -64,6 +64,17 @@ def _stdout_is_devnull() -> bool:
     return (out.st_rdev, out.st_ino) == (null.st_rdev, null.st_ino)
 
 
+def _take_debug(args: list) -> list:
+    """--debug works wherever the error hint says to type it: before the subcommand
+    (`tfx --debug next hi`) or after it (`tfx next hi --debug`). It is taken out of the
+    arguments here, up to a `--` (after which every word is text)."""
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:cut]:
+        DEBUG["on"] = True
+        args = [a for a in args[:cut] if a != "--debug"] + args[cut:]
+    return args
+
+
 class TfxCommand(TyperCommand):
     def format_help(self, ctx, formatter):
         # Rich answers a reader that closed the pipe (`tfx attend --help | head -3`) by
@@ -141,8 +152,7 @@ class TfxGroup(TyperGroup):
              **extra):
         if args is None:
             args = sys.argv[1:]
-        if "--debug" in args:
-            DEBUG["on"] = True
+        args = _take_debug(list(args))
         if os.environ.get("_TFX_COMPLETE"):  # the shell asks for completions
             from typer.completion import completion_init
 

@@ -93,6 +93,17 @@ class ResourceError(UsageError):
     """A model that would not fit in memory (exit 2); --force tries anyway."""
 
 
+class NonFiniteError(UsageError):
+    """A value became NaN or infinite while the model ran (exit 2).
+
+    Caught where it arises (core/model/finite.py checks the residual stream after the
+    embedding, every block and the head), before anything is printed: the message names
+    the first trace name that went bad and the likely fix (float16 overflow: --dtype
+    bfloat16; steering: a smaller --scale; training: a lower --lr). No exit-0 answer
+    holds a NaN.
+    """
+
+
 class Interrupted(TfxError):
     """Ctrl-C (SIGINT) while a command runs (exit 130).
 
@@ -107,7 +118,8 @@ class Interrupted(TfxError):
 
 
 CATALOGUE = (UsageError, ConfigError, InputTextError, TokenizerError, RangeError,
-             SelectError, WeightsError, MissingPackageError, OutputFileError, ResourceError)
+             SelectError, WeightsError, MissingPackageError, OutputFileError, ResourceError,
+             NonFiniteError)
 
 # Every class a user can meet, with the base classes and the interrupt: README "Errors"
 # has one row per entry (a test holds the two equal).

@@ -18,6 +18,7 @@ from typing import Annotated, List, Optional, get_type_hints
 import typer
 
 from .errors import InputTextError, UsageError
+from .values import as_names
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (tfx/1) on stdout.")]
 PrecisionOpt = Annotated[int, typer.Option("--precision", min=0, max=12,
@@ -73,19 +74,23 @@ AblateOpt = Annotated[Optional[List[str]], typer.Option(
 AblateModeOpt = Annotated[Optional[AblateMode], typer.Option(
     "--ablate-mode", show_default=False, rich_help_panel="Interventions",
     help="zero (the default) sets the site to 0; mean to its mean over the text's positions.")]
-SteerOpt = Annotated[Optional[str], typer.Option(
+SteerOpt = Annotated[Optional[List[str]], typer.Option(
     "--steer", metavar="SITE", show_default=False, rich_help_panel="Interventions",
     help=f"Add --scale × (activation(--toward) − activation(--away)) at SITE, position by "
-         f"position from the first: {SITE_HELP}.")]
-TowardOpt = Annotated[Optional[str], typer.Option(
+         f"position from the first: {SITE_HELP}. Repeatable: every --steer applies, each "
+         "with the --toward, --away and --scale given in the same place (first with first); "
+         "one given once is shared by all.")]
+TowardOpt = Annotated[Optional[List[str]], typer.Option(
     "--toward", metavar="TEXT", show_default=False, rich_help_panel="Interventions",
-    help="--steer's text to move toward (as many tokens as --away).")]
-AwayOpt = Annotated[Optional[str], typer.Option(
+    help="--steer's text to move toward (as many tokens as --away); once, or once per "
+         "--steer.")]
+AwayOpt = Annotated[Optional[List[str]], typer.Option(
     "--away", metavar="TEXT", show_default=False, rich_help_panel="Interventions",
-    help="--steer's text to move away from.")]
-ScaleOpt = Annotated[Optional[float], typer.Option(
+    help="--steer's text to move away from; once, or once per --steer.")]
+ScaleOpt = Annotated[Optional[List[float]], typer.Option(
     "--scale", metavar="K", show_default=False, rich_help_panel="Interventions",
-    help="--steer's multiplier, or what --steer-feature adds to the feature (default 1).")]
+    help="--steer's multiplier (default 1; once, or once per --steer), or what "
+         "--steer-feature adds to the feature.")]
 
 # Features of a sparse autoencoder (core/features, core/analysis/feature_sites.py).
 SaeOpt = Annotated[Optional[str], typer.Option(
@@ -105,10 +110,11 @@ SteerFeatureOpt = Annotated[Optional[str], typer.Option(
 
 def edit_options(ablate: Optional[List[str]] = None, ablate_mode: Optional[AblateMode] = None,
                  **steering) -> dict:
-    """The intervention options as `tfx_cli.api` takes them."""
-    return dict(ablate=split_list(ablate, "--ablate") or None,
+    """The intervention options as `tfx_cli.api` takes them (which reads and checks them:
+    tfx_cli/values.py). Repeatable options given no times are None, not []."""
+    return dict(ablate=ablate or None,
                 ablate_mode=ablate_mode.value if ablate_mode is not None else None,
-                **steering)
+                **{k: v or None if isinstance(v, list) else v for k, v in steering.items()})
 
 
 SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
@@ -213,13 +219,9 @@ def model_command(fn):
 
 def split_list(values: Optional[List[str]], option: str) -> List[str]:
     """Repeatable options that also take comma lists: -s a,b -s c -> [a, b, c]. An empty
-    value is not "everything": it is refused, like every empty value."""
-    parts = [part.strip() for value in values or [] for part in value.split(",")]
-    if any(not part for part in parts):
-        raise UsageError(f"{option} has an empty name ({', '.join(map(repr, values))}); give "
-                         "names separated by commas, e.g. {option} a,b".replace("{option}",
-                                                                                 option))
-    return parts
+    value is not "everything": it is refused, like every empty value. (The API reads the
+    same way: tfx_cli.values.as_names.)"""
+    return as_names(values, option) or []
 
 
 def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text") -> str:
@@ -231,7 +233,15 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
                          f"the {what} was given as an argument; drop --encoding, or pipe the "
                          "text in and pass '-'")
     if text == "-":
+        if getattr(sys.stdin, "_tfx_read", None):  # `tfx patch - --corrupt -`
+            raise InputTextError(f"standard input can be read once, and the "
+                                 f"{sys.stdin._tfx_read} was read from it already; give the "
+                                 f"{what} as an argument")
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        try:
+            sys.stdin._tfx_read = what
+        except AttributeError:  # a stream that takes no attributes: nothing to remember
+            pass
         if isinstance(data, bytes):
             try:
                 text = data.decode(encoding)

@@ -284,6 +284,30 @@ def _llama_zeros(d: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"))
 
 
+def _trained(name: str, vocab: Optional[str]) -> Callable[[Path], None]:
+    """A folder `tfx train` wrote (toy, one step), its vocab.json then replaced by `vocab`
+    (None: deleted)."""
+    def make(d: Path) -> None:
+        from tfx_cli import api
+
+        api.train(config="toy", pairs=ROOT / "samples" / "seed001.tsv", output=d / name,
+                  steps=1)
+        if vocab is None:
+            (d / name / "vocab.json").unlink()
+        else:
+            (d / name / "vocab.json").write_text(vocab, encoding="utf-8")
+    return make
+
+
+GEMMA_LIKE = json.dumps({"name": "tiny-gemma", "vocab_size": 256, "context_length": 16,
+                         "d_model": 8, "n_heads": 2, "n_kv_heads": 1, "n_layers": 1,
+                         "d_ff": 16, "norm": "rmsnorm", "norm_plus_one": True,
+                         "embed_scale": True, "tokenizer": "byte", "activation": "gelu",
+                         "positional": "rope"})
+PAIRS = (ROOT / "samples" / "seed001.tsv").read_text(encoding="utf-8")
+SMALL_GPT2 = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2"]
+
+
 # -- corpus commands -------------------------------------------------------------------
 TINY = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2"]
 
@@ -789,6 +813,59 @@ CASES = [
     Case("attribute-wrong-split", "attribute --wrong of more than one token",
          ["attribute", SENTENCE, *WORDY, "--answer", "win", "--wrong", "or die"],
          "InputTextError", "must be one token"),
+    # issue 25: non-finite values, repeated options, runaway output, damaged folders
+    Case("nan-steer-scale", "--scale so large the steered stream overflows float32",
+         ["next", "hi", *WORDY, "--steer", "blocks.0.resid_pre", "--toward", "win",
+          "--away", "die", "--scale", "1e30"], "NonFiniteError", "use a smaller --scale"),
+    Case("nan-train-lr", "train with a learning rate that diverges",
+         ["train", *TOY, "--pairs", "p.tsv", "-o", "out", "--lr", "1e6", "--steps", "60"],
+         "NonFiniteError", "lower --lr", files=(_text("p.tsv", PAIRS),)),
+    Case("float16-gemma", "--dtype float16 on a Gemma model (it overflows float16)",
+         ["next", "hi", "-c", "gemma.json", "--dtype", "float16"], "UsageError",
+         "--dtype bfloat16", files=(_text("gemma.json", GEMMA_LIKE),)),
+    Case("steer-counts", "--steer twice but --toward three times",
+         ["next", "hi", *WORDY, "--steer", "embed.out", "--steer", "blocks.0.resid_pre",
+          "--toward", "a", "--toward", "b", "--toward", "c", "--away", "d"], "UsageError",
+         "--steer is given 2 times but --toward 3 times"),
+    Case("steer-token-ids", "--steer tokens.ids (ids, not activations)",
+         ["next", "hi", *WORDY, "--steer", "tokens.ids", "--toward", "a", "--away", "b"],
+         "SelectError", "use embed.tok or embed.out"),
+    Case("ablate-glob", "--ablate a glob instead of site names",
+         ["next", "hi", *WORDY, "--ablate", "blocks.*.attn.out"], "SelectError",
+         "is a glob"),
+    Case("ablate-target-position", "--ablate a decoder position past the target",
+         ["next", SENTENCE, *TOY, "--target", "you win", "--ablate",
+          "decoder.blocks.0.cross.pattern:p=5"], "RangeError",
+         "the target (with its start token) has 3 tokens"),
+    Case("stdin-twice", "patch reading CLEAN and --corrupt both from stdin",
+         ["patch", "-", "--corrupt", "-", "--answer", "a", "--wrong", "b", *WORDY],
+         "InputTextError", "standard input can be read once", stdin=b"hello\n",
+         shown="echo hello | tfx patch - --corrupt - --answer a --wrong b -c gpt2 …"),
+    Case("answer-emoji", "an --answer no single token spells (an emoji)",
+         ["attribute", "hello", *SMALL_GPT2, "--answer", "\U0001F4A5"], "InputTextError",
+         "no single token of this tokenizer spells it"),
+    Case("report-too-large", "report whose page would pass 200 MB",
+         ["report", "a" * 1100, "-c", "gpt124m", "--layers", "1", "--d-model", "64",
+          "--heads", "64", "--context", "2048", "-t", "byte", "-o", "r.html"],
+         "OutputFileError", "the page would be about",
+         shown='tfx report "aaa… (1,100 bytes)" -c gpt124m --layers 1 --d-model 64 '
+               '--heads 64 --context 2048 -t byte -o r.html'),
+    Case("train-output-no-folder", "train -o inside a folder that does not exist",
+         ["train", *TOY, "--pairs", "p.tsv", "-o", "nodir/sub/out"], "UsageError",
+         "does not exist", files=(_text("p.tsv", PAIRS),)),
+    Case("train-output-empty", "train -o with an empty name",
+         ["train", *TOY, "--pairs", "p.tsv", "-o", ""], "UsageError", "--output is empty",
+         files=(_text("p.tsv", PAIRS),), shown='tfx train -c toy --pairs p.tsv -o ""'),
+    Case("trained-vocab-missing", "a trained folder without its vocab.json",
+         ["next", "you win", "-w", "tr"], "WeightsError", "has no vocab.json",
+         files=(_trained("tr", None),)),
+    Case("trained-vocab-empty", "a trained folder whose vocab.json is empty",
+         ["next", "you win", "-w", "tr"], "TokenizerError", "is not a tfx vocabulary",
+         files=(_trained("tr", ""),)),
+    Case("trained-vocab-short", "a trained folder whose vocab.json lists too few tokens",
+         ["generate", "you win", "-w", "tr", "-n", "2"], "WeightsError",
+         "the folder is damaged",
+         files=(_trained("tr", '{"format": "tfx-vocab/1", "kind": "word", "tokens": []}'),)),
     # masked language models (fill-mask) and the families' missing norms
     Case("mask-on-causal", "a [MASK] to fill on a causal model",
          ["next", "Paris is the [MASK] of France."], "InputTextError", "is a causal model"),

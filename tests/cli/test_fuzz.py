@@ -8,16 +8,29 @@ Models stay cheap (the toy encoder, an 8-wide GPT on bytes, a Llama-like 8-wide 
 and sizes are either small or far past a limit, so every example runs in milliseconds.
 Hostile sizes that are legal but slow (a million new tokens, --plot's drawing) are left
 to their own tests. `pytest --hypothesis-show-statistics` shows what was drawn.
+
+Besides the commands' own options the draws cover the surfaces where a wrong answer
+could still exit 0 (issue 25): --dtype (float16 and bfloat16 included), --device,
+--max-memory, interventions (repeated --steer, scales past float32's range), `train`
+(diverging --lr, bad outputs: a refused run writes no folder) and the Python API
+(values of every type for every keyword). Two properties hold throughout: an exit-0
+answer holds no NaN or infinity, and nothing ends in an internal error. 500 invocations
+per run in all (CLI and API together; TFX_FUZZ_EXAMPLES sets the total).
 """
 import json
+import math
 import os
+import re
 
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tfx_cli import api
 from tfx_cli.cli import app
+from tfx_cli.errors import TfxError
 
 LLAMA_LIKE = {"vocab_size": 256, "context_length": 32, "d_model": 8, "n_heads": 2,
               "n_kv_heads": 1, "n_layers": 1, "d_ff": 12, "norm": "rmsnorm",
@@ -59,6 +72,13 @@ SITES = mix(st.sampled_from(["embed.out", "blocks.0.resid_pre", "blocks.0.attn.c
                              "embed.out:p=99", "blocks.0.attn.scores", "x:h=", ":",
                              "blocks.0.resid_pre:p=-1", "logits", "blocks.0.attn.k:h=0:h=0",
                              "blocks.0.ln1.var", "tokens.ids"]))
+# finite on the command line, but past float32's range once multiplied in (issue 25 item 3)
+SCALES = st.one_of(FLOATS, st.sampled_from(["1e30", "-1e30", "3.4e38", "1e20", "4", "-2"]))
+DTYPES = mix(st.sampled_from(["float32", "bfloat16", "float16"]),
+             st.sampled_from(["float64", "half", "int8", "", "FLOAT32"]))
+MODEL_EXTRAS = [("--dtype", DTYPES),
+                ("--device", st.sampled_from(["cpu", "cpu", "cuda", "cuda:7", "mps", "", "x"])),
+                ("--max-memory", st.sampled_from(["1GB", "64MB", "1kB", "0", "x", "", "-1MB"]))]
 TOKENS = mix(st.sampled_from(["win", "you", " a", "e", "die"]),
              st.sampled_from(["", " ", "you win", "\x00", "💥", "zzzzzzzz"]))
 SHOW = mix(st.sampled_from(["pattern", "q,k,v", "scores,scaled,masked", "out,concat,context"]),
@@ -125,6 +145,8 @@ def model_args(draw, encoder_ok: bool = True):
                                                      ""]))]
     if draw(st.integers(0, 8)) == 0:
         args += ["--weights", draw(st.sampled_from(["nothere", "", "minilm", "BADJSON"]))]
+    for option, values in MODEL_EXTRAS:
+        args += maybe(draw, option, values, 4 if option == "--dtype" else 10)
     return args
 
 
@@ -138,14 +160,54 @@ def flag(draw, name: str, p: int = 3) -> list:
 
 
 @st.composite
+def train_args(draw):
+    """tfx train on tiny models and a few examples: a handful of steps, learning rates
+    that train or diverge, outputs that are fine, taken, nested in nothing or empty. Half
+    the runs are sane throughout (so some train to the end), the others have one hostile
+    value or more."""
+    sane = draw(st.booleans())
+
+    def pick(good, bad):
+        return draw(good if sane else mix(good, bad))
+
+    base = draw(st.sampled_from(["toy", "toy", "gpt", "llama"]))
+    args = ["train"]
+    if base == "toy":
+        args += ["-c", "toy"]
+        args += pick(st.just(["--pairs", "PAIRS"]), st.sampled_from(
+            [["--text", "CORPUS"], ["--pairs", "nothere"], ["--pairs", "CORPUS"], []]))
+    else:
+        args += (["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2",
+                  "--context", "16"] if base == "gpt" else ["-c", "LLAMA_CONFIG"])
+        args += pick(st.just(["--text", "CORPUS"]), st.sampled_from(
+            [["--pairs", "PAIRS"], ["--text", "nothere"], ["--text", "OUT"], []]))
+    args += ["-o", pick(st.sampled_from([f"OUT/trained-{i}" for i in range(60)]),
+                        st.sampled_from(["", "OUT", "OUT/missing/sub/t", "PAIRS"]))]
+    args += ["--steps", pick(st.sampled_from(["1", "2", "3"]),
+                             st.sampled_from(["0", "-1", "x", "", "1.5", "100001"]))]
+    if draw(st.booleans()):
+        args += ["--lr", pick(st.sampled_from(["0.01", "0.1", "1"]),
+                              st.sampled_from(["1e6", "1e30", "0", "-1", "nan", "x"]))]
+    if draw(st.integers(0, 3)) == 0:
+        args += ["--tokenizer", pick(st.sampled_from(["word", "char"]),
+                                     st.sampled_from(["byte", "gpt2", ""]))]
+    args += maybe(draw, "--seed", INTS, 6) if not sane else []
+    args += flag(draw, "--force", 6)
+    return args + (["--json"] if draw(st.booleans()) else [])
+
+
+@st.composite
 def invocations(draw):
     """(argv, stdin bytes or None, whether --json was asked for)."""
     command = draw(st.sampled_from(["tokenize", "embed", "posenc", "attend", "layernorm",
                                     "ffn", "trace", "generate", "next", "lens", "report",
                                     "patch", "attribute", "configs", "count-params",
-                                    "bogus"]))
+                                    "train", "train", "bogus"]))
     text = draw(TEXTS)
     wants_json = draw(st.booleans()) and command not in ("report", "bogus")
+    if command == "train":
+        args = draw(train_args())
+        return args, None, "--json" in args
 
     json_flag = ["--json"] if wants_json else []
     if command != "bogus" and draw(st.integers(0, 3)) == 0:
@@ -186,9 +248,10 @@ def invocations(draw):
     if command in ("attend", "trace", "generate", "next", "lens", "report", "patch"):
         opts += maybe(draw, "--ablate", SITES, 4)
         opts += maybe(draw, "--ablate-mode", st.sampled_from(["zero", "mean", "x"]), 8)
-    if command in ("trace", "generate", "next") and draw(st.integers(0, 4)) == 0:
-        opts += ["--steer", draw(SITES)] + maybe(draw, "--toward", TEXTS, 2)
-        opts += maybe(draw, "--away", TEXTS, 2) + maybe(draw, "--scale", FLOATS, 2)
+    if command in ("trace", "generate", "next") and draw(st.integers(0, 2)) == 0:
+        for _ in range(draw(st.integers(1, 3))):  # --steer may repeat, each with its pair
+            opts += ["--steer", draw(SITES)] + maybe(draw, "--toward", TEXTS, 2)
+            opts += maybe(draw, "--away", TEXTS, 2) + maybe(draw, "--scale", SCALES, 2)
     if command == "patch":
         opts += maybe(draw, "--corrupt", TEXTS, 1) + maybe(draw, "--answer", TOKENS, 1)
         opts += maybe(draw, "--wrong", TOKENS, 1)
@@ -243,11 +306,12 @@ def places(tmp_path_factory):
     (root / "bad.json").write_text('{"d_model": 8,', encoding="utf-8")
     (root / "out").mkdir()
     (root / "corpus.txt").write_text("you win or you die", encoding="utf-8")
+    (root / "pairs.tsv").write_text("you play\tyou win\nyou lose\tyou die\n", encoding="utf-8")
     (root / "inputs.json").write_text('{"x": [[1, 0], [0, 1]], "w_q": [[1], [0]], '
                                       '"w_k": [[1], [0]], "w_v": [[1], [0]]}', encoding="utf-8")
     return {"LLAMA_CONFIG": str(root / "llama.json"), "BADJSON": str(root / "bad.json"),
             "OUT": str(root / "out"), "CORPUS": str(root / "corpus.txt"),
-            "INPUTS": str(root / "inputs.json")}
+            "INPUTS": str(root / "inputs.json"), "PAIRS": str(root / "pairs.tsv")}
 
 
 LLAMA_CONFIG_DATA = LLAMA_LIKE
@@ -266,14 +330,32 @@ def substitute(args: list, places: dict) -> list:
     return out
 
 
-# 500 in CI (about 25 s here); TFX_FUZZ_EXAMPLES=20000 for a long hunt
-@settings(max_examples=int(os.environ.get("TFX_FUZZ_EXAMPLES", "500")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+# The 500 invocations of a run: most through the CLI, the rest through the API.
+TOTAL = int(os.environ.get("TFX_FUZZ_EXAMPLES", "500"))
+# the same draws on every run (a failure reproduces); TFX_FUZZ_SEED=N for other ones
+SEED = int(os.environ.get("TFX_FUZZ_SEED", "25"))
+API_SHARE = 0.2
+FUZZ = dict(deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+# NaN, or +inf, written in a view ("-inf" is a masked score, by design)
+NAN_WORD = re.compile(r"(?<![\w-])(nan|inf)(?![\w-])")
+
+
+def _trained_folder(args: list):
+    """The folder a train run was told to write, or None."""
+    if args[0] != "train" or "-o" not in args:
+        return None
+    return args[args.index("-o") + 1] or None
+
+
+@seed(SEED)
+@settings(max_examples=TOTAL - int(TOTAL * API_SHARE), **FUZZ)
 @given(invocations())
 def test_fuzz_cli(places, drawn):
     args, stdin, wants_json = drawn
     args = substitute(args, places)
+    folder = _trained_folder(args)
+    existed = folder is not None and os.path.exists(folder)
     result = CliRunner().invoke(app, args, input=stdin,
                                 env={"TFX_QUIET": "1", "COLUMNS": "100", "NO_COLOR": "1"})
     event(f"{args[0]} exit {result.exit_code}")
@@ -286,6 +368,8 @@ def test_fuzz_cli(places, drawn):
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("tfx: error: "), (args, err)
         assert result.stdout == "", args
+        if folder is not None and not existed:  # a refused or diverged train writes nothing
+            assert not os.path.exists(folder), (args, err)
         return
     assert len(err.splitlines()) <= 3, (args, err)  # a warning or two at most
     # a checkpoint brings its tokenizer: no run may read its weights with another one
@@ -293,3 +377,106 @@ def test_fuzz_cli(places, drawn):
     assert not ({"-w", "--weights"} & names and {"-t", "--tokenizer"} & names), args
     if wants_json:
         json.loads(result.stdout, parse_constant=_no_constants)
+    elif not NAN_WORD.search(" ".join(args)):  # no 'nan' the user typed, shown back
+        assert not NAN_WORD.search(result.stdout), (args, result.stdout)
+
+
+# -- the Python API: every keyword, values of every type ---------------------------------
+class Odd:
+    """Something no option takes."""
+
+    def __repr__(self):
+        return "Odd()"
+
+
+ANYTHING = st.sampled_from([None, 0, 1, -1, 2.5, float("nan"), float("inf"), True, "", "x",
+                            b"\xff", [], [None], {}, {"a": 1}, Odd(), (1, 2), 10**30])
+NUMPY = st.sampled_from(["int64", "float32", "bool_"]).flatmap(
+    lambda kind: st.sampled_from([0, 1, 4]).map(lambda v: getattr(np, kind)(v)))
+API_TEXTS = st.one_of(st.sampled_from(["hello", "When you play game", "you win"]),
+                      st.sampled_from(["", b"hello", b"caf\xe9", "💥", " ", "-"]), ANYTHING)
+API_SITES = st.one_of(SITES, st.lists(SITES, max_size=3), ANYTHING)
+API_VALUES = {
+    "ablate": API_SITES, "ablate_mode": st.sampled_from(["zero", "mean", "x", None, 3]),
+    "steer": API_SITES, "toward": st.one_of(TOKENS, st.lists(TOKENS, max_size=3), ANYTHING),
+    "away": st.one_of(TOKENS, st.lists(TOKENS, max_size=3), ANYTHING),
+    "scale": st.one_of(SCALES, st.lists(SCALES, max_size=3), NUMPY, ANYTHING),
+    "select": st.one_of(GLOBS, st.lists(GLOBS, max_size=2), ANYTHING),
+    "truncate": st.one_of(st.booleans(), NUMPY, ANYTHING),
+    "temperature": st.one_of(FLOATS, NUMPY, ANYTHING), "top_k": st.one_of(INTS, ANYTHING),
+    "candidates": st.one_of(INTS, NUMPY, ANYTHING), "max_new_tokens": st.one_of(
+        st.sampled_from([1, 2, "2", 0, -1]), NUMPY, ANYTHING),
+    "layer": st.one_of(SMALL_INTS, NUMPY, ANYTHING), "head": st.one_of(SMALL_INTS, ANYTHING),
+    "dtype": st.one_of(DTYPES, ANYTHING), "device": st.sampled_from(["cpu", None, "cuda", 0,
+                                                                    "x"]),
+    "seed": st.one_of(INTS, NUMPY, ANYTHING), "max_memory": st.sampled_from(
+        ["1GB", "1kB", None, 0, 10**12, "x"]),
+    "corrupt": API_TEXTS, "answer": st.one_of(TOKENS, ANYTHING),
+    "wrong": st.one_of(TOKENS, ANYTHING),
+    "site": st.sampled_from(["resid_pre", "heads", "ffn_out", "x", None, 1]),
+    "batch": st.one_of(st.sampled_from([1, 4, "2"]), ANYTHING),
+    "per_head": st.one_of(st.booleans(), ANYTHING),
+}
+API_FUNCTIONS = {
+    "next": ["ablate", "ablate_mode", "steer", "toward", "away", "scale", "truncate",
+             "temperature", "top_k", "candidates"],
+    "trace": ["select", "ablate", "steer", "toward", "away", "scale", "truncate"],
+    "generate": ["max_new_tokens", "temperature", "steer", "toward", "away", "scale",
+                 "ablate"],
+    "lens": ["ablate", "truncate"],
+    "attend": ["layer", "head", "ablate", "truncate"],
+    "layernorm": ["layer", "truncate"], "ffn": ["layer", "truncate"],
+    "patch": ["corrupt", "answer", "wrong", "site", "batch", "ablate"],
+    "attribute": ["answer", "wrong", "per_head"],
+}
+API_MODEL = dict(config="gpt124m", layers=2, d_model=16, heads=2, tokenizer="byte",
+                 context=32)
+
+
+@st.composite
+def api_calls(draw):
+    """(function name, text, keywords): the model's keywords always, a few of the
+    function's own, and now and then a model keyword with an odd value."""
+    name = draw(st.sampled_from(sorted(API_FUNCTIONS)))
+    kwargs = dict(API_MODEL)
+    if name == "patch":
+        kwargs.update(corrupt="jello", answer="o", wrong="x")
+    elif name == "attribute":
+        kwargs.update(answer="o")
+    for key in draw(st.lists(st.sampled_from(API_FUNCTIONS[name]), max_size=4, unique=True)):
+        kwargs[key] = draw(API_VALUES[key])
+    for key in ("dtype", "device", "seed", "max_memory"):
+        if draw(st.integers(0, 7)) == 0:
+            kwargs[key] = draw(API_VALUES[key])
+    return name, draw(API_TEXTS), kwargs
+
+
+def _finite_numbers(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite_numbers(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite_numbers(v) for v in value)
+    return True
+
+
+@seed(SEED)
+@settings(max_examples=int(TOTAL * API_SHARE), **FUZZ)
+@given(api_calls())
+def test_fuzz_api(drawn):
+    """A result whose document holds only finite numbers, or a tfx_cli.errors error the
+    CLI would print (exit 2, or 1 for a runtime failure): never a TypeError,
+    AttributeError or any other exception."""
+    name, text, kwargs = drawn
+    call = getattr(api, name)
+    try:
+        result = call(text, **kwargs)
+    except TfxError as exc:
+        event(f"api.{name} {type(exc).__name__}")
+        assert exc.exit_code in (1, 2) and exc.message and "\n" not in exc.message, exc
+        return
+    event(f"api.{name} ok")
+    doc = result.to_dict()
+    assert _finite_numbers(doc), (name, text, kwargs)
+    json.dumps(doc, allow_nan=False)

@@ -8,8 +8,9 @@ from ..core.spec import SPEC_DEFAULTS, spec_config
 from ..errors import InputTextError, UsageError
 from ._model import Model, _model, report_html, write_report  # noqa: F401 (re-exported)
 from ._options import (_check_edits, _check_layer, _needs_head, _one_of_text_or_length, _spec,
-                       _text)
+                       _text, checked)
 from ._options import _masked_lm_checks
+from ..values import as_path
 
 if TYPE_CHECKING:  # the result classes load with the command that makes them
     from ..core.results import (AttendInputsResult, AttendResult, AttributeResult,
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the result classes load with the command that makes them
 
 
 # -- commands without a model --------------------------------------------------------
+@checked
 def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | None = None,
              config: str | None = None, weights: str | None = None) -> TokenizeResult:
     """Split `text` into tokens: with `tokenizer`, the tokenizer of `weights` (read from
@@ -44,6 +46,7 @@ def tokenize(text: str, *, tokenizer: str | None = None, corpus: str | Path | No
         round_trip=decoded == text, special_tokens=tok.added_specials(ids))
 
 
+@checked
 def configs() -> ConfigsResult:
     """Every preset with its shape, switches and parameter count."""
     from ..core.presets import DEFAULT_CONFIG, PRESETS
@@ -54,6 +57,7 @@ def configs() -> ConfigsResult:
                          presets=[Preset(cfg, total_params(cfg)) for cfg in PRESETS.values()])
 
 
+@checked
 def count_params(*, config: str | None = None, weights: str | None = None,
                  heads: int | None = None, layers: int | None = None,
                  d_model: int | None = None, context: int | None = None,
@@ -97,6 +101,7 @@ def count_params(*, config: str | None = None, weights: str | None = None,
     return result
 
 
+@checked(text=as_path)
 def train(*, output: str | Path, pairs: str | Path | None = None,
           text: str | Path | None = None, steps: int = 200, lr: float = 0.01,
           force: bool = False, **model: Any) -> TrainResult:
@@ -129,6 +134,7 @@ def train(*, output: str | Path, pairs: str | Path | None = None,
 
 
 # -- stage commands ------------------------------------------------------------------
+@checked
 def embed(text: str, *, truncate: bool = False, target: str | None = None,
           stack: str | None = None, **model: Any) -> EmbedResult:
     """Token embedding rows, positional rows and their sum (builds no block); the
@@ -136,6 +142,7 @@ def embed(text: str, *, truncate: bool = False, target: str | None = None,
     return _model(model, blocks=0).embed(text, truncate=truncate, target=target, stack=stack)
 
 
+@checked
 def posenc(text: str | None = None, *, length: int | None = None, truncate: bool = False,
            **model: Any) -> PosencResult:
     """The positional encoding for `text`'s positions, or for positions 0..length-1."""
@@ -154,6 +161,7 @@ def posenc(text: str | None = None, *, length: int | None = None, truncate: bool
         text, length=length, truncate=truncate)
 
 
+@checked
 def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            show: Sequence[str] | None = None, explain: bool = False,
@@ -193,6 +201,7 @@ def attend(text: str | None = None, *, layer: int = 0, head: int | None = None,
         sae_site=sae_site)
 
 
+@checked
 def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool = False,
               target: str | None = None, stack: str | None = None,
               **model: Any) -> LayerNormResult:
@@ -205,6 +214,7 @@ def layernorm(text: str, *, layer: int = 0, which: str = "ln1", truncate: bool =
         text, layer=layer, which=which, truncate=truncate, target=target, stack=stack)
 
 
+@checked
 def ffn(text: str, *, layer: int = 0, truncate: bool = False, target: str | None = None,
         stack: str | None = None, **model: Any) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation, activation and output."""
@@ -213,6 +223,7 @@ def ffn(text: str, *, layer: int = 0, truncate: bool = False, target: str | None
                                                        target=target, stack=stack)
 
 
+@checked
 def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = False,
           ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
           steer: str | None = None, toward: str | None = None, away: str | None = None,
@@ -228,6 +239,7 @@ def trace(text: str, *, select: Sequence[str] | None = None, truncate: bool = Fa
                                **edits)
 
 
+@checked
 def model_config(**model: Any):
     """The ModelConfig the model options name (a preset with overrides, or a checkpoint's
     architecture read from its header): no weights are built or loaded."""
@@ -237,6 +249,7 @@ def model_config(**model: Any):
 
 
 
+@checked
 def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None,
              stop: Sequence[str] | None = None, candidates: int = 5, no_cache: bool = False,
@@ -265,6 +278,7 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
         truncate=truncate, ignore_eos=ignore_eos, on_text=on_text, target=target, **edits)
 
 
+@checked
 def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # noqa: A001
          top_p: float | None = None, candidates: int = 10, truncate: bool = False,
          ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
@@ -287,6 +301,7 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
                               **edits)
 
 
+@checked
 def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
          ablate_mode: str | None = None, target: str | None = None,
          sae: str | None = None, sae_site: str | None = None, **model: Any) -> LensResult:
@@ -298,6 +313,7 @@ def lens(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = No
                               target=target, sae=sae, sae_site=sae_site)
 
 
+@checked
 def report(text: str, *, show_layers: str | Iterable[int] | None = None, candidates: int = 5,
            truncate: bool = False, output: str | Path | None = None, force: bool = False,
            ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
@@ -317,6 +333,7 @@ def report(text: str, *, show_layers: str | Iterable[int] | None = None, candida
 
 
 # -- interventions -----------------------------------------------------------------
+@checked
 def patch(clean: str | None = None, *, corrupt: str | None = None,
           answer: str | None = None, wrong: str | None = None,
           pairs: str | Path | None = None, site: str = "resid_pre",
@@ -382,6 +399,7 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
                                sae_site=sae_site)
 
 
+@checked
 def attribute(text: str, *, answer: str, wrong: str | None = None, per_head: bool = False,
               truncate: bool = False, target: str | None = None, sae: str | None = None,
               sae_site: str | None = None,

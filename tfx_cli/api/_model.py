@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from ..errors import UsageError
-from ._options import _one_of_text_or_length, _spec, _target, _text
+from ._options import _one_of_text_or_length, _spec, _target, _text, checked
 
 if TYPE_CHECKING:
     from ..core.results import FeaturesResult
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
                                 PatchResult, PosencResult, ReportResult, TraceResult)
 
 
+@checked
 def load(**model: Any) -> "Model":
     """A model to run many stages on: `api.load(config="gpt124m", seed=123)`, or real
     weights with `api.load(weights="smollm2")`. Takes the model options only."""
@@ -75,6 +76,7 @@ class Model:
         source = f"weights {info.weights}" if info.weights else f"seed {info.seed}"
         return f"<tfx Model {info.name} · {source}>"
 
+    @checked
     def embed(self, text: str, *, truncate: bool = False, target: str | None = None,
               stack: str | None = None) -> EmbedResult:
         from ..core.analysis.stages import embed
@@ -82,6 +84,7 @@ class Model:
         return embed(self._loaded, _text(text), truncate=truncate,
                             target=_target(target), stack=stack)
 
+    @checked
     def posenc(self, text: str | None = None, *, length: int | None = None,
                truncate: bool = False) -> PosencResult:
         from ..core.analysis.stages import posenc
@@ -90,6 +93,7 @@ class Model:
         return posenc(self._loaded, None if text is None else _text(text),
                              length=length, truncate=truncate)
 
+    @checked
     def attend(self, text: str, *, layer: int = 0, head: int | None = None,
                mask: str | None = None, kv: str | None = None,
                valid_lens: int | None = None, show: Sequence[str] | None = None,
@@ -111,6 +115,7 @@ class Model:
                                     cross=cross),
             ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
 
+    @checked
     def layernorm(self, text: str, *, layer: int = 0, which: str = "ln1",
                   truncate: bool = False, target: str | None = None,
                   stack: str | None = None) -> LayerNormResult:
@@ -122,6 +127,7 @@ class Model:
         return layernorm(self._loaded, _text(text), layer=layer, which=which,
                                 truncate=truncate, target=_target(target), stack=stack)
 
+    @checked
     def ffn(self, text: str, *, layer: int = 0, truncate: bool = False,
             target: str | None = None, stack: str | None = None) -> FFNResult:
         from ..core.analysis.stages import ffn
@@ -129,6 +135,7 @@ class Model:
         return ffn(self._loaded, _text(text), layer=layer, truncate=truncate,
                           target=_target(target), stack=stack)
 
+    @checked
     def trace(self, text: str, *, select: Sequence[str] | None = None,
               truncate: bool = False, ablate: Sequence[str] | None = None,
               ablate_mode: str | None = None, steer: str | None = None,
@@ -144,6 +151,7 @@ class Model:
             source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
             away=away, scale=scale, sae=sae, sae_site=sae_site, steer_feature=steer_feature)
 
+    @checked
     def generate(self, prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None,
                  stop: Sequence[str] | None = None, candidates: int = 5,
@@ -172,6 +180,7 @@ class Model:
             toward=toward, away=away, scale=scale, sae=sae, sae_site=sae_site,
             steer_feature=steer_feature)
 
+    @checked
     def next(self, text: str, *, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, candidates: int = 10,
              truncate: bool = False, ablate: Sequence[str] | None = None,
@@ -192,6 +201,7 @@ class Model:
             source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
             away=away, scale=scale, sae=sae, sae_site=sae_site, steer_feature=steer_feature)
 
+    @checked
     def lens(self, text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
              ablate_mode: str | None = None, target: str | None = None,
              sae: str | None = None, sae_site: str | None = None) -> LensResult:
@@ -202,6 +212,7 @@ class Model:
                             ablate=ablate, ablate_mode=ablate_mode, sae=sae,
                             sae_site=sae_site)
 
+    @checked
     def patch(self, clean: str, *, corrupt: str, answer: str, wrong: str,
               site: str = "resid_pre", batch: int | None = None, truncate: bool = False,
               ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
@@ -224,6 +235,7 @@ class Model:
             ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site,
             sae_used=site == "features" or None)
 
+    @checked
     def attribute(self, text: str, *, answer: str, wrong: str | None = None,
                   per_head: bool = False, truncate: bool = False,
                   target: str | None = None, sae: str | None = None,
@@ -251,6 +263,7 @@ class Model:
         return features(self._loaded, _text(text), sae=sae, sae_site=sae_site,
                         per_token=per_token, truncate=truncate)
 
+    @checked
     def report(self, text: str, *, show_layers: str | Iterable[int] | None = None,
                candidates: int = 5, truncate: bool = False, output: str | Path | None = None,
                force: bool = False, ablate: Sequence[str] | None = None,
@@ -279,7 +292,8 @@ class Model:
             lambda _: report(self._loaded, _text(text), layers=layers,
                                     top_k=candidates, truncate=truncate,
                                     output=None if path is None else str(path),
-                                    target=_target(target)),
+                                    target=_target(target), force=force,
+                                    progress=self._loaded.progress),
             ablate=ablate, ablate_mode=ablate_mode, sae=sae, sae_site=sae_site)
         if path is not None:
             write_report(result, path, force=force)

@@ -1,12 +1,123 @@
-"""The model options every API function takes, read into a ModelSpec, and the checks that
-refuse a bad value before any model is built or loaded."""
+"""How the API reads what it is given: every keyword checked by its kind (the one
+validation layer the CLI goes through too), the model options read into a ModelSpec, and
+the checks that refuse a bad value before any model is built or loaded.
+
+`@checked` wraps every API function and Model method: each argument whose name is in
+OPTION_KINDS is read by that kind's checker (tfx_cli/values.py) before the function runs,
+so `ablate="blocks.0.attn.out"` is one site, `select="blocks.*.attn.pattern"` one glob,
+`scale="4"` the number 4, `b"hello"` the text "hello", `device=None` the default, and
+`ablate=3`, `scale="x"` or `truncate="yes"` raise the tfx_cli.errors class (and message)
+the command line gives for the same value. A command's parameters that need more than
+their name says pass their own: `@checked(text=as_path)`.
+"""
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..core.spec import SPEC_FIELDS, ModelSpec, spec_config
+from ..core.spec import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from ..errors import InputTextError, UsageError
+from ..values import as_flag, as_float, as_int, as_names, as_path, as_text, as_texts
+
+
+def _positive(value, option):
+    return as_int(value, option, minimum=1)
+
+
+def _whole(value, option):
+    return as_int(value, option)
+
+
+def _count(value, option):
+    return as_int(value, option, minimum=0)
+
+
+def _number(value, option):
+    return as_float(value, option)
+
+
+def _floats(value, option):
+    """One number or one per --steer (--scale)."""
+    if isinstance(value, (list, tuple)):
+        return [as_float(v, option, finite=True) for v in value]
+    return as_float(value, option, finite=True)
+
+
+def _seed(value, option):
+    return as_int(value, option, minimum=0, maximum=2**64 - 1)
+
+
+def _maybe_flag(value, option):
+    """A flag whose None means "leave it" (count-params --tie/--no-tie)."""
+    return None if value is None else as_flag(value, option)
+
+
+# keyword -> the checker its value goes through; the message names the option as the
+# command line spells it (`max_new_tokens` -> --max-new-tokens; TEXT for the text).
+OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
+    # the input texts, and options that take one text
+    "text": as_text, "prompt": as_text, "clean": as_text, "corrupt": as_text,
+    "kv": as_text, "target": as_text, "answer": as_text, "wrong": as_text,
+    "ablate_mode": as_text, "mask": as_text, "which": as_text, "stack": as_text,
+    "site": as_text, "show_layers": lambda v, o: v if not isinstance(v, (str, bytes))
+    else as_text(v, o),
+    # names, one or many, comma lists allowed (a string is one item)
+    "ablate": as_names, "select": as_names, "show": as_names, "steer": as_names,
+    # texts, one or many (commas are part of a text)
+    "stop": as_texts, "toward": as_texts, "away": as_texts,
+    # numbers
+    "layer": _whole, "head": _whole, "query_pos": _whole, "valid_lens": _whole,
+    "length": _whole, "max_new_tokens": _whole, "top_k": _whole, "candidates": _count,
+    "batch": _positive, "seq_len": _positive, "vocab_size": _whole, "steps": _whole,
+    "temperature": _number, "top_p": _number, "lr": _number, "scale": _floats,
+    # flags
+    "truncate": as_flag, "explain": as_flag, "cross": as_flag, "per_head": as_flag,
+    "no_cache": as_flag, "ignore_eos": as_flag, "verify": as_flag, "force": as_flag,
+    "no_cache_weights": as_flag, "tie": _maybe_flag,
+    # files
+    "output": as_path, "pairs": as_path, "inputs": as_path, "corpus": as_path,
+    # the model options
+    "config": as_text, "weights": as_text, "tokenizer": as_text, "seed": _seed,
+    "heads": _positive, "layers": _positive, "d_model": _positive, "context": _positive,
+    "dtype": as_text, "max_memory": as_text, "device": as_text,
+}
+_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN"}  # positional on the CLI
+
+
+def option_name(keyword: str) -> str:
+    """How the command line spells a keyword: --max-new-tokens, or TEXT."""
+    return _ARGUMENTS.get(keyword) or "--" + keyword.replace("_", "-")
+
+
+def read_option(keyword: str, value: Any, kinds: dict | None = None) -> Any:
+    """`value` read by its keyword's kind (unchanged when the keyword has none)."""
+    kind = (kinds or {}).get(keyword) or OPTION_KINDS.get(keyword)
+    return value if kind is None else kind(value, option_name(keyword))
+
+
+def checked(fn: Callable | None = None, **kinds: Callable[[Any, str], Any]):
+    """Read every argument of `fn` (and of its **model options) by its kind before `fn`
+    runs; `kinds` gives a parameter a kind of its own (train's text is a path)."""
+    def wrap(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            bound = signature.bind_partial(*args, **kwargs)
+            for name, value in bound.arguments.items():
+                param = signature.parameters[name]
+                if param.kind is param.VAR_KEYWORD:
+                    bound.arguments[name] = {k: read_option(k, v, kinds)
+                                             for k, v in value.items()}
+                elif name != "self":
+                    bound.arguments[name] = read_option(name, value, kinds)
+            return fn(*bound.args, **bound.kwargs)
+
+        return call
+
+    return wrap(fn) if fn is not None else wrap
 
 
 class _Hooks(dict):
@@ -26,6 +137,9 @@ def _spec(options: dict[str, Any]) -> tuple[ModelSpec, _Hooks]:
     if unknown:
         raise TypeError(f"unknown model option(s) {', '.join(unknown)}; valid: "
                         f"{', '.join(SPEC_FIELDS)}, progress, notice")
+    # None is "not given": the default (device=None runs on the CPU)
+    options = {k: read_option(k, v) for k, v in options.items()
+               if v is not None or SPEC_DEFAULTS[k] is None}
     for name in ("config", "weights", "tokenizer"):
         if options.get(name) is not None and not str(options[name]).strip():
             flag = "--" + name.replace("_", "-")
@@ -45,7 +159,8 @@ def _spec(options: dict[str, Any]) -> tuple[ModelSpec, _Hooks]:
 def _text(text: str | None, what: str = "text") -> str:
     if text is None:
         raise InputTextError(f"no {what} given; pass it as an argument or '-' to read stdin")
-    if not isinstance(text, str) or not text.strip():
+    text = as_text(text, what)
+    if not text.strip():
         raise InputTextError(f"the {what} is empty; give at least one word, e.g. \"Hello\"")
     return text
 

@@ -117,7 +117,7 @@ def generate(
     import sys
 
     from .. import api
-    from ..render.emit import emit
+    from ..render.emit import emit, progress
     from ..render.views.generate import TextStream
 
     text = read_prompt(prompt, encoding)
@@ -125,7 +125,9 @@ def generate(
     # an encoder–decoder writes a target: the stream shows it, not the source
     seq2seq = api.model_config(**model).is_encoder_decoder
     stream = None if quiet else TextStream(sys.stderr, (target or "") if seq2seq else text,
-                                           spaced=seq2seq)
+                                           spaced=seq2seq, before=progress)
+    if stream is not None:  # bars while the text streams go below it, never over it
+        model["progress"] = stream.progress
     try:
         result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,

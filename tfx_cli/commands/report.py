@@ -28,9 +28,6 @@ CandidatesOpt = Annotated[int, typer.Option(
     "--candidates", min=0, max=50, help="Most likely next tokens listed per position "
     "(causal models with an output head; 0 leaves them out).")]
 
-LARGE_BYTES = 50_000_000  # past this the page gets slow to open: say so
-
-
 @model_command
 def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
            candidates: CandidatesOpt = 5, target: TargetOpt = None,
@@ -56,7 +53,7 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
       tfx report "The cat sat on the mat." --weights minilm -o cat.html
     """
     from .. import api
-    from ..render.emit import emit, info, warn
+    from ..render.emit import emit, info
     from ..render.plot import check_output_path
 
     if output is None and not json_out:
@@ -72,15 +69,11 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
         output, force, suffixes=(".html", ".htm"), option="--output")
     started = time.perf_counter()
     m = api.load(**model)
-    n_tokens = len(m.tokenizer.encode(text))
-    pattern_bytes = 2 * m.config.n_layers * m.config.n_heads * n_tokens ** 2
-    if path is not None and pattern_bytes > LARGE_BYTES and show_layers is None:
-        warn(f"the page will hold {pattern_bytes * 4 / 3 / 1e6:.0f} MB of attention weights; "
-             "--show-layers picks fewer layers")
+    # the page's size is estimated, and refused past the output limit, before the work
     result = m.report(text, show_layers=show_layers, candidates=candidates, truncate=truncate,
-                      target=target, **edits)
+                      target=target, output=path, force=force, **edits)
     if path is not None:
-        size = api.write_report(result, path, force=force)
+        size = Path(path).stat().st_size
         seconds = time.perf_counter() - started
         info(f"wrote {path} ({size / 1e6:.2f} MB, {len(result.layers)} layers × "
              f"{result.n_heads} heads, {len(result.tokens)} tokens, {seconds:.1f} s)")

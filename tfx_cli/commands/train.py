@@ -1,6 +1,5 @@
 """`tfx train`: teach a small model a few examples and write a checkpoint folder."""
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -15,14 +14,14 @@ class Vocab(str, Enum):
 
 
 def train(
-    pairs: Annotated[Optional[Path], typer.Option(
+    pairs: Annotated[Optional[str], typer.Option(
         "--pairs", metavar="FILE.tsv", show_default=False,
         help="Lines of source, a tab, then target, for an encoder–decoder (toy, vaswani), e.g. "
              "samples/seed001.tsv.")] = None,
-    text: Annotated[Optional[Path], typer.Option(
+    text: Annotated[Optional[str], typer.Option(
         "--text", metavar="FILE", show_default=False,
         help="A text whose next tokens a decoder-only model learns.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Optional[str], typer.Option(
         "--output", "-o", metavar="DIR", show_default=False,
         help="The checkpoint folder to write (then --weights DIR in every command).")] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, max=100_000,

@@ -22,7 +22,8 @@ from .checkpoints.gguf import forget as forget_gguf
 from .checkpoints.plan import Plan, load_state as _load_state, plan_tensors
 from .checkpoints.torchfiles import forget as forget_torch
 from .config import ModelConfig, part_of
-from .memory import DTYPES, FREE_SHARE, Budget, available_memory, format_size
+from .memory import (DTYPES, FREE_SHARE, Budget, available_memory, check_precision,
+                     format_size)
 from .model import Transformer, build_model
 from .model.streaming import IN_MEMORY_SHARE, stream
 from .params import estimate_bytes
@@ -43,6 +44,9 @@ torch.set_grad_enabled(False)  # tfx only ever runs inference
 torch._C._set_deterministic_algorithms(True)
 
 SHOW_READING = 256 << 20  # a checkpoint this large shows progress while it is read
+# Measured here (tfx patch on smollm2, 2 CPU cores): float16 took 3x float32's time.
+FLOAT16_ON_CPU = ("float16 on the CPU saves memory, not time: without float16 matrix "
+                  "kernels it runs slower than float32 (about 3x here)")
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Loaded:
     spec: ModelSpec
     budget: Budget | None = None  # what a run may hold (None: nothing is checked)
     notice: Callable[[str], None] | None = None  # one-line notes for stderr
+    progress: Callable | None = None  # a factory for long work's progress (render.emit's)
 
     @property
     def info(self) -> ModelInfo:
@@ -91,6 +96,7 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None,
     whole or streamed from disk (core/streaming.py), and that runs are checked against.
     """
     cfg = spec_config(spec, progress=progress)
+    check_precision(cfg, spec.dtype, force=spec.force)
     tokenizer = model_tokenizer(spec, cfg)
     if not spec.weights and (spec.tokenizer or spec.corpus is not None):
         # a tokenizer the user chose for random weights sizes their embedding table
@@ -113,13 +119,15 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None,
         else:
             check_memory(cfg, force=spec.force, dtype=spec.dtype, budget=budget)
             model = build_model(cfg, spec.seed, blocks=want, dtype=dtype, device=spec.device)
+        if spec.dtype == "float16" and device.type == "cpu" and notice is not None:
+            notice(FLOAT16_ON_CPU)
         _CACHE[key] = (model, want)
         _BUDGET.clear()
         _BUDGET[key] = budget
     model, budget = _CACHE[key][0], _BUDGET.get(key)
     if model.residency.streamed:
         model.residency.progress = progress
-    return Loaded(cfg, model, tokenizer, spec, budget, notice)
+    return Loaded(cfg, model, tokenizer, spec, budget, notice, progress)
 
 
 def torch_device(name: str) -> torch.device:

@@ -2,8 +2,13 @@
 the core never draws; a caller hands in a factory (render.emit.progress) or None."""
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
+
+# Work that has run this long shows a bar (patch sweeps, lens and report on long texts);
+# quicker work shows nothing at all.
+LONG_WORK = 2.0  # seconds
 
 
 @contextmanager
@@ -27,7 +32,44 @@ def deferred(progress, description: str) -> Iterator[Callable]:
 
 
 
-__all__ = ["deferred"]
+@contextmanager
+def after(progress, description: str, seconds: float | None = None) -> Iterator[Callable]:
+    """Like `deferred`, for work that may be quick or long: nothing is shown until
+    `seconds` (default LONG_WORK) have passed, then the bar opens at the next
+    update(fraction, text). A sweep that ends in a second prints nothing."""
+    seconds = LONG_WORK if seconds is None else seconds
+    if progress is None:
+        yield lambda fraction=None, text=None: None
+        return
+    start = time.monotonic()
+    with deferred(progress, description) as shown:
+        opened = []
+
+        def update(fraction=None, text=None):
+            if not opened and time.monotonic() - start < seconds:
+                return
+            opened.append(True)
+            shown(fraction, text)
+
+        yield update
+
+
+@contextmanager
+def blocks(model, update: Callable, label: str, share: tuple[float, float] = (0.0, 1.0)):
+    """update() after every block a forward pass of `model` runs (fractions from
+    share[0] to share[1]): a long forward pass shows where it is."""
+    lo, hi = share
+
+    def on_block(prefix: str, i: int, n: int) -> None:
+        update(lo + (hi - lo) * (i + 1) / n, f"{label}: {prefix}block {i + 1} of {n}")
+
+    before = getattr(model, "on_block", None)
+    model.on_block = on_block
+    try:
+        yield
+    finally:
+        model.on_block = before
+
 
 
 @contextmanager
@@ -50,4 +92,4 @@ def counting(progress, description: str, total: int, unit: str) -> Iterator[Call
         yield update
 
 
-__all__ += ["counting"]
+__all__ = ["deferred", "after", "blocks", "counting", "LONG_WORK"]

@@ -3,6 +3,8 @@ and the finite range of an array. No Rich, no matplotlib, no torch; numpy on dem
 """
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:
@@ -27,6 +29,22 @@ def terminal_text(text: str) -> str:
         return text
     return "".join((f"<0x{ord(ch):02X}>" if ord(ch) < 0x100 else f"<U+{ord(ch):04X}>")
                    if ch in _DRIVES else ch for ch in text)
+
+
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|r)")
+
+
+def quoted(text: str) -> str:
+    """A text in quotes, as a header shows it: Python's repr (newlines and tabs written
+    \\n, \\t), except that a character that would drive the terminal is written as the
+    token tables write it (<0x1B>, <U+202E>), so one text reads the same everywhere."""
+    def written(match: re.Match) -> str:
+        code = match.group(2)
+        ch = "\r" if code == "r" else chr(int(code[1:], 16))
+        return match.group(1) + (terminal_text(ch) if ch in _DRIVES else match.group(0)[
+            len(match.group(1)):])
+
+    return _ESCAPE.sub(written, repr(text))
 
 
 def display_tokens(tokens: Sequence[str] | None) -> list[str] | None:
@@ -127,5 +145,5 @@ def token_axes(result, *, name: str | None = None,
     return {"T": source, "S": keys}
 
 
-__all__ = ["terminal_text", "head_tail", "display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",
+__all__ = ["terminal_text", "quoted", "head_tail", "display_tokens", "token_axes", "axis_labels", "finite_range", "layer_of",
            "intervention_text", "largest_parts", "TOKEN_DIMS"]

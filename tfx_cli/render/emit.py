@@ -76,8 +76,9 @@ def progress(description: str, *, total: int | None = None, unit: str | None = N
     (a corpus's documents), a counted bar: update(done, tokens) draws done/total, the
     tokens read, tokens/s and the time left."""
     console = stderr_console()
-    if not console.is_terminal:
-        console.print(f"{description} ...", markup=False)
+    if not console.is_terminal:  # one line, no bar (TFX_QUIET: not even that)
+        if not os.environ.get("TFX_QUIET"):
+            console.print(f"{description} ...", markup=False)
         yield lambda fraction=None, text=None: None
         return
     if total is not None:

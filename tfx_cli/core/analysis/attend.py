@@ -109,7 +109,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     output); --valid-lens then pads the source.
     """
     cfg, model = loaded.cfg, loaded.model
-    seq = read_seq(loaded, target=target, stack=stack, cross=cross)
+    seq = read_seq(loaded, truncate=truncate, target=target, stack=stack, cross=cross)
     check_range("layer", layer, seq.n_layers, "--layer")
     check_range("head", head, cfg.n_heads, "--head")
     stages = attn_stages(cfg)

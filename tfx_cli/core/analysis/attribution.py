@@ -19,6 +19,7 @@ import torch
 from ...errors import InputTextError, UsageError
 from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
+from ..model import finite
 from ..trace import Trace
 from .common import encode, read_seq, seq_info
 from .fillmask import need_causal
@@ -277,6 +278,9 @@ def attribute(loaded, text: str, *, answer: str, wrong: str | None = None,
                              "every part would be 0")
     found = logit_attribution(model, ids, good.id, None if bad is None else bad.id,
                               per_head=per_head, target=seq.target, sae=sae)
+    for name, value in zip(found.names, found.values):
+        finite.require(model, value, f"the attribution part {name}")
+    finite.require(model, found.logit_diff, "the logit difference")
     parts = [Part(name, value) for name, value in zip(found.names, found.values)]
     total = sum(found.values)
     post = cfg.norm_position == "post"

@@ -89,8 +89,10 @@ class Seq:
 
 
 def read_seq(loaded: Loaded, *, target: str | None = None, stack: str | None = None,
-             cross: bool = False) -> Seq:
-    """Check --target/--stack/--cross against the model and encode the target."""
+             cross: bool = False, truncate: bool = False) -> Seq:
+    """Check --target/--stack/--cross against the model and encode the target. A target
+    longer than the context is an error, or with `truncate` (--truncate, which crops the
+    source too) its start token and last tokens are kept."""
     cfg, model = loaded.cfg, loaded.model
     if not cfg.is_encoder_decoder:
         for given, option in ((target is not None, "--target"), (stack is not None, "--stack"),
@@ -118,8 +120,12 @@ def read_seq(loaded: Loaded, *, target: str | None = None, stack: str | None = N
         ids = [cfg.start_id] + (loaded.tokenizer.encode_prefix(target) if target.strip()
                                 else [])
         if len(ids) > cfg.context_length:
-            raise InputTextError(f"the target is {len(ids)} tokens with the start token, but "
-                                 f"the context length is {cfg.context_length}; shorten it")
+            if not truncate:
+                raise InputTextError(
+                    f"the target is {len(ids)} tokens with the start token, but the context "
+                    f"length is {cfg.context_length}; shorten it or pass --truncate to keep "
+                    f"the start token and the last {cfg.context_length - 1}")
+            ids = ids[:1] + ids[len(ids) - cfg.context_length + 1:]
         bad = [i for i in ids if i >= cfg.vocab_size]
         if bad:
             raise InputTextError(f"target token id {bad[0]} is outside the model's "

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..model import KVCache, Transformer, decoding
+from ..model import KVCache, Transformer, decoding, finite
 from ..trace import Trace
 from .sampling import Sampling, choose, describe
 
@@ -74,6 +74,10 @@ def _forward_last(model: Transformer, ids: list[int], cache: KVCache | None) -> 
         new = ids[cache.length:]  # (T,) the prompt at step 0, then one token
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
             logits = decoding.step(model, new[0], cache)
+            if not finite.is_finite(logits):  # the lean path has no taps: forward names it
+                cache.length -= 1
+                model(torch.tensor([new]), cache=cache, keep=None, head="last")
+                raise finite.refuse(model, "logits", finite.describe(logits))
             return _on_host(logits), 1, cache.length
         keep = None if len(new) == 1 else "auto"
         logits = model(torch.tensor([new]), cache=cache, keep=keep, head="last")
@@ -98,8 +102,13 @@ def _decoder_last(model: Transformer, source: torch.Tensor, memory: torch.Tensor
     if cache is not None:
         new = ids[cache.length:]
         if len(new) == 1 and decoding.supports(model):  # the lean path, same numbers
-            return _on_host(decoding.decoder_step(model, new[0], cache, memory)), 1, \
-                cache.length
+            logits = decoding.decoder_step(model, new[0], cache, memory)
+            if not finite.is_finite(logits):  # the lean path has no taps: forward names it
+                cache.length -= 1
+                model(source, target=torch.tensor([new]), memory=memory, cache=cache,
+                      keep=None, head="last")
+                raise finite.refuse(model, "logits", finite.describe(logits))
+            return _on_host(logits), 1, cache.length
         logits = model(source, target=torch.tensor([new]), memory=memory, cache=cache,
                        keep=None if len(new) == 1 else "auto", head="last")
         return _on_host(logits[0, -1]), len(new), cache.length

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ConfigError, RangeError, SelectError, UsageError
+from ...values import as_float
 from ...words import counted
 from ..results import Intervention
 from . import sites
@@ -82,7 +83,7 @@ def check_feature_options(*, ablate=None, steer=None, toward=None, away=None, sa
                          "with tfx features TEXT --sae DIR")
     if steer_feature is not None:
         split_steer_feature(steer_feature)
-        if steer is not None:
+        if steer:
             raise UsageError("--steer and --steer-feature both given, and --scale would apply "
                              "to both; steer one of them")
         for option, value in (("--toward", toward), ("--away", away)):
@@ -255,20 +256,27 @@ def _capture(box: list) -> Edit:
 
 
 
+def _feature_scale(scale) -> float | None:
+    """--scale as --steer-feature reads it: one number (the command line passes a list,
+    since --scale repeats with --steer)."""
+    if isinstance(scale, (list, tuple)):
+        if len(scale) > 1:
+            raise UsageError(f"--steer-feature takes one --scale, but it is given "
+                             f"{len(scale)} times; give it once")
+        scale = scale[0] if scale else None
+    return None if scale is None else as_float(scale, "--scale", finite=True)
+
+
 def check_options(*, sae: str | None = None, sae_site: str | None = None,
                   steer_feature: str | None = None, sae_used: bool = False,
                   **edits) -> None:
     """sites.check_options, and what can be refused about the feature options before a
     model loads."""
-    import math
-
     check_feature_options(ablate=edits.get("ablate"), steer=edits.get("steer"),
                           toward=edits.get("toward"), away=edits.get("away"), sae=sae,
                           sae_site=sae_site, steer_feature=steer_feature, sae_used=sae_used)
-    scale = edits.get("scale")
-    if steer_feature is not None and edits.get("steer") is None:
-        if scale is not None and not math.isfinite(scale):
-            raise UsageError(f"--scale {scale} must be a finite number, e.g. 4")
+    if steer_feature is not None and not edits.get("steer"):
+        _feature_scale(edits.get("scale"))
         edits = {**edits, "scale": None}  # --scale is the feature's here
     sites.check_options(**edits)
 
@@ -283,15 +291,16 @@ def plan(loaded, *, sae: str | None = None, sae_site: str | None = None,
     rest = {**edits, "ablate": [s for s in ablate or () if not is_feature_spec(s)] or None}
     if rest["ablate"] is None:
         rest["ablate_mode"] = None  # it is the features' ablation mode alone
+    feature_scale = 1.0  # what --steer-feature adds (--scale, default 1)
     if steer_feature is not None:
         rest["scale"] = None
+        given = _feature_scale(scale)
+        feature_scale = 1.0 if given is None else given
     done = sites.plan(loaded, **rest)
     done.mode = edits.get("ablate_mode") or "zero"
-    if scale is not None:
-        done.scale = float(scale)
     done.features = plan_features(loaded, ablate=ablate, sae=sae, sae_site=sae_site,
                                   steer_feature=steer_feature)
-    done.extra += feature_edits(done.features, done.mode, done.scale)
+    done.extra += feature_edits(done.features, done.mode, feature_scale)
     return done
 
 

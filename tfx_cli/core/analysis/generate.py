@@ -12,6 +12,8 @@ from ...errors import ConfigError, InputTextError
 from ...words import counted
 from ..results import (Candidate, GenerateResult, GenerateSettings, Greedy, LensResult,
                        NextCandidate, NextResult, NextSettings, StepInfo)
+from ..model import finite
+from ..progress import after, blocks
 from ..trace import check_globs
 from .common import check_run, encode, read_seq, run, seq_info
 from .decode import Step, TextTracker, decode
@@ -93,9 +95,9 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if select:
         check_globs(select, loaded.model.tap_names())
     ids = prompt_ids(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
-        seq = read_seq(loaded, target=target or "")  # the start id at least
+        seq = read_seq(loaded, truncate=truncate, target=target or "")  # the start id at least
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
     # the cache holds the text so far: the prompt and the new tokens, or an
     # encoder–decoder's target so far (its source is read once, as memory)
@@ -181,9 +183,9 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
         return fill_mask(loaded, text, sampling=sampling, n_candidates=n_candidates,
                          truncate=truncate)
     ids = prompt_ids(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
-        seq = read_seq(loaded, target=target or "")
+        seq = read_seq(loaded, truncate=truncate, target=target or "")
     cropped = ids[-loaded.cfg.context_length:]  # as generate's first step sees it
     check_run(loaded, len(cropped), logits_rows=1)
     extra = {} if seq.target is None else {"target": torch.tensor([seq.target])}
@@ -232,32 +234,17 @@ def lens(loaded, text: str, *, truncate: bool = False,
     ids = encode(loaded, text, truncate=truncate)
     model, cfg = loaded.model, loaded.cfg
     # an encoder–decoder's lens reads the decoder (its stream is what the head reads)
-    seq = read_seq(loaded, target=target if not cfg.is_encoder_decoder
+    seq = read_seq(loaded, truncate=truncate, target=target if not cfg.is_encoder_decoder
                           else target or "")
     stack, p = seq.module, seq.prefix
     names = [p + "embed.out"] + [f"{p}blocks.{i}.resid_out" for i in range(seq.n_layers)]
-    trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
-    read = seq.target if seq.target is not None else ids  # the positions' tokens
     masked = cfg.is_masked_lm  # each row through the MLM head; its masks, if any
     masks = mask_positions(loaded, ids, required=False) if masked else None
-    top_ids, top_probs, next_probs = [], [], []
-    # one read of the final norm and the head for every layer (a streamed model would
-    # otherwise fetch them from disk once per layer)
-    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
-        for name in names:
-            resid = trace.raw(name)[None]  # (1, T, C)
-            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
-            logits = model.unembed(normed)[0].to("cpu", torch.float64)
-            probs = torch.softmax(logits, dim=-1)  # (T, V)
-            best = probs.max(dim=-1)
-            top_ids.append(best.indices.tolist())
-            top_probs.append(best.values.tolist())
-            if masked:  # how likely this layer finds the token each position holds
-                next_probs.append(own_token_probs(probs, ids, masks))
-                continue
-            # how likely this layer finds the token that actually comes next
-            next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
-        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
+    with after(loaded.progress, "logit lens") as update:
+        with blocks(model, update, "logit lens", (0.0, 0.5)):
+            trace = run(loaded, ids, names + ["logits"], validate=False, seq=seq)
+        rows = _lens_rows(loaded, trace, names, seq, ids, update, masks)
+    top_ids, top_probs, next_probs, real = rows
     norm = (LENS_NORM_HELP[cfg.norm] if stack.ln_f is not None
             else "no final norm (post-LN: every block already ends in a LayerNorm)")
     if masked:
@@ -271,6 +258,38 @@ def lens(loaded, text: str, *, truncate: bool = False,
         # the model's own logits: equal to the last row
         output_top_ids=real.indices.tolist(), token_probs=next_probs if masked else None,
         mask_positions=masks)
+
+
+def _lens_rows(loaded, trace, names: list[str], seq, ids: list[int], update,
+               masks: list[int] | None = None) -> tuple:
+    """Every lens row: each stream through the final norm and the head; the most likely
+    token and its probability per position, and how likely the real next token is (a
+    masked LM's: how likely each position's own token is, `masks` its mask positions)."""
+    model, stack = loaded.model, seq.module
+    read = seq.target if seq.target is not None else ids  # the positions' tokens
+    top_ids, top_probs, next_probs = [], [], []
+    # one read of the final norm and the head for every layer (a streamed model would
+    # otherwise fetch them from disk once per layer)
+    with torch.inference_mode(), model.holding("head"):  # the decoder's ln_f is in it
+        for name in names:
+            resid = trace.raw(name)[None]  # (1, T, C)
+            normed = stack.ln_f(resid) if stack.ln_f is not None else resid
+            logits = model.unembed(normed)[0]
+            finite.require(model, logits, f"the lens row of {name} (through the final norm "
+                           "and the head)")
+            logits = logits.to("cpu", torch.float64)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
+            best = probs.max(dim=-1)
+            top_ids.append(best.indices.tolist())
+            top_probs.append(best.values.tolist())
+            if loaded.cfg.is_masked_lm:  # how likely this layer finds each position's token
+                next_probs.append(own_token_probs(probs, ids, masks))
+            else:  # how likely this layer finds the token that actually comes next
+                next_probs.append(probs[torch.arange(len(read) - 1), read[1:]].tolist())
+            update(0.5 + 0.5 * len(top_ids) / len(names),
+                   f"logit lens: row {len(top_ids)} of {len(names)}")
+        real = torch.softmax(trace.raw("logits").to("cpu", torch.float64), dim=-1).max(dim=-1)
+    return top_ids, top_probs, next_probs, real
 
 
 __all__ = ["generate", "next_token", "lens", "need_head", "check_vocab", "prompt_ids"]

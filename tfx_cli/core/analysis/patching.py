@@ -22,6 +22,8 @@ import torch
 from ...errors import InputTextError, UsageError
 from ...words import counted
 from ..config_moe import ffn_out_label, ffn_out_name
+from ..model import finite
+from ..progress import after
 from ..results import PatchResult, PatchTable
 from ..trace import Trace
 from .common import encode, input_info, read_seq, seq_info
@@ -65,7 +67,8 @@ def default_batch(T: int) -> int:
 
 
 def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
-          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None) -> Sweep:
+          wrong: int | None, site: str = "resid_pre", *, batch: int | None = None,
+          update=None) -> Sweep:
     """Patch every cell of `site` from CLEAN into CORRUPT; m at each cell.
 
     CLEAN's activations are recorded in one run and CORRUPT's residual entering each
@@ -78,7 +81,7 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
     differently (the BLAS picks its kernel by size), so a batched cell agrees with the
     same patched run alone to float rounding, not bit for bit. batch=1 runs each cell
     alone: then a cell whose patch changes nothing is bit for bit the plain run (tests
-    hold both).
+    hold both). `update(fraction, text)` hears of every batch done (progress).
     """
     cfg = model.cfg
     L, T = cfg.n_layers, len(clean)
@@ -111,6 +114,10 @@ def sweep(model, clean: Sequence[int], corrupt: Sequence[int], answer: int,
                         logits = model.run_blocks(x, context, first=layer, head="last")
                 out[layer, lo:lo + len(chosen)] = _metric(logits, answer, wrong)
                 runs += 1
+                if update is not None:
+                    done = layer * cells + lo + len(chosen)
+                    update(done / (L * cells), f"patching: block {layer + 1} of {L}, "
+                           f"{done:,} of {L * cells:,} cells")
     return Sweep(out, float(m_clean[0]), float(m_corrupt[0]), runs)
 
 
@@ -267,16 +274,24 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
                              "the logit difference would be 0 in every run")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    if sae is not None:
-        from .features import feature_sweep, sae_info
+    L = loaded.cfg.n_layers
+    cells = L * (loaded.cfg.n_heads if site == "heads" else len(ids))
+    with after(loaded.progress, f"patching {cells:,} cells") as update:
+        if sae is not None:
+            from .features import feature_sweep, sae_info
 
-        done = feature_sweep(loaded.model, sae, ids, bad_ids, good.id, bad.id,
-                             batch=batch or default_batch(len(ids)))
-    elif seq.target is not None:
-        done = sweep_seq2seq(loaded.model, ids, bad_ids, seq.target, good.id, bad.id, site,
-                             batch=batch)
-    else:
-        done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch)
+            done = feature_sweep(loaded.model, sae, ids, bad_ids, good.id, bad.id,
+                                 batch=batch or default_batch(len(ids)))
+        elif seq.target is not None:
+            done = sweep_seq2seq(loaded.model, ids, bad_ids, seq.target, good.id, bad.id,
+                                 site, batch=batch)
+        else:
+            done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch,
+                         update=update)
+    finite.require(loaded.model, [done.m_clean, done.m_corrupt], "the logit difference m")
+    for name, metric in (done.tables.items() if isinstance(done, Seq2SeqSweep)
+                         else [("", done.metric)]):
+        finite.require(loaded.model, metric, f"patch.{name + '.' if name else ''}metric")
     gap = done.m_clean - done.m_corrupt
     if gap == 0:
         raise InputTextError(

@@ -6,7 +6,10 @@ from __future__ import annotations
 import torch
 
 from ...errors import UsageError
+from ...words import counted
 from ..load import Loaded
+from ..outputs import check_output_size
+from ..progress import after, blocks
 from ..results import Candidate, NormStats, ReportResult
 from ..trace import Trace
 from .common import check_range, encode, read_seq, run, seq_info
@@ -60,17 +63,43 @@ def top_k_per_position(logits: torch.Tensor, k: int, pieces) -> list[list[Candid
     return rows
 
 
+def page_bytes(n_layers: int, n_heads: int, T: int, S: int, cross: int = 0) -> int:
+    """About what the HTML page takes: every shown layer's (H, T, S) pattern (and, for a
+    decoder, its (H, T, source) cross pattern) in 16 bits, base64 (4/3), plus a little for
+    each token (chips, norms, next tokens) and the page itself."""
+    weights = n_layers * n_heads * T * (S + cross)
+    return int(weights * 2 * 4 / 3) + 2_000 * T + 100_000
+
+
+def check_page(loaded: Loaded, ids: list[int], seq, layers: list[int], force: bool) -> None:
+    """Refuse, before the forward pass, a page past the output limit."""
+    T = len(seq.target) if seq.target is not None else len(ids)
+    cross = len(ids) if seq.stack == "decoder" else 0
+    size = page_bytes(len(layers), loaded.cfg.n_heads, T, T, cross)
+    check_output_size(size, what="the page", force=force,
+                      detail=f"{counted(len(layers), 'layer')} × "
+                             f"{counted(loaded.cfg.n_heads, 'head')} × {T:,}² attention "
+                             "weights",
+                      narrow="--show-layers (e.g. --show-layers 0), or a shorter text")
+
+
 def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k: int = 5,
            truncate: bool = False, output: str | None = None,
-           target: str | None = None) -> ReportResult:
+           target: str | None = None, force: bool = False,
+           progress=None) -> ReportResult:
     """What the HTML page shows, from one forward pass: each shown layer's attention
     pattern, the mean and variance entering every norm (lazy taps: the norms keep their
     fused kernel, so the patterns are bit for bit what `tfx trace` records), and the
-    next-token top-k after every position (causal models with an output head)."""
+    next-token top-k after every position (causal models with an output head).
+
+    With `output` (the page will be written) a page past the output limit is refused
+    before the forward pass, unless `force`; `progress` shows a long forward pass."""
     cfg = loaded.cfg
     ids = encode(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
+    seq = read_seq(loaded, truncate=truncate, target=target)
     layers = list(range(seq.n_layers)) if layers is None else layers
+    if output is not None:
+        check_page(loaded, ids, seq, layers, force)
     p = seq.prefix
     select = [f"{p}blocks.{layer}.attn.pattern" for layer in layers]
     if seq.stack == "decoder":  # and what each target word read of the source
@@ -82,7 +111,8 @@ def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k:
     predicts = (cfg.causal or seq.stack == "decoder") and cfg.lm_head and top_k > 0
     if predicts:
         select.append("logits")
-    tr = run(loaded, ids, select, validate=False, seq=seq)
+    with after(progress, "report") as update, blocks(loaded.model, update, "report"):
+        tr = run(loaded, ids, select, validate=False, seq=seq)
     rms = cfg.norm == "rmsnorm"
     next_tokens = top_k_per_position(tr.raw("logits"), top_k, loaded.tokenizer.pieces) \
         if predicts else []
@@ -94,4 +124,5 @@ def report(loaded: Loaded, text: str, *, layers: list[int] | None = None, top_k:
                         next_tokens=next_tokens, output=output)
 
 
-__all__ = ["report", "report_layers", "norm_stats", "top_k_per_position"]
+__all__ = ["report", "report_layers", "norm_stats", "top_k_per_position", "page_bytes",
+           "check_page"]

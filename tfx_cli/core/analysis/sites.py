@@ -32,8 +32,10 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ...errors import InputTextError, RangeError, SelectError, UsageError
+from ...values import as_float, as_names, as_texts
 from ...words import counted
 from ..config import split_stack
+from ..model import finite
 from ..results import Intervention, TokenRef
 from ..trace import summarise_names
 from .common import Seq, encode, read_seq, run
@@ -44,7 +46,7 @@ ABLATE_MODES = ("zero", "mean")
 
 # Trace names that are recorded but that nothing downstream reads, and why.
 _NOT_SITES = {
-    "tokens.ids": "token ids are not activations; ablate embed.tok or embed.out",
+    "tokens.ids": "token ids are not activations; use embed.tok or embed.out",
     "logits": "it is the output itself, nothing runs after it",
     "logits_uncapped": "it is the output itself (before the soft cap), nothing runs after it",
     "mean": "a norm's statistic, recorded for display; the norm does not read it back "
@@ -80,6 +82,17 @@ class Site:
     expert: int | None = None  # blocks.{i}.moe.expert:e=E: the expert routed around
 
     @property
+    def read(self) -> str:
+        """What the site's positions are positions of: the text, or in an
+        encoder–decoder's decoder the target (or, for the cross-attention's keys and
+        values, the source)."""
+        if not self.name.startswith("decoder."):
+            return "the text"
+        if ".cross." in self.name and self.dims[self.pos_axis] == "S":
+            return "the source text"
+        return "the target (with its start token)"
+
+    @property
     def pos_axis(self) -> int:
         """Index in dims of the position axis (T; S for keys and values)."""
         return next(i for i, d in enumerate(self.dims) if d in ("T", "S"))
@@ -111,7 +124,7 @@ class Site:
             return slice(None)
         if self.pos >= T:
             raise RangeError(f"{self.option} {self.spec!r}: position {self.pos} is out of range: "
-                             f"the text has {counted(T, 'token')} (0 to {T - 1})")
+                             f"{self.read} has {counted(T, 'token')} (0 to {T - 1})")
         return slice(self.pos, self.pos + 1)
 
 
@@ -183,6 +196,10 @@ def parse_site(model, spec: str, option: str = "--ablate") -> Site:
             which = f"the {stack} has" if stack else "this model has"
             raise RangeError(f"{option} {spec!r}: block {match.group(2)} is out of range: "
                              f"{which} {counted(n, 'layer')} (0 to {n - 1})")
+        if any(ch in name for ch in "*?["):
+            raise SelectError(f"{option} {spec!r} is a glob, and a site is one name (globs "
+                              f"are for --select); list the sites, e.g. {option} "
+                              "blocks.0.attn.out,blocks.1.attn.out")
         stacked = [f"{stack}.{name}" for stack in ("encoder", "decoder")
                    if f"{stack}.{name}" in valid]
         if cfg.is_encoder_decoder and stacked:
@@ -274,15 +291,22 @@ def steering(site: Site, vector: torch.Tensor, scale: float) -> Edit:
 
 # -- ablation and steering for a whole command -------------------------------------------
 @dataclass
+class Steer:
+    """One --steer: K x (activation(toward) - activation(away)) added at a site."""
+
+    site: Site
+    toward: str
+    away: str
+    scale: float = 1.0
+
+
+@dataclass
 class Plan:
     """The interventions one command runs with, parsed and checked."""
 
     ablate: list[Site] = field(default_factory=list)
     mode: str = "zero"
-    steer: Site | None = None
-    toward: str | None = None
-    away: str | None = None
-    scale: float = 1.0
+    steers: list[Steer] = field(default_factory=list)
     # edits of other kinds of sites, made ready by their own module (feature_sites.py:
     # an SAE's features): (tap name, edit, Intervention, the site) each, installed after
     # the ablations; a None record is a helper edit (it reports nothing)
@@ -290,54 +314,75 @@ class Plan:
     features: object | None = None  # feature_sites.FeaturePlan: the SAEs and features
 
     def __bool__(self) -> bool:
-        return bool(self.ablate) or self.steer is not None or bool(self.extra)
+        return bool(self.ablate) or bool(self.steers) or bool(self.extra)
 
 
-def check_options(*, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-                  steer: str | None = None, toward: str | None = None,
-                  away: str | None = None, scale: float | None = None) -> None:
-    """What can be refused before a model is loaded."""
-    import math
+STEER_PAIRING = ("each --steer takes the --toward, --away and --scale given in the same "
+                 "place (the first with the first); one of them given once is shared by "
+                 "every --steer")
 
-    if ablate_mode is not None and ablate_mode not in ABLATE_MODES:
-        raise UsageError(f"--ablate-mode {ablate_mode!r} is not a mode; valid: "
-                         f"{', '.join(ABLATE_MODES)}")
-    if ablate_mode is not None and not ablate:
-        raise UsageError("--ablate-mode applies to --ablate sites, and none was given; add "
-                         "--ablate SITE, e.g. --ablate blocks.0.attn.out")
-    for value in ablate or ():
-        if not isinstance(value, str) or not value.strip():
-            raise UsageError("--ablate has an empty site; give a trace name such as "
-                             "blocks.0.attn.out")
-    if steer is None:
-        given = [o for o, v in (("--toward", toward), ("--away", away), ("--scale", scale))
-                 if v is not None]
+
+def pair_steers(steer, toward=None, away=None, scale=None) -> list[tuple]:
+    """--steer given n times -> n (site, toward, away, scale): --toward, --away and
+    --scale are given once (shared) or n times (in order). Strings or lists, as the CLI
+    and the API pass them."""
+    sites = as_names(steer, "--steer") or []
+    towards, aways = as_texts(toward, "--toward"), as_texts(away, "--away")
+    scales = [as_float(k, "--scale", finite=True) for k in
+              (scale if isinstance(scale, (list, tuple)) else [scale] if scale is not None
+               else [])]
+    if not sites:
+        given = [o for o, v in (("--toward", towards), ("--away", aways), ("--scale", scales))
+                 if v]
         if given:
             raise UsageError(f"{given[0]} applies to --steer, which was not given; add "
                              "--steer SITE, e.g. --steer blocks.0.resid_pre")
-        return
-    if not steer.strip():
-        raise UsageError("--steer is empty; give a site such as blocks.0.resid_pre")
-    for option, text in (("--toward", toward), ("--away", away)):
-        if text is None:
+        return []
+    n = len(sites)
+    for option, got in (("--toward", towards), ("--away", aways)):
+        if not got:
             raise UsageError(f"--steer needs --toward TEXT and --away TEXT (the vector is "
                              f"activation(toward) - activation(away)); {option} is missing")
-        if not text.strip():
+    for option, got in (("--toward", towards), ("--away", aways), ("--scale", scales)):
+        if got and len(got) not in (1, n):
+            raise UsageError(f"--steer is given {counted(n, 'time')} but {option} "
+                             f"{counted(len(got), 'time')}; {STEER_PAIRING}")
+    for option, texts in (("--toward", towards), ("--away", aways)):
+        if any(not text.strip() for text in texts):
             raise InputTextError(f"{option} is empty; give at least one word, e.g. \"Love\"")
-    if scale is not None and not math.isfinite(scale):
-        raise UsageError(f"--scale {scale} must be a finite number, e.g. 4")
+
+    def nth(values: list, i: int, default=None):
+        return default if not values else values[i] if len(values) == n else values[0]
+
+    return [(site, nth(towards, i), nth(aways, i), nth(scales, i, 1.0))
+            for i, site in enumerate(sites)]
 
 
-def plan(loaded, *, ablate: Sequence[str] | None = None, ablate_mode: str | None = None,
-         steer: str | None = None, toward: str | None = None, away: str | None = None,
-         scale: float | None = None) -> Plan:
+def check_options(*, ablate: Sequence[str] | str | None = None,
+                  ablate_mode: str | None = None, steer=None, toward=None, away=None,
+                  scale=None) -> None:
+    """What can be refused before a model is loaded."""
+    if ablate_mode is not None and ablate_mode not in ABLATE_MODES:
+        raise UsageError(f"--ablate-mode {ablate_mode!r} is not a mode; valid: "
+                         f"{', '.join(ABLATE_MODES)}")
+    ablate = as_names(ablate, "--ablate")
+    if ablate_mode is not None and not ablate:
+        raise UsageError("--ablate-mode applies to --ablate sites, and none was given; add "
+                         "--ablate SITE, e.g. --ablate blocks.0.attn.out")
+    pair_steers(steer, toward, away, scale)
+
+
+def plan(loaded, *, ablate: Sequence[str] | str | None = None, ablate_mode: str | None = None,
+         steer=None, toward=None, away=None, scale=None) -> Plan:
     check_options(ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
                   away=away, scale=scale)
+    steers = pair_steers(steer, toward, away, scale)
     model = loaded.model
-    return Plan(ablate=[parse_site(model, s, "--ablate") for s in ablate or ()],
+    return Plan(ablate=[parse_site(model, s, "--ablate") for s in as_names(ablate, "--ablate")
+                        or ()],
                 mode=ablate_mode or "zero",
-                steer=parse_site(model, steer, "--steer") if steer is not None else None,
-                toward=toward, away=away, scale=1.0 if scale is None else float(scale))
+                steers=[Steer(parse_site(model, site, "--steer"), t, a, float(k))
+                        for site, t, a, k in steers])
 
 
 class Applied:
@@ -367,10 +412,47 @@ def _counted(fn: Edit, counter: list[int]) -> Edit:
     return edit
 
 
+def steering_vector(loaded, steer: Steer, source: str | None = None
+                    ) -> tuple[torch.Tensor, Intervention]:
+    """activation(toward) - activation(away) at the steer's site, on the model as it is
+    (ablated, not yet steered), and the record of it (`source`: an encoder–decoder's
+    text, read by the encoder while a decoder site's steering texts run)."""
+    site = steer.site
+    ids = {}
+    for option, text in (("--toward", steer.toward), ("--away", steer.away)):
+        ids[option] = _steering_ids(loaded, site, text)
+    n, m = len(ids["--toward"]), len(ids["--away"])
+    pieces = {k: loaded.tokenizer.pieces(v) for k, v in ids.items()}
+    if n != m:
+        raise InputTextError(
+            f"--toward and --away are added position by position, so they need the same "
+            f"number of tokens, but --toward is {counted(n, 'token')} "
+            f"{pieces['--toward']} and --away is {counted(m, 'token')} "
+            f"{pieces['--away']}; add or remove words until they match")
+    if site.pos is not None and site.pos >= n:
+        start = " with the start token" if site.stack == "decoder" else ""
+        raise RangeError(f"--steer {site.spec!r}: position {site.pos} is out of range: "
+                         f"--toward and --away have {counted(n, 'token')}{start} "
+                         f"(0 to {n - 1})")
+    acts = []
+    for option in ("--toward", "--away"):
+        tr = _steering_run(loaded, site, ids[option], source)
+        acts.append(tr.raw(site.name).clone())
+    vector = acts[0] - acts[1]  # (*dims) over the steering texts' positions
+    shown = vector[site.index(vector.ndim + 1, site.positions(n) if site.pos is not None
+                              else None)[1:]]
+    return vector, Intervention(
+        kind="steer", site=site.spec, name=site.name, head=site.head, position=site.pos,
+        toward=steer.toward, away=steer.away, toward_tokens=pieces["--toward"],
+        away_tokens=pieces["--away"], scale=steer.scale,
+        vector_norm=float(shown.double().norm()))
+
+
 @contextmanager
 def applied(loaded, p: Plan, source: str | None = None):
-    """Install `p`'s ablations, compute its steering vector on the model as ablated, then
-    install that too; yields an Applied to finish the result with.
+    """Install `p`'s ablations, compute each steering vector on the model as ablated (the
+    vector one --steer would have alone), then install them all; yields an Applied to
+    finish the result with.
 
     An encoder–decoder's steering texts are read by the stack the site is in: an encoder
     site's as the source, a decoder site's as the target (after the start token), with
@@ -398,45 +480,25 @@ def applied(loaded, p: Plan, source: str | None = None):
         edits.append((name, _counted(edit, counter)))
         records.append(record)
     with editing(model, edits):
-        if p.steer is None:
+        if not p.steers:
             done = Applied(records, counters, sites)
             yield done
             return
-        site = p.steer
-        ids = {}
-        for option, text in (("--toward", p.toward), ("--away", p.away)):
-            ids[option] = _steering_ids(loaded, site, text)
-        n, m = len(ids["--toward"]), len(ids["--away"])
-        pieces = {k: loaded.tokenizer.pieces(v) for k, v in ids.items()}
-        if n != m:
-            raise InputTextError(
-                f"--toward and --away are added position by position, so they need the same "
-                f"number of tokens, but --toward is {counted(n, 'token')} "
-                f"{pieces['--toward']} and --away is {counted(m, 'token')} "
-                f"{pieces['--away']}; add or remove words until they match")
-        if site.pos is not None and site.pos >= n:
-            start = " with the start token" if site.stack == "decoder" else ""
-            raise RangeError(f"--steer {site.spec!r}: position {site.pos} is out of range: "
-                             f"--toward and --away have {counted(n, 'token')}{start} "
-                             f"(0 to {n - 1})")
-        acts = []
-        for option in ("--toward", "--away"):
-            tr = _steering_run(loaded, site, ids[option], source)
-            acts.append(tr.raw(site.name).clone())
-        vector = acts[0] - acts[1]  # (*dims) over the steering texts' positions
-        counter = [0]
-        counters.append(counter)
-        sites.append(site)
-        shown = vector[site.index(vector.ndim + 1, site.positions(n) if site.pos is not None
-                                  else None)[1:]]
-        records.append(Intervention(
-            kind="steer", site=site.spec, name=site.name, head=site.head, position=site.pos,
-            toward=p.toward, away=p.away, toward_tokens=pieces["--toward"],
-            away_tokens=pieces["--away"], scale=p.scale,
-            vector_norm=float(shown.double().norm())))
+        steered = []
+        for steer in p.steers:
+            vector, record = steering_vector(loaded, steer, source)
+            counter = [0]
+            counters.append(counter)
+            sites.append(steer.site)
+            records.append(record)
+            steered.append((steer.site.name,
+                            _counted(steering(steer.site, vector, steer.scale), counter)))
         for c in counters:
             c[0] = 0  # the steering texts' runs do not count as reaching a site
-        with editing(model, [(site.name, _counted(steering(site, vector, p.scale), counter))]):
+        scales = ", ".join(f"{s.scale:g}" for s in p.steers)
+        fix = (f"use a smaller --scale (now {scales}): the steering vector times --scale "
+               "overflows the activations")
+        with editing(model, steered), finite.hinting(model, fix):
             yield Applied(records, counters, sites)
 
 
@@ -481,8 +543,10 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
     pieces = loaded.tokenizer.pieces(ids)
     if len(ids) != 1:
         split = " + ".join(repr(p) for p in pieces) if pieces else "no tokens"
-        hint = f"; e.g. {option} {pieces[0]!r}" if pieces else ""
-        if any(p.startswith(" ") for p in pieces) or text.startswith(" "):
+        first = _one_token_text(loaded.tokenizer, ids[0], around) if ids else None
+        hint = f"; e.g. {option} {first!r}" if first is not None else \
+            "; no single token of this tokenizer spells it, choose another word" if ids else ""
+        if first is not None and (first.startswith(" ") or text.startswith(" ")):
             hint += " (the leading space is part of the token)"
         raise InputTextError(f"{option} {text!r} must be one token, but the "
                              f"{loaded.tokenizer.name} tokenizer splits it into "
@@ -493,6 +557,16 @@ def one_token(loaded, text: str, option: str) -> TokenRef:
     return TokenRef(id=ids[0], token=pieces[0])
 
 
+def _one_token_text(tokenizer, token: int, around: set) -> str | None:
+    """The text of `token` when that text is one token again (a suggestion that works);
+    None for a piece of a character (a byte of an emoji) or a token no text makes."""
+    text = tokenizer.decode([token])
+    if not text or "\ufffd" in text:
+        return None
+    ids = [i for i in tokenizer.encode(text) if i not in around]
+    return text if ids == [token] else None
+
+
 def _metric(logits: torch.Tensor, answer: int, wrong: int | None) -> torch.Tensor:
     """logit(answer) − logit(wrong) at the last position of each row, in float64:
     logits (B, T, V) -> (B,)."""
@@ -501,4 +575,5 @@ def _metric(logits: torch.Tensor, answer: int, wrong: int | None) -> torch.Tenso
 
 
 __all__ = ["Site", "parse_site", "site_names", "resid_pre_name", "editing", "ablation",
-           "steering", "Plan", "plan", "applied", "check_options", "one_token", "ABLATE_MODES"]
+           "steering", "Steer", "Plan", "plan", "applied", "check_options", "pair_steers",
+           "steering_vector", "one_token", "ABLATE_MODES", "STEER_PAIRING"]

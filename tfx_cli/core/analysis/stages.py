@@ -5,6 +5,8 @@ the text, runs the forward pass recording only the names it needs, and returns t
 for the terminal view, the JSON envelope and the Python API alike."""
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ...errors import ConfigError, RangeError, SelectError
@@ -15,7 +17,7 @@ from ..model.positions import rope_frequencies, sinusoidal_table
 from ..params import count_params
 from ..results import (EmbedResult, FFNResult, LayerNormResult, ModelInfo, ParamCheck,
                        PosencResult, RowStats, TraceResult)
-from ..trace import Trace
+from ..trace import Trace, compile_globs
 from .common import check_range, encode, input_info, read_seq, run, seq_info
 from .route import check_dense_ffn
 
@@ -26,13 +28,46 @@ def trace(loaded: Loaded, text: str, select: list[str], *, truncate: bool = Fals
     """The whole forward pass, recording only what the globs select (an encoder–decoder:
     the encoder, and with a target the decoder too)."""
     ids = encode(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target)
-    tr = run(loaded, ids, select or ["*"], seq=seq)
+    seq = read_seq(loaded, truncate=truncate, target=target)
+    aliases = _resid_pre(loaded.model, select)
+    tr = run(loaded, ids, [aliases.get(g, g) for g in select] or ["*"], seq=seq)
+    if aliases:
+        tr = _named_as_asked(tr, aliases, [g for g in select if g not in aliases])
     if not tr.names() and seq.target is None and loaded.cfg.is_encoder_decoder:
         raise SelectError(f"--select {' '.join(select)!r} names only the decoder's tensors, "
                           "and the decoder runs on its input: give it with --target TEXT")
     return TraceResult(model=loaded.info, input=seq_info(loaded, text, ids, seq), tensors=tr,
                        selected=tr.names(), n_selected=len(tr), stack=seq.stack)
+
+
+def _resid_pre(model, select: list[str]) -> dict[str, str]:
+    """The names in `select` that are blocks.{i}.resid_pre (block i's input, the name
+    --ablate and --steer take) -> the trace name that holds it."""
+    from .sites import resid_pre_name
+
+    out = {}
+    for name in select:
+        match = re.fullmatch(r"((?:encoder|decoder)\.)?blocks\.(\d+)\.resid_pre", name)
+        if match:
+            held = resid_pre_name(int(match.group(2)), match.group(1) or "")
+            if held in model.taps and int(match.group(2)) < len(model.stack(
+                    (match.group(1) or "").rstrip(".") or None)[0].blocks):
+                out[name] = held
+    return out
+
+
+def _named_as_asked(tr: Trace, aliases: dict[str, str], globs: list[str]) -> Trace:
+    """The trace with each resid_pre recorded under that name (and under its own name
+    only when another glob asked for it too)."""
+    wanted = compile_globs(globs)
+    out = Trace()
+    for name in tr.names():
+        for alias, held in aliases.items():
+            if held == name:
+                out.add(alias, tr.raw(name), tr.dims(name))
+        if wanted.match(name):
+            out.add(name, tr.raw(name), tr.dims(name))
+    return out
 
 
 # -- embed --------------------------------------------------------------------------
@@ -47,7 +82,7 @@ def embed(loaded: Loaded, text: str, *, truncate: bool = False, target: str | No
     """Token embedding rows, positional rows and their sum (seed 001, steps 4-6); of the
     decoder's target with an encoder–decoder's --target."""
     ids = encode(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target, stack=stack)
+    seq = read_seq(loaded, truncate=truncate, target=target, stack=stack)
     cfg = loaded.cfg
     p = seq.prefix
     parts = [p + name for name in ("embed.tok", "embed.pos", "embed.token_type")
@@ -191,7 +226,7 @@ def layernorm(loaded: Loaded, text: str, *, layer: int = 0, which: str = "ln1",
     (cross-attention) and ln3 (feed-forward)."""
     cfg = loaded.cfg
     ids = encode(loaded, text, truncate=truncate)
-    seq = read_seq(loaded, target=target, stack=stack)
+    seq = read_seq(loaded, truncate=truncate, target=target, stack=stack)
     stack_module, p = seq.module, seq.prefix
     decoder = seq.stack == "decoder"
     in_block = ["ln1", "ln2"] + (["ln3"] if decoder else [])
@@ -268,7 +303,7 @@ def ffn(loaded: Loaded, text: str, *, layer: int = 0, truncate: bool = False,
         target: str | None = None, stack: str | None = None) -> FFNResult:
     """One feed-forward sublayer: hidden pre-activation (T, F), activation, output (T, C)."""
     cfg = loaded.cfg
-    seq = read_seq(loaded, target=target, stack=stack)
+    seq = read_seq(loaded, truncate=truncate, target=target, stack=stack)
     check_range("layer", layer, seq.n_layers, "--layer")
     check_dense_ffn(cfg, layer)  # an MoE layer's FFN is its experts: tfx route
     ids = encode(loaded, text, truncate=truncate)

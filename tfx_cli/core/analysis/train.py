@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -29,9 +30,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ...errors import ConfigError, InputTextError, UsageError
+from ...errors import ConfigError, InputTextError, NonFiniteError, UsageError
 from ..config import ModelConfig
-from ..model import build_model
+from ..model import build_model, finite
 from ..tokenizers import (END, START, VOCAB_FILE, VOCAB_FORMAT, CharTokenizer,
                          WordTokenizer)
 from .fillmask import need_causal
@@ -94,11 +95,16 @@ def vocab_kind(cfg: ModelConfig, tokenizer: str | None) -> str:
 
 
 def vocabulary(kind: str, data: TrainData):
-    """A word or char tokenizer whose vocabulary is the training data's tokens."""
+    """A word or char tokenizer whose vocabulary is the training data's tokens. Pairs
+    need the decoder's <start> and <end>: the word vocabulary has them among its specials;
+    the char one gets them as its first two items (no text splits into them, and
+    vocab.json keeps them with the characters)."""
     corpus = "\n".join(f"{s}\n{t}" for s, t in data.pairs) if data.pairs else data.text
     if kind == "word":
         return WordTokenizer(corpus)
     if kind == "char":
+        if data.pairs:
+            return CharTokenizer.of_tokens([START, END] + CharTokenizer(corpus).vocab[1:])
         return CharTokenizer(corpus)
     raise ConfigError(f"tfx train builds its vocabulary from the data, with the word or char "
                       f"tokenizer; this config reads {kind!r}: pass --tokenizer word")
@@ -173,11 +179,14 @@ def train(cfg: ModelConfig, data: TrainData, *, steps: int = 300, lr: float = 0.
         changes.update(decoder_start_id=None, eos_ids=())
     cfg = replace(cfg, **changes)
     batch = examples(cfg, tok, data)
+    stack = ExitStack()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same sums in the same order, every run
+    step = 0
     try:
         with torch.enable_grad(), torch.inference_mode(False):
             model = build_model(cfg, seed)
+            stack.enter_context(finite.hinting(model, lower_lr(lr)))
             model.train()
             params = [p for p in model.parameters() if p.requires_grad]
             optimiser = torch.optim.Adam(params, lr=lr)
@@ -196,15 +205,56 @@ def train(cfg: ModelConfig, data: TrainData, *, steps: int = 300, lr: float = 0.
                     loss = F.cross_entropy(logits, labels)
                     loss_sum = loss if loss_sum is None else loss_sum + loss
                     total += float(loss.detach())
+                if not math.isfinite(total):
+                    raise finite.refuse(model, "the loss", "nan" if total != total else "inf")
                 (loss_sum / len(batch)).backward()
                 optimiser.step()
                 losses.append(total / len(batch))
                 if on_step is not None:
                     on_step(step, losses[-1])
+            broken = [name for name, p in model.named_parameters() if not finite.is_finite(p)]
+            if broken:  # the last update (no forward after it shows it)
+                raise finite.refuse(model, f"the weight {broken[0]}", "not finite")
+    except NonFiniteError as exc:  # say at which step, and write nothing
+        raise NonFiniteError(f"training diverged at step {step + 1} of {steps}: "
+                             f"{exc.message}") from None
     finally:
+        stack.close()
         torch.set_num_threads(threads)
     model.eval().requires_grad_(False)
     return Trained(cfg, model, tok, losses, steps)
+
+
+def lower_lr(lr: float) -> str:
+    """The fix a diverging run suggests: a ten times lower learning rate, or the default
+    (0.01) when that is lower still."""
+    return f"lower --lr (now {lr:g}), e.g. --lr {min(lr / 10, 0.01):g}"
+
+
+def check_output(out: Path, force: bool = False) -> Path:
+    """Where the folder goes: refused before any training when it exists (without
+    `force`) or its parent folder does not; returns the parent."""
+    out = Path(out)
+    if not str(out).strip() or out == Path("."):
+        raise UsageError("--output is empty; give the folder to write, e.g. -o toy-trained")
+    if out.exists() and not force:
+        raise UsageError(f"{out} exists; choose another --output, or pass --force to "
+                         "replace it")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"the folder {parent} does not exist; create it or choose another "
+                         "--output")
+    return parent
+
+
+def _readable(folder: Path) -> None:
+    """The permissions a new folder and its files get from the umask (mkdtemp makes the
+    folder 0700, and the writers' files differ): every file alike."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.iterdir():
+        path.chmod(0o666 & ~umask)
 
 
 def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> Path:
@@ -213,13 +263,7 @@ def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> P
     from safetensors.torch import save_file
 
     out = Path(out)
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists; choose another --output, or pass --force to "
-                         "replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"the folder {parent} does not exist; create it or choose another "
-                         "--output")
+    parent = check_output(out, force)
     model = trained.model
     skip = set(model.tied())
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
@@ -236,6 +280,7 @@ def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> P
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         (tmp / VOCAB_FILE).write_text(json.dumps(vocab, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
+        _readable(tmp)
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         os.replace(tmp, out)
@@ -278,9 +323,7 @@ def run(cfg: ModelConfig, data: TrainData, output: Path, *, steps: int, lr: floa
     from ..results import ModelInfo, TrainResult
 
     output = Path(output)
-    if output.exists() and not force:  # before the work, not after it
-        raise UsageError(f"{output} exists; choose another --output, or pass --force to "
-                         "replace it")
+    check_output(output, force)  # before the work, not after it
     check_training(cfg, data, steps=steps, lr=lr, tokenizer=tokenizer)
     from contextlib import nullcontext
 

@@ -87,7 +87,11 @@ def _tfx_config(ckpt: Checkpoint) -> ModelConfig:
                            "tfx-model/1 with a config); train it again with tfx train")
     config = dict(doc["config"])
     vocab = config.get("tokenizer")
-    if isinstance(vocab, str) and "/" not in vocab and (ckpt.path / vocab).is_file():
+    if isinstance(vocab, str) and "/" not in vocab and vocab.endswith(".json"):
+        if not (ckpt.path / vocab).is_file():  # the folder lost what tfx train wrote
+            raise WeightsError(f"{ckpt.path} has no {vocab}, the vocabulary tfx train writes "
+                               "beside the weights, so its ids cannot be read as text; copy "
+                               "the whole folder, or train it again")
         config["tokenizer"] = str(ckpt.path / vocab)
     return config_from_dict(config, source=str(ckpt.path / "tfx-model.json"))
 

@@ -9,9 +9,10 @@ attention formula; `mla.py`, the latent projections of DeepSeek's attention), `f
 (blocks, stacks, the model and `build_model`). Beside them: `decoding.py`, the same arithmetic arranged for one cached
 token at a time (held bit-equal to the forward by tests), and `streaming.py`, which keeps a
 checkpoint larger than memory on disk and reads one part at a time through a plan that
-core/checkpoints makes.
+core/checkpoints makes. `finite.py` is the check every forward makes: a NaN or infinity
+stops the run where it arises, named (NonFiniteError).
 
-May import: torch, core.config and core.trace. Never checkpoints, tokenizers or anything
+May import: torch, core.config, core.trace and errors. Never checkpoints, tokenizers or anything
 above them: core/load.py puts a checkpoint's tensors into a model.
 """
 from .attention import KVCache, explicit_attention

@@ -22,6 +22,7 @@ import torch.nn as nn
 
 from ..config import ModelConfig, tied_parameters
 from ..trace import Trace, compile_globs
+from . import finite
 from .attention import Attention, KVCache
 from .feedforward import FeedForward, activate
 from .moe import MoE
@@ -275,6 +276,23 @@ class Transformer(nn.Module):
     def tap_names(self) -> list[str]:
         return list(self.taps)
 
+    def taps_under(self, prefix: str) -> list[Tap]:
+        """The taps of one part (`blocks.3.`, `decoder.embed.`), in forward order."""
+        return [tap for name, tap in self.taps.items() if name.startswith(prefix)]
+
+    # What a NaN or infinity in this model's run should suggest, besides its dtype's
+    # advice (finite.hinting adds to it: steering, training).
+    finite_hints: tuple[str, ...] = ()
+    # Called after each block as on_block(prefix, i, n): a long forward's progress
+    # (core/progress.blocks sets it); None costs nothing.
+    on_block = None
+
+    def check_finite(self, x: torch.Tensor, where: str, part: str, rerun) -> None:
+        """Stop the run if x, what the part whose taps start with `part` just computed,
+        holds NaN or inf: the part runs again (rerun()) watching its taps, to name the
+        first that went bad (core/model/finite.py)."""
+        finite.check(self, x, where, lambda: self.taps_under(part), rerun)
+
     @contextmanager
     def record(self, globs: Iterable[str], trace: Trace | None = None):
         """Switch on the taps whose names match `globs`; yields the Trace they fill."""
@@ -344,6 +362,8 @@ class Transformer(nn.Module):
         with self.holding("embed"):
             positions = torch.arange(start, start + T, device=self.device)
             x = self.embed(ids, positions, token_type_ids)  # (B, T, C)
+            self.check_finite(x, "embed.out", "embed.",
+                              lambda: self.embed(ids, positions, token_type_ids))
         if stop_after is not None and stop_after < 0:
             return None  # the embedding was all that was asked for
         context = self.attention_context(T, start=start, cache=cache, keep=keep)
@@ -371,7 +391,10 @@ class Transformer(nn.Module):
         target = target.to(self.device)
         dec.tokens.ids(target)
         with self.holding("decoder.embed"):
-            x = dec.embed(target, torch.arange(start, start + T, device=self.device), None)
+            positions = torch.arange(start, start + T, device=self.device)
+            x = dec.embed(target, positions, None)
+            self.check_finite(x, "decoder.embed.out", "decoder.embed.",
+                              lambda: dec.embed(target, positions, None))
         if stop_after is not None and stop_after < 0:
             return None
         context = self.attention_context(T, start=start, cache=cache, keep=keep, causal=True,
@@ -396,7 +419,10 @@ class Transformer(nn.Module):
         enc.tokens.ids(ids)
         with self.residency.reading():
             with self.holding("encoder.embed"):
-                x = enc.embed(ids, torch.arange(S, device=self.device), None)
+                positions = torch.arange(S, device=self.device)
+                x = enc.embed(ids, positions, None)
+                self.check_finite(x, "encoder.embed.out", "encoder.embed.",
+                                  lambda: enc.embed(ids, positions, None))
             if stop_after is not None and stop_after < 0:
                 return None
             context = self.encoder_context(S, keep)
@@ -481,7 +507,11 @@ class Transformer(nn.Module):
         keep = attn_kw.pop("keep")
         for i in range(first, n):
             with self.holding(f"{prefix}blocks.{i}"):
-                x = module.blocks[i](x, keep, **attn_kw)
+                x_in, x = x, module.blocks[i](x, keep, **attn_kw)
+                self.check_finite(x, f"{prefix}blocks.{i}.resid_out", f"{prefix}blocks.{i}.",
+                                  lambda: module.blocks[i](x_in, keep, **attn_kw))
+            if self.on_block is not None:
+                self.on_block(prefix, i, n)
             if stop_after is not None and i >= stop_after:
                 return None
         cache = context["cache"]
@@ -492,20 +522,34 @@ class Transformer(nn.Module):
                                            and head != "none")
         with self.holding("encoder.ln_f" if prefix == "encoder." else "head") if ends \
                 else nullcontext():
-            if module.ln_f is not None:
-                x = module.ln_f(x)
-            if stack is not None and stack is getattr(self, "encoder", None):
-                return x  # the memory the decoder reads
-            if not self.cfg.lm_head or head == "none":
-                return x
-            if head == "last":
-                x = x[:, -1:]
-                if x.dtype == torch.bfloat16:
-                    # a fresh row: handed a row whose batch stride is the whole text's
-                    # (T * C), torch's bfloat16 matmul copies the head's whole weight
-                    # first (Qwen2.5-0.5B: +272 MB and 1.2 s instead of 0.04 s)
-                    x = x.new_empty(x.shape).copy_(x)
-            return self.logits(self.unembed(x))
+            out = self._head(x, module, stack, head)
+            if out is not x:  # the final norm and/or the head ran: check what they made
+                encoder = stack is not None and stack is getattr(self, "encoder", None)
+                logits = self.cfg.lm_head and head != "none" and not encoder
+                finite.check(self, out, "logits" if logits else f"{prefix}ln_f.out",
+                             lambda: self.taps_under(f"{prefix}ln_f.") + (
+                                 self.taps_under("logits") if logits else []),
+                             lambda: self._head(x, module, stack, head))
+            return out
+
+    def _head(self, x: torch.Tensor, module: nn.Module, stack: nn.Module | None,
+              head: str) -> torch.Tensor:
+        """The end of run_blocks: the final norm (if any), then the head's logits (unless
+        this is the encoder, or no head runs)."""
+        if module.ln_f is not None:
+            x = module.ln_f(x)
+        if stack is not None and stack is getattr(self, "encoder", None):
+            return x  # the memory the decoder reads
+        if not self.cfg.lm_head or head == "none":
+            return x
+        if head == "last":
+            x = x[:, -1:]
+            if x.dtype == torch.bfloat16:
+                # a fresh row: handed a row whose batch stride is the whole text's
+                # (T * C), torch's bfloat16 matmul copies the head's whole weight
+                # first (Qwen2.5-0.5B: +272 MB and 1.2 s instead of 0.04 s)
+                x = x.new_empty(x.shape).copy_(x)
+        return self.logits(self.unembed(x))
 
 
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,

@@ -138,7 +138,11 @@ class ModelInfo:
 
     @property
     def name(self) -> str:
-        return (self.cfg.name if self.cfg is not None else None) or self.config or "model"
+        """The config's name, or the weights' (an alias, or a path's last part)."""
+        weights = str(self.weights).rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] \
+            if self.weights else None
+        return (self.cfg.name if self.cfg is not None else None) or self.config or \
+            weights or "model"
 
     def to_json(self) -> dict:
         out = {"config": self.config, "weights": self.weights, "seed": self.seed}

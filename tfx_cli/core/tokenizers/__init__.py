@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import ConfigError, TokenizerError
+from ...errors import WeightsError, ConfigError, TokenizerError
 from .base import ByteTokenizer, Tokenizer, bytes_piece, utf8_text, visible
 from .vocab import (DEFAULT_CORPUS, END, PAD, START, UNK, VOCAB_FILE, VOCAB_FORMAT,
                     CharTokenizer, VocabTokenizer, WordTokenizer, read_corpus, vocab_tokenizer)
@@ -136,6 +136,14 @@ def model_tokenizer(spec, cfg, *, table: bool = True) -> Tokenizer:
     else:
         source = cfg.tokenizer
     tok = get_tokenizer(spec.tokenizer or source, corpus_path=spec.corpus)
+    if spec.weights and cfg is not None and isinstance(tok, VocabTokenizer) and \
+            tok.vocab_size != cfg.vocab_size:
+        # a trained folder's vocab.json names every row of its table: a shorter one would
+        # show the rest as <unused N>
+        raise WeightsError(f"{source} holds {tok.vocab_size} tokens but {cfg.name}'s "
+                           f"embedding table has {cfg.vocab_size} rows: the folder is "
+                           "damaged; copy it again from where it was trained, or train it "
+                           "again")
     chosen = spec.tokenizer or spec.corpus is not None
     if table and cfg is not None and isinstance(tok, VocabTokenizer) and not chosen:
         if tok.vocab_size > cfg.vocab_size:

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from ...core.trace import Trace, is_ndarray
 from ...words import counted
-from ..common import terminal_text
+from ..common import quoted, terminal_text
 
 if TYPE_CHECKING:
     from ...core.results import Result
@@ -83,11 +83,11 @@ def header(console: Console, result: Result) -> None:
     console.print(line, no_wrap=True, overflow="ellipsis")
     data = result.input
     if data is not None and data.text is not None:
-        text = Text("text: ", style="dim") + Text(repr(data.text))
+        text = Text("text: ", style="dim") + Text(quoted(data.text))
         text.append(f" ({counted(len(data.tokens), 'token')})", style="dim")
         console.print(text, no_wrap=True, overflow="ellipsis")
     if data is not None and data.target is not None:  # an encoder–decoder's decoder input
-        text = Text("target: ", style="dim") + Text(repr(" ".join(data.target.tokens)))
+        text = Text("target: ", style="dim") + Text(quoted(" ".join(data.target.tokens)))
         text.append(f" ({counted(len(data.target.tokens), 'token')}, start token first)",
                     style="dim")
         if getattr(result, "stack", None):

@@ -27,24 +27,122 @@ MAX_STEP_TENSORS = 3  # tensors recorded per step drawn before "--full shows all
 
 
 class TextStream:
-    """Echo the text while it is produced: the prompt once, then each new piece."""
+    """Echo the text while it is produced: the prompt once, then each new piece.
 
-    def __init__(self, file: TextIO, prompt: str, *, spaced: bool = False):
+    Progress shown while the text streams (a streamed model reads its parts from disk for
+    every token) must never overwrite it: `progress` is the factory to hand the model.
+    Before the text starts it is render.emit.progress; once text is on a terminal, a bar
+    runs in a Rich Live region holding the line being written and the bar below it
+    (finished lines are printed above the region, so they stay put), and the line is
+    left on the screen when the region closes. Off a terminal, progress during the
+    stream prints nothing: it would break the text's line."""
+
+    def __init__(self, file: TextIO, prompt: str, *, spaced: bool = False,
+                 console: Console | None = None, before=None):
         """spaced: put a space between the prompt and a first piece that starts without
-        one (an encoder–decoder's target prefix, whose new words decode on their own)."""
+        one (an encoder–decoder's target prefix, whose new words decode on their own).
+        console: the terminal the live region draws on (default: one on `file`).
+        before: the progress factory for work before the text starts (the command passes
+        render.emit.progress; views do not import emit, which imports them)."""
         self.file, self.prompt, self.started, self.spaced = file, prompt, False, spaced
+        self.console = console
+        self.before = before
+        self.line = ""  # the text written since the last newline
+        self.live = None  # (Live, Progress) while a bar runs below the text
+
+    @property
+    def terminal(self) -> bool:
+        return self._console().is_terminal
+
+    def _console(self) -> Console:
+        if self.console is None:
+            self.console = Console(file=self.file, highlight=False, emoji=False)
+        return self.console
 
     def write(self, chunk: str) -> None:
         # model output must not drive the terminal: control characters are written out
+        text = ""
         if not self.started:
-            self.file.write(terminal_text(self.prompt))
+            text = terminal_text(self.prompt)
             if self.spaced and self.prompt and chunk and not chunk[0].isspace():
-                self.file.write(" ")
+                text += " "
             self.started = True
-        self.file.write(terminal_text(chunk))
+        text += terminal_text(chunk)
+        if self.live is None:
+            self.file.write(text)
+            self.file.flush()
+            self.line = (self.line + text).rsplit("\n", 1)[-1]
+            return
+        live, bar = self.live
+        *done, self.line = (self.line + text).split("\n")
+        for line in done:  # finished lines go above the region and stay
+            live.console.print(Text(line), soft_wrap=True)
+        live.update(self._region(bar), refresh=True)
+
+    def _region(self, bar=None):
+        from rich.console import Group
+
+        text = Text(self.line)
+        return Group(text, bar) if bar is not None else text
+
+    def progress(self, description: str):
+        """A progress factory like render.emit.progress that leaves the text intact."""
+        from contextlib import contextmanager
+
+        @contextmanager
+        def bar():
+            if not self.started:
+                if self.before is None:
+                    yield lambda fraction=None, text=None: None
+                    return
+                with self.before(description) as update:
+                    yield update
+                return
+            if not self.terminal:
+                yield lambda fraction=None, text=None: None
+                return
+            if self.live is None:
+                self._open_live()
+            live, bars = self.live
+            task = bars.add_task(description, total=1.0)
+            live.update(self._region(bars), refresh=True)
+
+            def update(fraction=None, text=None):
+                bars.update(task, completed=fraction, description=text or description)
+
+            try:
+                yield update
+            finally:
+                bars.remove_task(task)
+                live.update(self._region(bars if bars.tasks else None), refresh=True)
+
+        return bar()
+
+    def _open_live(self) -> None:
+        """Take the line being written into a live region: erase it from the screen (it
+        may wrap over several rows) and draw it again inside the region."""
+        from rich.cells import cell_len
+        from rich.live import Live
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = self._console()
         self.file.flush()
+        rows = max(1, -(-cell_len(self.line) // max(console.width, 1)))
+        self.file.write(("\x1b[1A" * (rows - 1)) + "\r\x1b[J")
+        bars = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=console)
+        live = Live(self._region(), console=console, auto_refresh=False,
+                    vertical_overflow="visible")
+        live.start()
+        self.live = (live, bars)
 
     def close(self) -> None:
+        if self.live is not None:
+            live, _ = self.live
+            live.update(self._region(), refresh=True)
+            live.stop()  # leaves the line on the screen, and ends it
+            self.live = None
+            return
         if self.started:
             self.file.write("\n")
             self.file.flush()

@@ -11,7 +11,7 @@ from rich.text import Text
 from ...core.results import AttributeResult, PatchResult
 from ...core.tokenizers.base import visible
 from ...words import counted
-from ..common import display_tokens, largest_parts, terminal_text
+from ..common import display_tokens, largest_parts, quoted, terminal_text
 from ..matrix import TensorView, format_number
 from . import ViewOptions, header, kv_table, register
 
@@ -57,7 +57,7 @@ def patch_view(result: PatchResult, console: Console, opts: ViewOptions) -> None
         return pairs_view(result, console, opts)
     header(console, result)
     corrupt = result.corrupt
-    console.print(Text("corrupt: ", style="dim") + Text(repr(corrupt.text)) +
+    console.print(Text("corrupt: ", style="dim") + Text(quoted(corrupt.text)) +
                   Text(f" ({counted(len(corrupt.tokens), 'token')})", style="dim"),
                   no_wrap=True, overflow="ellipsis")
     cells = "positions" if result.site != "heads" else "heads"

@@ -20,7 +20,7 @@ from ...core.results import (AttendInputsResult, AttendResult, EmbedResult, Expl
 from ...core.tokenizers.base import visible
 from ...core.trace import Trace
 from ...words import counted
-from ..common import terminal_text, token_axes
+from ..common import quoted, terminal_text, token_axes
 from ..matrix import TensorView, columns_that_fit, format_number, matrix_table, needs_sci
 from . import (ViewOptions, dims_text, header, kv_table, print_tensors, register, shape_text,
                     shapes_table)
@@ -210,7 +210,7 @@ def attend_view(result: AttendResult | AttendInputsResult, console: Console,
         console.print(Text(f"inputs: {source.file}", style="dim"))
     if source is not None and source.kv is not None:
         hand_made = source.kv.text is None  # attend --inputs: the file's x_kv
-        where = "x_kv" if hand_made else repr(source.kv.text)
+        where = "x_kv" if hand_made else quoted(source.kv.text)
         count = counted(len(source.kv.tokens), "row" if hand_made else "token")
         console.print(Text("keys/values from: ", style="dim") + Text(terminal_text(where)) +
                       Text(f" ({count})", style="dim"), no_wrap=True, overflow="ellipsis")

@@ -1,0 +1,144 @@
+"""The API reads values as the command line does (issue 25, item 7): one validation layer
+(tfx_cli/values.py, applied by api._options.checked) for both.
+
+A string where a list goes is one item; numbers may come as text; bytes are UTF-8 or
+refused by name; None is the default; anything else raises the tfx_cli.errors class and
+message the CLI gives for the same value, never a TypeError or AttributeError.
+"""
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli import api, values
+from tfx_cli.cli import app
+from tfx_cli.errors import InputTextError, SelectError, TfxError, UsageError
+
+SMALL = dict(config="gpt124m", layers=2, d_model=16, heads=2, tokenizer="byte", context=32)
+SMALL_ARGS = ["-c", "gpt124m", "--layers", "2", "--d-model", "16", "--heads", "2",
+              "-t", "byte", "--context", "32"]
+
+
+def cli(*args):
+    out = CliRunner().invoke(app, list(args), env={"TFX_QUIET": "1"})
+    return out
+
+
+def cli_json(*args):
+    out = cli(*args, "--json")
+    assert out.exit_code == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_string_is_one_site_not_its_characters():
+    one = api.next("hello", ablate="blocks.0.attn.out", **SMALL)
+    assert [i.site for i in one.interventions] == ["blocks.0.attn.out"]
+    assert one.to_dict() == cli_json("next", "hello", *SMALL_ARGS, "--ablate",
+                                     "blocks.0.attn.out")
+    # a comma list in one string, as on the command line
+    two = api.next("hello", ablate="blocks.0.attn.out,blocks.1.ffn.out", **SMALL)
+    assert [i.site for i in two.interventions] == ["blocks.0.attn.out", "blocks.1.ffn.out"]
+
+
+def test_select_as_one_string_is_one_glob():
+    """Also asked for by the features issue; checked without iterating result.tensors."""
+    r = api.trace("hello", select="blocks.*.attn.pattern", **SMALL)
+    assert r.tensors.names() == ["blocks.0.attn.pattern", "blocks.1.attn.pattern"]
+    assert r.to_dict() == cli_json("trace", "hello", *SMALL_ARGS, "-s",
+                                   "blocks.*.attn.pattern")
+    m = api.load(**SMALL)
+    assert m.trace("hello", select="logits").tensors.names() == ["logits"]
+
+
+def test_numbers_may_come_as_text_and_numpy():
+    a = api.next("hello", steer="blocks.1.resid_pre", toward="a", away="b", scale="4",
+                 **SMALL)
+    b = api.next("hello", steer="blocks.1.resid_pre", toward="a", away="b",
+                 scale=np.float32(4.0), **SMALL)
+    c = cli_json("next", "hello", *SMALL_ARGS, "--steer", "blocks.1.resid_pre", "--toward",
+                 "a", "--away", "b", "--scale", "4")
+    assert a.to_dict() == b.to_dict() == c
+    assert a.interventions[0].scale == 4.0
+    assert api.attend("hello", layer="1", head=np.int64(0), **SMALL).layer == 1
+
+
+@pytest.mark.parametrize("kwargs, cli_args, error", [
+    (dict(scale="x", steer="embed.out", toward="a", away="b"),
+     ["--scale", "x", "--steer", "embed.out", "--toward", "a", "--away", "b"],
+     "Invalid value for '--scale': 'x' is not a valid float."),
+    (dict(candidates="x"), ["--candidates", "x"],
+     "Invalid value for '--candidates': 'x' is not a valid int range."),
+    (dict(ablate=3), ["--ablate", "3"], "--ablate '3' is not a site"),
+    (dict(temperature="warm"), ["--temperature", "warm"],
+     "Invalid value for '--temperature': 'warm' is not a valid float."),
+])
+def test_a_wrong_value_raises_what_the_cli_says(kwargs, cli_args, error):
+    with pytest.raises(TfxError) as caught:
+        api.next("hello", **kwargs, **SMALL)
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith(error), caught.value.message
+    out = cli("next", "hello", *SMALL_ARGS, *cli_args)
+    assert out.exit_code == 2 and error in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("call", [
+    lambda: api.next("hello", steer=["blocks.0.resid_pre", 7], toward="a", away="b", **SMALL),
+    lambda: api.next("hello", truncate="yes", **SMALL),
+    lambda: api.next("hello", layers=2.5, config="gpt124m", d_model=16, heads=2),
+    lambda: api.next("hello", ablate={"blocks.0.attn.out": 1}, **SMALL),
+    lambda: api.next(["hello"], **SMALL),
+    lambda: api.trace("hello", select=[None], **SMALL),
+    lambda: api.generate("hello", max_new_tokens=True, **SMALL),
+    lambda: api.load(seed=-1, **{k: v for k, v in SMALL.items()}),
+    lambda: api.train(output="", text="x.txt"),
+])
+def test_wrong_types_raise_tfx_errors_never_type_or_attribute_errors(call):
+    with pytest.raises(UsageError):
+        call()
+
+
+def test_none_is_the_default():
+    a = api.next("hello", device=None, dtype=None, seed=None, max_memory=None, **SMALL)
+    assert a.to_dict() == api.next("hello", **SMALL).to_dict()
+    assert a.model.device == "cpu" and a.model.seed == 123
+
+
+def test_bytes_are_utf8_or_refused_by_name():
+    r = api.patch(b"hello", corrupt=b"jello", answer=b"o", wrong="x", **SMALL)
+    assert r.input.text == "hello" and r.corrupt.text == "jello"
+    with pytest.raises(InputTextError) as caught:
+        api.next(b"caf\xe9", **SMALL)
+    assert caught.value.message.startswith("TEXT is bytes that are not UTF-8 (byte 3: 0xe9)")
+    with pytest.raises(InputTextError):
+        api.next("hello", steer="embed.out", toward=b"\xff", away="b", **SMALL)
+
+
+def test_steer_lists_and_pairs():
+    """Item 7's steer=[a, b] (an AttributeError before) is two steers; item 8 below."""
+    r = api.next("hello", steer=["blocks.0.resid_pre", "blocks.1.resid_pre"],
+                 toward=["a", "c"], away="b", scale=[2, 3], **SMALL)
+    got = [(i.site, i.toward, i.away, i.scale) for i in r.interventions]
+    assert got == [("blocks.0.resid_pre", "a", "b", 2.0), ("blocks.1.resid_pre", "c", "b", 3.0)]
+    with pytest.raises(UsageError) as caught:
+        api.next("hello", steer=["embed.out", "blocks.1.resid_pre"], toward=["a", "b", "c"],
+                 away="b", **SMALL)
+    assert "--steer is given 2 times but --toward 3 times" in caught.value.message
+
+
+def test_the_checkers_alone():
+    assert values.as_names("a, b", "--x") == ["a", "b"]
+    assert values.as_names(["a", "b,c"], "--x") == ["a", "b", "c"]
+    assert values.as_texts("a, b", "--stop") == ["a, b"]
+    assert values.as_int("12", "--n") == 12 and values.as_int(3.0, "--n") == 3
+    assert values.as_float(np.float64(0.5), "--p") == 0.5
+    assert values.as_flag(np.bool_(True), "--f") is True
+    assert values.as_choice("heads", "--site", ["resid_pre", "heads"]) == "heads"
+    for bad in (lambda: values.as_names(["a", ""], "--x"), lambda: values.as_int(1.5, "--n"),
+                lambda: values.as_int(True, "--n"), lambda: values.as_path("", "--o"),
+                lambda: values.as_choice("x", "--site", ["a"]),
+                lambda: values.as_float("inf", "--scale", finite=True)):
+        with pytest.raises(UsageError):
+            bad()
+    with pytest.raises(SelectError):  # one glob, which matches nothing: its own message
+        api.trace("hello", select="nothing.here", **SMALL)
