@@ -31,9 +31,6 @@ import warnings
 
 import torch
 
-# torch flags its CSR tensors as beta on first use; the products used here are tested
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-
 PARAMS = ("W_enc", "W_dec", "b_enc", "b_dec")
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults (Kingma & Ba 2015)
 
@@ -119,8 +116,10 @@ class Trainer:
         matrices (fᵀ's rows found by one sort of the latent indices)."""
         B, k = index.shape
         flat, vals = index.reshape(-1), values.reshape(-1)
-        f = torch.sparse_csr_tensor(torch.arange(0, B * k + 1, k), flat, vals,
-                                    (B, self.latents), check_invariants=False)
+        with warnings.catch_warnings():  # torch calls its CSR tensors beta; these are tested
+            warnings.simplefilter("ignore", UserWarning)
+            f = torch.sparse_csr_tensor(torch.arange(0, B * k + 1, k), flat, vals,
+                                        (B, self.latents), check_invariants=False)
         order = torch.sort(flat).indices
         crow = torch.zeros(self.latents + 1, dtype=torch.int64)
         crow[1:] = torch.cumsum(torch.bincount(flat, minlength=self.latents), 0)

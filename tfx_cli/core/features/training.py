@@ -205,9 +205,9 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                            steps=steps, epochs=epochs, b_dec_init=b_dec_init,
                            dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef)
     manifest = acts.manifest
-    identity = {"collect": str(Path(acts.path).resolve()), "collect_tokens": n,
-                "collect_sha256": manifest.get("tokens_sha256"), "site": site, "seed": seed,
-                "holdout": holdout, **opts}
+    identity = {"site": site, "seed": seed, "holdout": holdout, **opts,
+                "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
+                "collect_sha256": manifest.get("tokens_sha256")}
     folder = RunFolder(Path(output).expanduser(), identity, force)
     data = torch.from_numpy(np.ascontiguousarray(acts[site], dtype=np.float32))
     train, test = data[:n_train], data[n_train:]
