@@ -72,8 +72,8 @@ def run_tfx(a) -> float:
 
 def run_saelens(a, sparse: bool) -> float:
     import torch
-    from sae_lens import (LoggingConfig, SAETrainer, SAETrainerConfig, TopKTrainingSAE,
-                          TopKTrainingSAEConfig)
+    from sae_lens import LoggingConfig, SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig
+    from sae_lens.config import SAETrainerConfig
 
     x = torch.from_numpy(_rows(a.collect, a.site, a.rows))
     sae = TopKTrainingSAE(TopKTrainingSAEConfig(
@@ -82,7 +82,8 @@ def run_saelens(a, sparse: bool) -> float:
 
     def fit(steps: int) -> float:
         cfg = SAETrainerConfig(total_training_samples=steps * a.batch_size,
-                               train_batch_size_samples=a.batch_size, lr=a.lr, device="cpu",
+                               train_batch_size_samples=a.batch_size, lr=a.lr, lr_end=a.lr,
+                               device="cpu",
                                dead_feature_window=max(1, a.dead_after // a.batch_size),
                                n_batches_for_norm_estimate=2,
                                logger=LoggingConfig(log_to_wandb=False))
