@@ -9,8 +9,9 @@ Each peer runs in a fresh process (`--threads` torch threads), a warm-up of 2 st
 then `--steps` timed steps over batches drawn from the folder's rows; rounds alternate
 the peers' order and the median is reported. SAELens runs its own SAETrainer.fit (its
 tqdm, dead-latent bookkeeping and logging included; wandb off) with
-TopKTrainingSAE, dense activations (its default) and, as `saelens-sparse`, with
-use_sparse_activations=True. Its TopK rescales activations by the decoder's norms and
+TopKTrainingSAE and dense activations (its default); `--peers ...,saelens-sparse` tries
+its use_sparse_activations=True, which fails on the CPU with torch 2.13 ("Could not run
+'aten::view' with arguments from the 'SparseCPU' backend", sae_lens 6.54). Its TopK rescales activations by the decoder's norms and
 its AuxK uses k_aux = d_in / 2 (sae_lens 6.54, saes/topk_sae.py); tfx keeps the rows at
 unit norm and uses k_aux = min(512, latents / 2): the work per step is alike.
 SAELens must be importable by the interpreter that runs this file (the peers venv of
@@ -119,7 +120,7 @@ def main() -> None:
     p.add_argument("--dead-after", type=int, default=10_000_000)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--peers", default="tfx,saelens,saelens-sparse")
+    p.add_argument("--peers", default="tfx,saelens")
     p.add_argument("--out")
     p.add_argument("--peer", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -135,7 +136,8 @@ def main() -> None:
                 if k not in ("peer", "out", "peers") and v is not None]
             done = subprocess.run(args, capture_output=True, text=True, env=env)
             if done.returncode != 0:
-                print(f"{peer}: failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                errors = [line for line in done.stderr.splitlines() if "Error" in line]
+                print(f"{peer}: failed: {(errors or ['?'])[-1][:300]}", file=sys.stderr)
                 continue
             rates[peer].append(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
             print(f"round {r + 1} {peer}: {rates[peer][-1]:,.0f} tokens/s", file=sys.stderr)
