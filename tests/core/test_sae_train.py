@@ -37,7 +37,13 @@ def collected(tmp_path_factory):
 
 # -- the step ------------------------------------------------------------------------------
 def _autograd(trainer: Trainer, x: torch.Tensor):
-    """The loss trainer.py states, differentiated by autograd in float64."""
+    """The loss trainer.py states, differentiated by autograd in float64 (core.load turns
+    gradients off process-wide: on again here)."""
+    with torch.enable_grad():
+        return _autograd_on(trainer, x)
+
+
+def _autograd_on(trainer: Trainer, x: torch.Tensor):
     p = {n: t.clone().double().requires_grad_(True) for n, t in trainer.p.items()}
     x = x.double()
     pre = (x - p["b_dec"]) @ p["W_enc"].T + p["b_enc"]
