@@ -26,6 +26,8 @@ TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")
 COLLECTED = str(Path(tempfile.gettempdir()) / "tfx-test-api-collected")  # train writes a folder  # toy's encoder as one stack, with a head
 
 SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae")  # a random SAE (written below)
+SAE_ACTS = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae-acts")  # train-sae reads it
+TRAINED_SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained-sae")
 
 
 def _write_sae() -> None:
@@ -40,6 +42,15 @@ def _write_sae() -> None:
 
 
 _write_sae()
+
+def _train_sae():
+    """train-sae's case: a small collect folder first (made once), then the training."""
+    if not (Path(SAE_ACTS) / "tokens.parquet").exists():
+        api.collect("python-docs", max_tokens=600, select=["blocks.1.resid_out"],
+                    output=SAE_ACTS, force=True, **SMALL_KW)
+    return api.train_sae(SAE_ACTS, site="blocks.1.resid_out", output=TRAINED_SAE, k=4,
+                         latents=64, batch_size=128, steps=20, force=True)
+
 
 # (CLI arguments, the same call through the API)
 CASES = {
@@ -164,6 +175,13 @@ CASES = {
              "0,5", "-k", "3", "--ctx", "32", *SMALL],
             lambda: api.top("python-docs", max_docs=4, site="blocks.1.ffn.act", units=[0, 5],
                             k=3, ctx=32, **SMALL_KW)),
+    "top-sae": (["top", "python-docs", "--max-docs", "4", "--sae", SAE, "--units", "3,7", "-k",
+                 "3", "--ctx", "32", *SMALL],
+                lambda: api.top("python-docs", max_docs=4, sae=SAE, units=[3, 7], k=3, ctx=32,
+                                **SMALL_KW)),
+    "train-sae": (["train-sae", SAE_ACTS, "--site", "blocks.1.resid_out", "-o", TRAINED_SAE,
+                   "--k", "4", "--latents", "64", "--batch-size", "128", "--steps", "20",
+                   "--force"], _train_sae),
     "collect": (["collect", "python-docs", "--max-docs", "3", "--select",
                  "blocks.0.resid_out", "-o", COLLECTED, "--force", *SMALL],
                 lambda: api.collect("python-docs", max_docs=3, select=["blocks.0.resid_out"],

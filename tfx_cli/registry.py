@@ -74,6 +74,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("features", "features", "features", "features",
             "Show a sparse autoencoder's features on TEXT: per token the most active "
             "features, how many fire (L0), and how well the SAE reconstructs its site."),
+    Command("train-sae", "train_sae", "train_sae", "features",
+            "Train a sparse autoencoder on a collect folder's site and write it in SAELens's "
+            "format (read back with --sae)."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

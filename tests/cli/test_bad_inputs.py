@@ -355,6 +355,31 @@ def _sae(name: str, hook: str, d_in: int = 6, d_sae: int = 8,
 
 
 # -- the cases ------------------------------------------------------------------------
+def _collected(d: Path) -> None:
+    """A small collect folder written by hand: 64 tokens of blocks.0.resid_out (8 wide)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = d / "acts"
+    folder.mkdir()
+    rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    save_file({"blocks.0.resid_out": rows}, str(folder / "shard-00000.safetensors"))
+    (folder / "manifest.json").write_text(json.dumps({
+        "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
+        "options": {"dtype": "float32"}, "model": {"config": "gpt2"},
+        "sites": [{"name": "blocks.0.resid_out", "dims": ["T", "C"], "shape": [64, 8],
+                   "dtype": "F32"}],
+        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64}]}))
+
+
+def _other_sae_run(d: Path) -> None:
+    """An SAE folder holding another train-sae run's state."""
+    (d / "sae").mkdir()
+    (d / "sae" / "train-state.json").write_text(json.dumps({
+        "schema": "tfx-train-sae/1", "identity": {"site": "blocks.3.resid_out"},
+        "complete": False}))
+
+
 @dataclass
 class Case:
     id: str  # README row key
@@ -1001,6 +1026,49 @@ CASES = [
          "the SAE has 8 features", files=(_sae("sae", "blocks.0.hook_resid_post"),)),
     Case("steer-feature-format", "--steer-feature without :INDEX",
          ["generate", "hi", *WORDY, "--steer-feature", "sae"], "UsageError", "DIR:INDEX"),
+    # tfx top --sae and tfx train-sae
+    Case("top-sae-unit", "top --sae with --units past the SAE's width",
+         ["top", "python-docs", *WORDY, "--sae", "sae", "--units", "3,9"], "RangeError",
+         "the SAE has 8 features", files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    Case("top-sae-sites", "top --sae with --site and --sae-site naming two sites",
+         ["top", "python-docs", *WORDY, "--sae", "sae", "--site", "blocks.0.resid_out",
+          "--sae-site", "blocks.0.resid_mid"], "UsageError", "disagree",
+         files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    Case("train-sae-missing", "train-sae of a folder that does not exist",
+         ["train-sae", "nosuch", "--site", "blocks.0.resid_out", "-o", "sae"],
+         "InputTextError", "no such folder"),
+    Case("train-sae-not-collect", "train-sae of a folder tfx collect did not write",
+         ["train-sae", "plain", "--site", "blocks.0.resid_out", "-o", "sae"],
+         "InputTextError", "not a tfx collect folder", files=(_folder("plain"),)),
+    Case("train-sae-site", "train-sae --site that the collect folder lacks",
+         ["train-sae", "acts", "--site", "blocks.3.resid_out", "-o", "sae"], "SelectError",
+         "is not in", files=(_collected,)),
+    Case("train-sae-k", "train-sae --k larger than --latents",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--k", "80",
+          "--latents", "64"], "RangeError", "between 1 and the 64 latents",
+         files=(_collected,)),
+    Case("train-sae-latents", "train-sae --latents 0",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--latents", "0"],
+         "RangeError", "at least 1", files=(_collected,)),
+    Case("train-sae-width-twice", "train-sae with both --latents and --expansion",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--latents", "64",
+          "--expansion", "8"], "UsageError", "give one", files=(_collected,)),
+    Case("train-sae-l1-k", "train-sae with both --l1 and --k",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--l1", "0.1",
+          "--k", "8"], "UsageError", "give one of them", files=(_collected,)),
+    Case("train-sae-batch", "train-sae --batch-size above the training tokens",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--batch-size",
+          "4096"], "RangeError", "training tokens", files=(_collected,)),
+    Case("train-sae-no-output", "train-sae without -o SAE_DIR",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out"], "UsageError", "-o SAE_DIR",
+         files=(_collected,)),
+    Case("train-sae-output-exists", "train-sae -o a folder of other files, without --force",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "mine", "--batch-size",
+          "32"], "OutputFileError", "pass --force",
+         files=(_collected, _folder("mine"), _text("mine/notes.txt", "mine"))),
+    Case("train-sae-other-run", "train-sae -o a folder of another training run",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--batch-size",
+          "32"], "OutputFileError", "another training run", files=(_collected, _other_sae_run)),
     Case("patch-features-no-sae", "patch --site features without --sae",
          ["patch", SENTENCE, "--corrupt", "When you play game of you", "--answer", "win",
           "--wrong", "die", "--site", "features", *WORDY], "UsageError", "give --sae DIR"),

@@ -81,18 +81,34 @@ def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None
                          progress=hooks.progress)
 
 
-def top(source: str | Path, *, site: str, units: str | Sequence[int] | None = None,
+def top(source: str | Path, *, site: str | None = None,
+        units: str | Sequence[int] | None = None,
         k: int = 10, around: int = 8, field: str = "text", max_docs: int | None = None,
         max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
         output: str | Path | None = None, html: str | Path | None = None,
         engine: str = "local", ray_address: str | None = None, workers: int | None = None,
         gpus_per_worker: float | None = None, verbose: bool = False, unit_map: Any = None,
+        sae: str | Path | None = None, sae_site: str | None = None,
         **model: Any) -> TopResult:
     """The `k` highest activations of each unit of `site` over a corpus, each with its
     document, position and `around` tokens of context either side. `units`: '0,5,9', '0:64' or a
     list of indices (default: every unit). `html`: also write the self-contained page.
-    `unit_map`: your own map from the site's rows to unit values (see core.datasets.top)."""
+    `unit_map`: your own map from the site's rows to unit values (see core.datasets.top).
+    `sae`: an SAE folder; the units are then its features, at its site (`sae_site` or
+    `site` name the site when the folder does not, as in api.features)."""
     from ..core.datasets import runs
+    from ..errors import UsageError
+
+    if sae is not None and unit_map is not None:
+        raise UsageError("sae= and unit_map= both give the units; pass one")
+    if sae is not None and not str(sae).strip():
+        raise UsageError("--sae is empty; give the SAE's folder")
+    if sae is None and sae_site is not None:
+        raise UsageError("--sae-site names the site of --sae's SAE, which was not given; add "
+                         "--sae DIR")
+    if sae is None and site is None:
+        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
+                         "(or give --sae DIR: its features at its site)")
 
     if html is not None:
         from ..render.plot import check_output_path
@@ -108,7 +124,8 @@ def top(source: str | Path, *, site: str, units: str | Sequence[int] | None = No
         result = runs.top(loaded, opened, site=site, units=units, k=k, context=around,
                           ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
                           output=_output(output), force=bool(model.get("force")),
-                          engine=engine, progress=hooks.progress, unit_map=unit_map)
+                          engine=engine, progress=hooks.progress, unit_map=unit_map,
+                          sae=sae, sae_site=sae_site)
     if html is not None:
         write_top_html(result, html, force=bool(model.get("force")))
     return result

@@ -3,16 +3,18 @@
 The SAE options of the other commands are keywords of theirs: `sae` and `sae_site` with
 `ablate=["features.12"]` on attend, trace, next, generate, lens, report and patch;
 `steer_feature="DIR:12"` with `scale` on next, generate and trace; `site="features"`
-with `sae` on patch; `sae` on attribute (README "Features").
+with `sae` on patch; `sae` on attribute; `sae` on top (README "Features").
+`api.train_sae(collect_dir, site=..., output=...)` trains one on a collect folder.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._model import _model
 
 if TYPE_CHECKING:
-    from ..core.results import FeaturesResult
+    from ..core.results import FeaturesResult, TrainSAEResult
 
 
 def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int = 5,
@@ -31,3 +33,36 @@ def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int
     check_feature_options(sae=sae, sae_site=sae_site, sae_used=True)
     return _model(model).features(text, sae=sae, sae_site=sae_site, per_token=per_token,
                                   truncate=truncate)
+
+
+def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | None = None,
+              latents: int | None = None, expansion: float | None = None,
+              l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
+              steps: int | None = None, epochs: float | None = None, seed: int = 0,
+              holdout: float = 0.05, b_dec_init: str = "median",
+              dead_after: int | None = None, aux_k: int | None = None,
+              aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
+              checkpoint_every: int = 500) -> TrainSAEResult:
+    """Train an SAE on the rows of `site` in the collect folder `collect` and write it to
+    `output` in SAELens's format (read back with features(..., sae=output)). TopK with
+    `k` (32) by default; `l1=` trains a ReLU SAE with that L1 coefficient instead.
+    `latents` (4096) or `expansion` (× d_in) set the width; Adam with `lr` over `steps`
+    (1000) or `epochs` batches of `batch_size` tokens; the last `holdout` of the tokens
+    judge it (fvu, l0, dead). Resumable: the same call continues a killed one."""
+    from ..core.datasets.read import Activations
+    from ..core.features.training import train_sae as run
+    from ..errors import InputTextError, UsageError
+
+    if output is None or not str(output).strip():
+        raise UsageError("-o SAE_DIR is missing: train-sae writes a folder, e.g. -o my-sae")
+    if site is None or not str(site).strip():
+        raise UsageError("--site is missing; name the collected site to train on, e.g. "
+                         "--site blocks.3.resid_out")
+    path = Path(collect).expanduser()
+    if not path.is_dir():
+        raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
+    return run(Activations(path), site=site, output=Path(output), k=k, latents=latents,
+               expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
+               epochs=epochs, seed=seed, holdout=holdout, b_dec_init=b_dec_init,
+               dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
+               progress=progress, checkpoint_every=checkpoint_every)

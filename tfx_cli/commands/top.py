@@ -6,8 +6,8 @@ import typer
 
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
                        FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PrecisionOpt, RayAddressOpt, VerboseOpt, WorkersOpt, corpus_options,
-                       engine_options, model_command, need_corpus)
+                       PrecisionOpt, RayAddressOpt, SaeSiteOpt, VerboseOpt, WorkersOpt,
+                       corpus_options, engine_options, model_command, need_corpus)
 
 
 @model_command
@@ -17,10 +17,16 @@ def top(
         "--site", metavar="SITE", show_default=False,
         help="A site with one row per token: blocks.3.ffn.act (neurons), "
              "blocks.3.resid_out (residual dimensions), blocks.3.attn.context (heads × "
-             "head dim) ...")] = None,
+             "head dim) ... With --sae: the SAE's site (default: the one its folder names).")] = None,
     units: Annotated[Optional[str], typer.Option(
         "--units", metavar="LIST", show_default=False,
-        help="Units of the site: 0,5,9 or 0:64 (default: all).")] = None,
+        help="Units of the site: 0,5,9 or 0:64 (default: all); with --sae, feature "
+             "indices.")] = None,
+    sae: Annotated[Optional[str], typer.Option(
+        "--sae", metavar="DIR", show_default=False, rich_help_panel="Features",
+        help="An SAE folder (SAELens, Gemma Scope, tfx-sae.json, tfx train-sae's output): "
+             "the units are its features, their activations on the site's rows.")] = None,
+    sae_site: SaeSiteOpt = None,
     k: Annotated[int, typer.Option("-k", "--k", help="Examples per unit.")] = 10,
     around: Annotated[int, typer.Option(
         "--around", metavar="C",
@@ -59,23 +65,30 @@ def top(
     as a strip of tokens, the activating one highlighted and the others shaded by the
     unit's value there.
 
+    With --sae DIR the units are the SAE's features: each token's activation of
+    feature i, as `tfx features` computes it (for a TopK SAE, 0 unless the feature is
+    among the token's k), at the SAE's site.
+
     JSON: result.units = [{unit, examples: [{value, doc, position, token, context:
-    {tokens, values, at}}]}].
+    {tokens, values, at}}]}]; with --sae, result.sae describes the SAE.
 
     Examples:
 
       tfx top python-docs -w smollm2 --site blocks.3.ffn.act --units 0:4 -k 5 --around 6
 
       tfx top corpus.txt -c gpt2 --site blocks.5.resid_out --units 7 --html neuron7.html
+
+      tfx top python-docs -w smollm2 --sae my-sae --units 12,40 -k 10
     """
     from .. import api
     from ..errors import UsageError
     from ..render.emit import emit
 
-    if site is None:
-        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act")
+    if site is None and sae is None:
+        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
+                         "(or give --sae DIR: its features at its site)")
     result = api.top(need_corpus(source), site=site, units=units, k=k, around=around,
-                     html=html, output=output,
+                     html=html, output=output, sae=sae, sae_site=sae_site,
                      **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
                      **engine_options(ray_address, workers, gpus_per_worker, verbose),
                      **model)

@@ -39,6 +39,7 @@ def _shade(value, high: float) -> str:
 
 def build_page(result) -> str:
     model = result.model.name if result.model else "model"
+    noun = "feature" if getattr(result, "sae", None) is not None else "unit"
     cards = []
     for unit in result.units:
         high = max((v for e in unit.examples for v in e.context.values if v is not None),
@@ -57,11 +58,14 @@ def build_page(result) -> str:
                         f'<span class="where">doc {e.doc}:{e.position}</span>'
                         f'<span>{"".join(toks)}</span></div>')
         cards.append(f'<div class="card" id="unit-{unit.unit}"><h2>{html.escape(result.site)}'
-                     f' · unit {unit.unit}</h2>{"".join(rows) or "<i>no token</i>"}</div>')
+                     f' · {noun} {unit.unit}</h2>{"".join(rows) or "<i>no token</i>"}</div>')
     corpus = result.corpus
     meta = (f"{html.escape(model)} · corpus {html.escape(str(corpus['source']))} · "
             f"{result.documents:,} documents, {result.tokens:,} tokens · top {result.k} per "
-            f"unit, {result.context} tokens either side")
+            f"{noun}, {result.context} tokens either side")
+    if noun == "feature":
+        meta += f" · SAE {html.escape(result.sae.path)} ({html.escape(result.sae.architecture)}" \
+                f", {result.sae.d_sae:,} features)"
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>tfx top · {html.escape(result.site)}</title><style>{CSS}</style></head>"
             f"<body><h1>tfx top · {html.escape(result.site)}</h1><div class='meta'>{meta}</div>"

@@ -17,7 +17,7 @@ from .pipeline import corpus_windows, make_plan, run
 from .scan import METRICS, ScanPartial, ScanTask, summary
 from .store import OutputDir, sha256_file
 from .tasks import check_sites, parse_units, row_sites
-from .top import Heaps, SliceUnits, TopTask
+from .top import Heaps, SAEUnits, SliceUnits, TopTask
 
 
 def single_stack(cfg, what: str) -> None:
@@ -125,38 +125,63 @@ def scan(loaded, corpus: Corpus, *, ctx=None, batch_size=8, max_tokens=None, out
 
 
 # -- top ----------------------------------------------------------------------------------
-def top(loaded, corpus: Corpus, *, site: str, units=None, k=10, context=8, ctx=None,
-        batch_size=8, max_tokens=None, output=None, force=False, engine="local",
-        progress=None, unit_map=None):
+def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, context=8,
+        ctx=None, batch_size=8, max_tokens=None, output=None, force=False, engine="local",
+        progress=None, unit_map=None, sae=None, sae_site=None):
     """`unit_map`: a map from the site's rows to unit values (default: SliceUnits of
-    `units`); its `labels` name the units in the result."""
+    `units`); its `labels` name the units in the result. `sae`: an SAE folder whose
+    features are the units (at its site, or `sae_site`/`site`)."""
     from ..results import TopResult
 
     if k < 1:
         raise UsageError(f"-k {k} must be at least 1")
     if context < 0:
         raise UsageError(f"--around {context} must be 0 or more")
-    sites = row_sites(loaded.model)
-    name = check_sites(loaded.model, [site], "--site")
-    if len(name) != 1:
-        raise UsageError(f"--site {site!r} names {len(name)} sites ({', '.join(name[:4])}"
-                         f"{' ...' if len(name) > 4 else ''}); name one")
-    name = name[0]
-    dims, width = sites[name]
-    unit_map = unit_map or SliceUnits(parse_units(units, width))
+    info = None
+    if sae is not None:
+        name, dims, unit_map, info = _sae_units(loaded, sae, sae_site, site, units)
+    else:
+        if site is None:
+            raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
+                             "(or give --sae DIR: its features at its site)")
+        sites = row_sites(loaded.model)
+        name = check_sites(loaded.model, [site], "--site")
+        if len(name) != 1:
+            raise UsageError(f"--site {site!r} names {len(name)} sites ({', '.join(name[:4])}"
+                             f"{' ...' if len(name) > 4 else ''}); name one")
+        name = name[0]
+        dims, width = sites[name]
+        unit_map = unit_map or SliceUnits(parse_units(units, width))
     corpus = prepare(loaded, corpus, "top")
     plan = make_plan(loaded.cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
     labels = list(unit_map.labels)
+    options = {"site": name, "units": labels, "k": k, "context": context}
+    if info is not None:
+        options["sae"] = info.path
     cp, seen = _run_reduced(
         loaded, corpus, plan, TopTask(name, dims, unit_map, k, context),
         lambda: Heaps.empty(len(labels), k, context), Heaps.from_arrays, output=output,
-        force=force, kind="top", options={"site": name, "units": labels, "k": k,
-                                          "context": context}, engine=engine,
-        progress=progress)
+        force=force, kind="top", options=options, engine=engine, progress=progress)
     result = TopResult(**_common(loaded, corpus, plan, seen, engine, output), site=name,
-                       k=k, context=context, units=_top_units(loaded, cp.state, labels))
+                       k=k, context=context, units=_top_units(loaded, cp.state, labels),
+                       sae=info)
     cp.finish(result)
     return result
+
+
+def _sae_units(loaded, sae, sae_site, site, units):
+    """--sae: the SAE opened on the model (its site, or --sae-site / --site naming it) and
+    its features `units` as the unit map."""
+    from ..analysis.feature_sites import open_sae
+    from ..analysis.features import sae_info
+
+    if sae_site is not None and site is not None and sae_site.strip() != site.strip():
+        raise UsageError(f"--site {site!r} and --sae-site {sae_site!r} disagree; with --sae "
+                         "both name the SAE's site: give one")
+    opened = open_sae(loaded, sae, sae_site if sae_site is not None else site)
+    unit_map = SAEUnits(opened, parse_units(units, opened.d_sae, "--units",
+                                                   "the SAE has", "features"))
+    return opened.site, tuple(opened.dims), unit_map, sae_info(opened)
 
 
 def _top_units(loaded, heaps: Heaps, labels) -> list:

@@ -105,8 +105,10 @@ def check_sites(model, globs: list[str], option: str) -> list[str]:
     return [n for n in names if n in chosen]
 
 
-def parse_units(text: str | None, width: int, option: str = "--units") -> tuple[int, ...]:
-    """'0,5,9' or '0:64' (or both, comma-separated) -> unit indices; None: all."""
+def parse_units(text: str | None, width: int, option: str = "--units",
+                owner: str = "the site has", noun: str = "units") -> tuple[int, ...]:
+    """'0,5,9' or '0:64' (or both, comma-separated) -> unit indices; None: all.
+    `owner`/`noun` word the range error (an SAE: "the SAE has", "features")."""
     if text is None:
         return tuple(range(width))
     units: list[int] = []
@@ -123,8 +125,8 @@ def parse_units(text: str | None, width: int, option: str = "--units") -> tuple[
                              "such as 0:64") from None
         for u in span:
             if not 0 <= u < width:
-                raise RangeError(f"{option} unit {u} is out of range: the site has {width} "
-                                 f"units (0 to {width - 1})")
+                raise RangeError(f"{option} unit {u} is out of range: {owner} {width:,} "
+                                 f"{noun} (0 to {width - 1})")
             if u not in units:
                 units.append(u)
     if not units:

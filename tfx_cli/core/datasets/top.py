@@ -2,8 +2,9 @@
 their document, position and the window's tokens around them.
 
 Unit values are pluggable: a UnitMap turns a site's rows (N, width) into unit values
-(N, U). `SliceUnits` (the default) picks columns; another map (an SAE's encoder, say)
-plugs in the same way and nothing else changes.
+(N, U). `SliceUnits` (the default) picks columns; `SAEUnits` encodes the rows with an
+SAE (`tfx top --sae`: the units are its features); another map plugs in the same way and
+nothing else changes.
 
 Per unit, a heap of K entries ordered by value (highest first), ties by document then
 position (lowest first): each batch yields its own K best per unit and heaps merge by
@@ -29,6 +30,27 @@ class SliceUnits:
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         return rows[..., list(self.units)]
+
+    @property
+    def labels(self) -> list[int]:
+        return list(self.units)
+
+
+@dataclass(frozen=True, eq=False)
+class SAEUnits:
+    """Features of an SAE as units: the site's rows encoded by the SAE, only features
+    `units` computed (SAE.encode_units), a block of rows at a time so that a TopK SAE's
+    full pre-activations stay small."""
+
+    sae: object  # core.features.SAE
+    units: tuple[int, ...]
+    rows_at_once: int = 4096
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        flat = rows.reshape(-1, rows.shape[-1])
+        parts = [self.sae.encode_units(flat[i:i + self.rows_at_once], self.units)
+                 for i in range(0, len(flat), self.rows_at_once)]
+        return torch.cat(parts).reshape(*rows.shape[:-1], len(self.units))
 
     @property
     def labels(self) -> list[int]:
@@ -133,4 +155,4 @@ class TopTask:
         return heaps
 
 
-__all__ = ["SliceUnits", "Heaps", "TopTask"]
+__all__ = ["SliceUnits", "SAEUnits", "Heaps", "TopTask"]

@@ -5,11 +5,15 @@ safetensors, Gemma Scope's params.npz, Gemma Scope 2's params.safetensors, tfx's
 tfx-sae.json), the hook names they use mapped onto tfx's trace names (hooks.py), the SAE
 as tfx runs it (sae.py: encode, decode, the change of a site that a change of features
 makes), the numbers an SAE is judged by (metrics.py: FVU, L0, dead features) and
-writing SAELens's and tfx's folders (write.py). Training an SAE on collected
-activations is to live here too. Running an SAE on a model's text (the `features`
+writing SAELens's and tfx's folders (write.py), and training an SAE on a collect
+folder's rows (trainer.py: parameters, Adam, the hand-written TopK/ReLU step;
+training.py: `tfx train-sae`'s run, checkpoints and resumption). The collect folder
+comes in opened (core.datasets.read.Activations, opened by the API): this layer sits
+below the datasets layer and does not import it. Running an SAE on a model's text (the `features`
 command, features as intervention sites) is analysis's (core/analysis/features.py).
 
-May import: torch, numpy, safetensors, errors and core.trace; never a model, a
+May import: torch, numpy, safetensors, errors, core.trace, core.progress and
+core.results; never a model, a
 checkpoint reader, typer or rich. Nothing here reads a model: the checks that an SAE
 fits one are made where the two meet (core/analysis/features.py).
 """

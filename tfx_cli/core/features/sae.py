@@ -130,6 +130,32 @@ class SAE:
         values, index = torch.topk(pre, self.k, dim=-1)
         return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
 
+    def encode_units(self, x: torch.Tensor, units: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """(..., d_in) activations -> (..., U) activations of features `units` alone,
+        equal to encode(x)[..., units]. ReLU, JumpReLU and gated SAEs compute only those
+        columns of W_enc; TopK needs every pre-activation to know which k survive, so it
+        computes them all and keeps, per row, the requested features among the k."""
+        units = list(units)
+        x, _ = self._normalised(x)
+        if self.file.apply_b_dec_to_input:
+            x = x - self.b_dec
+        act = self.file.activation
+        if act == "gated":
+            gate = (x @ self.W_enc[:, units] + self.b_gate[units]) > 0
+            return gate.to(x.dtype) * torch.relu(x @ self.W_mag[:, units] + self.b_mag[units])
+        if act != "topk":
+            pre = x @ self.W_enc[:, units] + self.b_enc[units]
+            if act == "relu":
+                return torch.relu(pre)
+            return torch.relu(pre) * (pre > self.threshold[units]).to(pre.dtype)
+        pre = x @ self.W_enc + self.b_enc
+        if self.dec_norm is not None:
+            pre = pre * self.dec_norm
+        index = torch.topk(pre, self.k, dim=-1).indices  # (..., k): the survivors
+        wanted = torch.tensor(units, device=pre.device)
+        kept = (index[..., :, None] == wanted).any(dim=-2)  # (..., U)
+        return torch.relu(pre[..., units]) * kept.to(pre.dtype)
+
     def _linear(self, acts: torch.Tensor) -> torch.Tensor:
         if self.dec_norm is not None:
             acts = acts / self.dec_norm

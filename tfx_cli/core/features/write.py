@@ -51,15 +51,12 @@ def _atomic_folder(folder: Path, force: bool, write) -> Path:
     return folder
 
 
-def write_saelens(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b_dec,
-                  hook_name: str, threshold=None, k: int | None = None,
-                  apply_b_dec_to_input: bool = True, model_name: str | None = None,
-                  metadata: dict | None = None, force: bool = False) -> Path:
-    """An SAE in SAELens's folder format. `hook_name` is the site as TransformerLens
-    names it (blocks.3.hook_resid_post) or a tfx name; `activation` relu, jumprelu or
-    topk (with k)."""
-    from safetensors.torch import save_file
-
+def saelens_files(*, activation: str, W_enc, W_dec, b_enc, b_dec, hook_name: str,
+                  threshold=None, k: int | None = None, apply_b_dec_to_input: bool = True,
+                  model_name: str | None = None, metadata: dict | None = None
+                  ) -> tuple[dict, dict]:
+    """(cfg.json's content, sae_weights.safetensors' tensors) of an SAE in SAELens's
+    format."""
     tensors = _tensors(W_enc, W_dec, b_enc, b_dec, threshold)
     d_in, d_sae = tensors["W_enc"].shape
     cfg = {"architecture": _SAELENS_ARCH[activation], "d_in": int(d_in), "d_sae": int(d_sae),
@@ -72,6 +69,23 @@ def write_saelens(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b
                         **(metadata or {})}}
     if activation == "topk":
         cfg["k"] = int(k)
+    return cfg, tensors
+
+
+def write_saelens(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b_dec,
+                  hook_name: str, threshold=None, k: int | None = None,
+                  apply_b_dec_to_input: bool = True, model_name: str | None = None,
+                  metadata: dict | None = None, force: bool = False) -> Path:
+    """An SAE in SAELens's folder format. `hook_name` is the site as TransformerLens
+    names it (blocks.3.hook_resid_post) or a tfx name; `activation` relu, jumprelu or
+    topk (with k)."""
+    from safetensors.torch import save_file
+
+    cfg, tensors = saelens_files(activation=activation, W_enc=W_enc, W_dec=W_dec,
+                                 b_enc=b_enc, b_dec=b_dec, hook_name=hook_name,
+                                 threshold=threshold, k=k,
+                                 apply_b_dec_to_input=apply_b_dec_to_input,
+                                 model_name=model_name, metadata=metadata)
 
     def write(tmp: Path) -> None:
         (tmp / SAELENS_CFG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
@@ -99,4 +113,4 @@ def write_tfx(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b_dec
     return _atomic_folder(Path(folder), force, write)
 
 
-__all__ = ["write_saelens", "write_tfx"]
+__all__ = ["write_saelens", "write_tfx", "saelens_files"]

@@ -64,8 +64,9 @@ class TopResult(CorpusRun, Result):
     site: str
     k: int
     context: int
-    units: list[TopUnit]
+    units: list[TopUnit]  # with --sae: unit = the feature's index
     html: str | None = optional()
+    sae: object | None = optional()  # --sae: features.SAEInfo of the SAE whose features ran
 
 
 @dataclass

@@ -1,11 +1,11 @@
-"""Result of `tfx features` (an SAE's features per token), and the description of an SAE
-that every result run with one carries."""
+"""Result of `tfx features` (an SAE's features per token), the description of an SAE
+that every result run with one carries, and the result of `tfx train-sae`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from . import Result, optional
+from . import Result, internal, optional
 
 
 @dataclass
@@ -76,3 +76,44 @@ class FeaturesResult(Result):
     error_norm_mean: float
     top_features: list[FeatureSummary]  # the features with the largest activations
     dead: int  # features that fire on no token of the text
+
+
+@dataclass(kw_only=True)
+class TrainSAEResult(Result):
+    """`tfx train-sae`: an SAE trained on a collect folder's site, written in SAELens's
+    format to `output`; judged on the held-out last tokens (fvu, l0, dead)."""
+
+    command: ClassVar[str] = "train-sae"
+    collect: str  # the collect folder read
+    site: str  # its site (a tfx trace name)
+    hook_name: str  # the site as cfg.json names it (TransformerLens's hook)
+    output: str  # SAE_DIR: cfg.json + sae_weights.safetensors
+    architecture: str  # topk | standard (ReLU with an L1 penalty)
+    d_in: int
+    latents: int
+    k: int | None = optional()
+    l1: float | None = optional()
+    lr: float
+    batch_size: int
+    steps: int
+    epochs: float  # passes over the training tokens
+    seed: int
+    holdout: float
+    b_dec_init: str
+    dead_after: int  # tokens without firing that make a latent dead
+    aux_k: int  # AuxK's dead latents per token (0: off)
+    aux_coef: float | None = optional()
+    train_tokens: int
+    holdout_tokens: int
+    scale: float  # the inputs were trained × this (√d_in / mean norm); folded out on saving
+    resumed_from: int  # the step a checkpoint in SAE_DIR let this run start at
+    fvu: float | None  # on the held-out tokens
+    l0: float  # mean features firing per held-out token
+    dead: int  # latents firing on no held-out token
+    dead_fraction: float
+    dead_in_training: int  # latents that had not fired in dead_after tokens at the end
+    loss_first: float
+    loss_last: float
+    losses: list[float]  # the training loss, as means over up to 100 equal spans of steps
+    seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
+    tokens_per_s: float | None = internal(None)

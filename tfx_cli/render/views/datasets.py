@@ -86,6 +86,13 @@ def top_view(result, console: Console, opts: ViewOptions) -> None:
     corpus_line(console, result)
     console.print(Text("site: ", style="dim") + Text(result.site) + Text(
         f" · {result.k} highest per unit, {result.context} tokens either side", style="dim"))
+    noun = "unit"
+    if result.sae is not None:
+        noun = "feature"
+        s = result.sae
+        console.print(Text("SAE: ", style="dim") + Text(terminal_text(s.path)) + Text(
+            f" · {s.architecture}" + (f" (k={s.k})" if s.k else "") +
+            f", {s.d_in:,} → {s.d_sae:,} features", style="dim"))
     if result.html:
         console.print(Text("page: ", style="dim") + Text(terminal_text(result.html)))
     units = result.units if opts.full else result.units[:MAX_UNITS]
@@ -93,7 +100,7 @@ def top_view(result, console: Console, opts: ViewOptions) -> None:
         values = [v for e in unit.examples for v in e.context.values
                   if v is not None and math.isfinite(v)]
         low, high = (min(values), max(values)) if values else (0.0, 0.0)
-        table = Table(title=Text(f"unit {unit.unit}", style="bold"), title_justify="left",
+        table = Table(title=Text(f"{noun} {unit.unit}", style="bold"), title_justify="left",
                       box=None, padding=(0, 1), header_style="dim", show_header=False)
         table.add_column(justify="right", no_wrap=True)
         table.add_column(style="dim", no_wrap=True)
@@ -105,7 +112,7 @@ def top_view(result, console: Console, opts: ViewOptions) -> None:
             table.add_row("—", "", Text("no token in the corpus", style="dim"))
         console.print(table)
     if len(units) < len(result.units):
-        console.print(Text(f"{len(units)} of {len(result.units)} units shown (--full shows "
+        console.print(Text(f"{len(units)} of {len(result.units)} {noun}s shown (--full shows "
                            "all, --json holds all)", style="dim"))
 
 

@@ -101,3 +101,35 @@ def features_view(result: FeaturesResult, console: Console, opts) -> None:
                         str(f.tokens))
         console.print()
         console.print(top)
+
+
+@register("train-sae")
+def train_sae_view(result, console: Console, opts) -> None:
+    """What was trained on what, and how it does on the held-out tokens."""
+    header(console, result)
+    p = opts.precision
+    what = ("TopK" + f" (k={result.k})") if result.architecture == "topk" else \
+        f"ReLU (L1 {format_number(result.l1, p)})"
+    console.print(kv_table({
+        "data": f"{result.collect} · {result.site} ({result.d_in:,} wide) · "
+                f"{result.train_tokens:,} training tokens, {result.holdout_tokens:,} held out",
+        "SAE": f"{what}, {result.d_in:,} → {result.latents:,} latents",
+        "training": f"{result.steps:,} steps × {result.batch_size:,} tokens "
+                    f"({result.epochs:.2f} epochs), Adam lr {result.lr:g}, seed {result.seed}"
+                    + (f"; resumed at step {result.resumed_from:,}" if result.resumed_from else ""),
+        "loss": f"{format_number(result.loss_first, p)} → {format_number(result.loss_last, p)}",
+        "time": f"{result.seconds:.1f} s" + (f" · {result.tokens_per_s:,.0f} tokens/s"
+                                             if result.tokens_per_s else ""),
+        "written": f"{result.output} (cfg.json + sae_weights.safetensors, hook "
+                   f"{result.hook_name})",
+    }, precision=p))
+    held = Table(title=Text("held-out tokens", style="bold"), title_justify="left", box=None,
+                 padding=(0, 1), show_header=False)
+    held.add_column(style="dim", no_wrap=True)
+    held.add_column()
+    held.add_row("FVU", "—" if result.fvu is None else format_number(result.fvu, p))
+    held.add_row("L0", format_number(result.l0, p))
+    held.add_row("dead", f"{result.dead:,} of {result.latents:,} latents fire on none "
+                         f"({100 * result.dead_fraction:.1f}%); {result.dead_in_training:,} "
+                         f"had not fired in the last {result.dead_after:,} training tokens")
+    console.print(held)

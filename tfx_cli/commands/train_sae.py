@@ -1,0 +1,97 @@
+"""`tfx train-sae COLLECT_DIR --site SITE -o SAE_DIR`: an SAE trained on collected rows."""
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import ForceOpt, JsonOpt, PrecisionOpt
+
+
+def train_sae(
+    collect: Annotated[Optional[Path], typer.Argument(
+        metavar="COLLECT_DIR", show_default=False,
+        help="A folder written by tfx collect.")] = None,
+    site: Annotated[Optional[str], typer.Option(
+        "--site", metavar="SITE", show_default=False,
+        help="The collected site to train on, e.g. blocks.15.resid_out.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", metavar="SAE_DIR", show_default=False,
+        help="The SAE folder to write (a killed run in it is continued).")] = None,
+    k: Annotated[Optional[int], typer.Option(
+        "--k", metavar="K", show_default=False,
+        help="TopK: the latents kept per token (default 32).")] = None,
+    latents: Annotated[Optional[int], typer.Option(
+        "--latents", metavar="N", show_default=False,
+        help="The SAE's width (default 4096).")] = None,
+    expansion: Annotated[Optional[float], typer.Option(
+        "--expansion", metavar="X", show_default=False,
+        help="The width as a multiple of the site's (latents = X × d_in).")] = None,
+    l1: Annotated[Optional[float], typer.Option(
+        "--l1", metavar="COEF", show_default=False,
+        help="Train a ReLU SAE with this L1 penalty on its activations instead of TopK.")] = None,
+    lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 4e-4,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="TOKENS", help="Tokens per step.")] = 4096,
+    steps: Annotated[Optional[int], typer.Option(
+        "--steps", metavar="N", show_default=False,
+        help="Adam steps (default 1000).")] = None,
+    epochs: Annotated[Optional[float], typer.Option(
+        "--epochs", metavar="E", show_default=False,
+        help="Passes over the training tokens, instead of --steps.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")] = 0,
+    holdout: Annotated[float, typer.Option(
+        "--holdout", metavar="FRACTION",
+        help="The last tokens held out to judge the SAE (FVU, L0, dead latents).")] = 0.05,
+    b_dec_init: Annotated[str, typer.Option(
+        "--b-dec-init", metavar="HOW",
+        help="The decoder bias's start: median (geometric), mean or zeros.")] = "median",
+    dead_after: Annotated[Optional[int], typer.Option(
+        "--dead-after", metavar="TOKENS", show_default=False,
+        help="A latent is dead once it has not fired in this many training tokens "
+             "(default: an epoch, at most 10M).")] = None,
+    aux_k: Annotated[Optional[int], typer.Option(
+        "--aux-k", metavar="N", show_default=False,
+        help="TopK's auxiliary loss: the N most active dead latents model the residual "
+             "(default min(512, latents/2); 0 turns it off).")] = None,
+    aux_coef: Annotated[float, typer.Option(
+        "--aux-coef", metavar="C", help="The auxiliary loss's weight.")] = 1 / 32,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    force: ForceOpt = False,
+) -> None:
+    """Train a sparse autoencoder on a collect folder's site and write it in SAELens's
+    format (read back with --sae).
+
+    TopK by default (the K largest pre-activations kept, ReLU'd); --l1 trains a ReLU SAE
+    whose loss adds COEF × the sum of its activations. Adam over batches of --batch-size
+    tokens shuffled per epoch; the decoder's rows are kept unit vectors; b_dec starts at
+    the data's geometric median; inputs are scaled to a mean norm of √d_in while training
+    and the scale is folded into the saved weights. The last --holdout of the tokens are
+    never trained on: the fraction of variance unexplained, L0 and dead latents are
+    measured on them. SAE_DIR gets cfg.json (architecture, d_in, d_sae, k,
+    metadata.hook_name) and sae_weights.safetensors; while training it holds a
+    checkpoint, so a killed run continues when the same command runs again.
+
+    JSON: result.fvu, l0, dead, dead_fraction (held-out), losses, and every option.
+
+    Examples:
+
+      tfx collect python-docs -w smollm2 --select blocks.15.resid_out -o acts --max-tokens 200000
+
+      tfx train-sae acts --site blocks.15.resid_out -o my-sae --k 32 --latents 4096 --epochs 20
+
+      tfx top python-docs -w smollm2 --sae my-sae --units 12,40 -k 10
+    """
+    from .. import api
+    from ..errors import UsageError
+    from ..render.emit import emit, progress
+
+    if collect is None:
+        raise UsageError("COLLECT_DIR is missing: tfx train-sae COLLECT_DIR --site SITE -o "
+                         "SAE_DIR (a folder written by tfx collect)")
+    result = api.train_sae(collect, site=site, output=output, k=k, latents=latents,
+                           expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
+                           steps=steps, epochs=epochs, seed=seed, holdout=holdout,
+                           b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
+                           aux_coef=aux_coef, force=force, progress=progress)
+    emit(result, json=json_out, precision=precision)

@@ -1,0 +1,317 @@
+"""`tfx train-sae COLLECT_DIR --site SITE -o SAE_DIR`: an SAE trained on a collect
+folder's rows of one site, written in SAELens's folder format.
+
+The rows are split in corpus order: the last `holdout` of them are held out and judged
+at the end (FVU, L0, dead latents); the rest are shuffled once per epoch by a generator
+seeded with (seed, epoch), so step s always trains on the same batch. SAE_DIR holds the
+run while it trains: train-state.json (what run this is) and train-state.safetensors
+(parameters, Adam's moments, the dead-latent counters, the losses so far and the step
+reached), each written to a temporary name and renamed. A killed run started again with
+the same options continues from the last checkpoint and ends with the same bytes as an
+uninterrupted one; other options are refused unless --force. At the end SAE_DIR gets
+cfg.json + sae_weights.safetensors (SAELens's format, read by `--sae`), the checkpoint
+goes and train-state.json keeps the options and the held-out numbers.
+
+`acts` is a collect folder opened by core.datasets.read.Activations (the API opens it:
+the features layer does not import the datasets layer above it).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...errors import OutputFileError, RangeError, SelectError, UsageError
+from ..progress import counting
+from . import metrics
+from .formats import SAELENS_CFG, SAELENS_WEIGHTS
+from .hooks import hook_name
+from .trainer import Trainer, geometric_median
+from .write import saelens_files
+
+STATE_JSON, STATE_TENSORS = "train-state.json", "train-state.safetensors"
+STATE_SCHEMA = "tfx-train-sae/1"
+B_DEC_INITS = ("median", "mean", "zeros")
+DEFAULT_LATENTS, DEFAULT_K, DEFAULT_STEPS = 4096, 32, 1000
+MEDIAN_ROWS = 8192  # rows the geometric median of b_dec's start is taken over
+CHECKPOINT_SECONDS = 60.0
+LOSS_POINTS = 100  # the loss curve in the result: means over this many spans
+
+
+def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expansion=None,
+                    l1=None, lr=4e-4, batch_size=4096, steps=None, epochs=None,
+                    b_dec_init="median", dead_after=None, aux_k=None,
+                    aux_coef=1 / 32) -> dict:
+    """The options checked and completed (defaults that depend on the data filled in)."""
+    if latents is not None and expansion is not None:
+        raise UsageError("--latents and --expansion both give the SAE's width; give one")
+    if expansion is not None:
+        if not expansion > 0:
+            raise RangeError(f"--expansion {expansion} must be above 0 (latents = expansion × "
+                             f"d_in, d_in {d_in})")
+        latents = int(round(expansion * d_in))
+    latents = DEFAULT_LATENTS if latents is None else latents
+    if latents < 1:
+        raise RangeError(f"--latents {latents} must be at least 1")
+    relu = l1 is not None
+    if relu:
+        if k is not None:
+            raise UsageError("--k is TopK's and --l1 trains a ReLU SAE with an L1 penalty; "
+                             "give one of them")
+        if aux_k:
+            raise UsageError("--aux-k is TopK's auxiliary loss; drop it with --l1")
+        if not l1 > 0:
+            raise RangeError(f"--l1 {l1} must be above 0")
+    else:
+        k = DEFAULT_K if k is None else k
+        if not 1 <= k <= latents:
+            raise RangeError(f"--k {k} is out of range: between 1 and the {latents:,} latents")
+    if not lr > 0:
+        raise RangeError(f"--lr {lr} must be above 0")
+    if batch_size < 1:
+        raise RangeError(f"--batch-size {batch_size} must be at least 1")
+    if batch_size > train_tokens:
+        raise RangeError(f"--batch-size {batch_size:,} is more than the {train_tokens:,} "
+                         "training tokens; lower it, or collect more tokens")
+    if steps is not None and epochs is not None:
+        raise UsageError("--steps and --epochs both say how long to train; give one")
+    per_epoch = train_tokens // batch_size
+    if epochs is not None:
+        if not epochs > 0:
+            raise RangeError(f"--epochs {epochs} must be above 0")
+        steps = max(1, int(math.ceil(epochs * per_epoch)))
+    steps = DEFAULT_STEPS if steps is None else steps
+    if steps < 1:
+        raise RangeError(f"--steps {steps} must be at least 1")
+    if b_dec_init not in B_DEC_INITS:
+        raise UsageError(f"--b-dec-init {b_dec_init!r} is not one of {', '.join(B_DEC_INITS)}")
+    dead_after = min(10_000_000, train_tokens) if dead_after is None else dead_after
+    if dead_after < 1:
+        raise RangeError(f"--dead-after {dead_after} must be at least 1 token")
+    aux_k = 0 if relu else (min(512, latents // 2) if aux_k is None else aux_k)
+    if aux_k < 0:
+        raise RangeError(f"--aux-k {aux_k} must be 0 (off) or more")
+    return {"architecture": "standard" if relu else "topk", "latents": latents,
+            "k": None if relu else k, "l1": l1, "lr": lr, "batch_size": batch_size,
+            "steps": steps, "b_dec_init": b_dec_init, "dead_after": dead_after,
+            "aux_k": aux_k, "aux_coef": aux_coef if aux_k else None}
+
+
+# -- the output folder -------------------------------------------------------------------
+class RunFolder:
+    """SAE_DIR: refused when it holds something else, resumed when it holds this run."""
+
+    def __init__(self, path: Path, identity: dict, force: bool):
+        self.path, self.identity = path, identity
+        self.resume = None  # the checkpoint's tensors, when continuing
+        if path.exists() and not path.is_dir():
+            raise OutputFileError(f"-o {path} is a file; give a folder for the SAE")
+        if not path.exists():
+            if not path.parent.is_dir():
+                raise OutputFileError(f"cannot write {path}: the folder {path.parent} does "
+                                      "not exist; create it first")
+            return
+        state = self._read_state()
+        if state is None:
+            if any(path.iterdir()) and not force:
+                raise OutputFileError(f"-o {path} exists and holds files tfx train-sae did "
+                                      "not write; give a new or empty folder, or pass --force "
+                                      "to write the SAE beside them")
+            return
+        if force:
+            return
+        if state.get("identity") != identity:
+            raise OutputFileError(f"-o {path} holds another training run "
+                                  f"({_difference(state.get('identity') or {}, identity)}); "
+                                  "pass --force to start over, or choose another folder")
+        if state.get("complete"):
+            raise OutputFileError(f"-o {path} holds the finished SAE of this very run; pass "
+                                  "--force to train it again, or choose another folder")
+        if (path / STATE_TENSORS).exists():
+            from safetensors.torch import load_file
+
+            self.resume = load_file(str(path / STATE_TENSORS))
+
+    def _read_state(self) -> dict | None:
+        file = self.path / STATE_JSON
+        if not file.exists():
+            return None
+        try:
+            state = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) and state.get("schema") == STATE_SCHEMA else None
+
+    def write_json(self, name: str, data: dict) -> None:
+        self._atomic(name, lambda tmp: tmp.write_text(
+            json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8"))
+
+    def write_tensors(self, name: str, tensors: dict, metadata: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        self._atomic(name, lambda tmp: save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata))
+
+    def _atomic(self, name: str, write) -> None:
+        self.path.mkdir(exist_ok=True)
+        tmp = self.path / f".{name}.tmp"
+        try:
+            write(tmp)
+            os.replace(tmp, self.path / name)
+        except OSError as exc:
+            raise OutputFileError(f"cannot write {self.path / name}: {exc.strerror or exc}; "
+                                  "the last checkpoint is kept, so the same command "
+                                  "resumes") from None
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+
+def _difference(old: dict, new: dict) -> str:
+    for key in new:
+        if old.get(key) != new.get(key):
+            return f"{key} {old.get(key)!r}, now {new.get(key)!r}"
+    return "another tfx version's state"
+
+
+# -- the run -------------------------------------------------------------------------------
+def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, l1=None,
+              lr=4e-4, batch_size=4096, steps=None, epochs=None, seed=0, holdout=0.05,
+              b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
+              force=False, progress=None, checkpoint_every=500):
+    from ..results import TrainSAEResult
+
+    if site not in acts.sites:
+        raise SelectError(f"--site {site!r} is not in {acts.path} (it holds "
+                          f"{', '.join(acts.sites)}); collect it with tfx collect --select "
+                          f"{site}, or name one of those")
+    if not 0 < holdout < 1:
+        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
+                         "last 5% of the tokens)")
+    n = len(acts)
+    held = max(1, int(round(n * holdout)))
+    n_train = n - held
+    if n_train < 1 or held < 2:
+        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
+                         "them and train on the rest; collect more tokens")
+    width = int(next(s for s in acts.manifest["sites"] if s["name"] == site)["shape"][1])
+    opts = resolve_options(d_in=width, train_tokens=n_train, k=k, latents=latents,
+                           expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
+                           steps=steps, epochs=epochs, b_dec_init=b_dec_init,
+                           dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef)
+    manifest = acts.manifest
+    identity = {"site": site, "seed": seed, "holdout": holdout, **opts,
+                "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
+                "collect_sha256": manifest.get("tokens_sha256")}
+    folder = RunFolder(Path(output).expanduser(), identity, force)
+    data = torch.from_numpy(np.ascontiguousarray(acts[site], dtype=np.float32))
+    train, test = data[:n_train], data[n_train:]
+    scale = float(math.sqrt(width) / train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
+    trainer = Trainer(width, opts["latents"], activation="relu" if l1 is not None else "topk",
+                      k=opts["k"], l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"],
+                      aux_coef=aux_coef, dead_after=opts["dead_after"], scale=scale, seed=seed,
+                      b_dec=_b_dec_start(train, scale, b_dec_init, seed))
+    total = opts["steps"]
+    losses = torch.full((total,), float("nan"))
+    start = 0
+    if folder.resume is not None:
+        trainer.load_state(folder.resume)
+        losses = folder.resume["losses"].clone()
+        start = int(folder.resume["step"][0])
+    else:
+        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
+                                       "complete": False})
+
+    def save(step: int) -> None:
+        folder.write_tensors(STATE_TENSORS, {**trainer.state(), "losses": losses,
+                                             "step": torch.tensor([step], dtype=torch.int64)})
+
+    began, saved_at = time.perf_counter(), time.perf_counter()
+    per_epoch = n_train // opts["batch_size"]
+    B = opts["batch_size"]
+    perm, epoch_of_perm = None, -1
+    with counting(progress, "tfx train-sae", total, "steps") as update:
+        update(start, start * B)
+        for step in range(start, total):
+            epoch, j = divmod(step, per_epoch)
+            if epoch != epoch_of_perm:
+                g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+                perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
+            x = train[perm[j * B:(j + 1) * B]] * scale
+            losses[step] = trainer.step(x)
+            update(step + 1, (step + 1) * B)
+            if (step + 1) % checkpoint_every == 0 or \
+                    time.perf_counter() - saved_at > CHECKPOINT_SECONDS:
+                save(step + 1)
+                saved_at = time.perf_counter()
+    seconds = time.perf_counter() - began
+    if start < total:
+        save(total)
+    judged = evaluate(trainer, test)
+    weights = trainer.weights()
+    cfg, tensors = saelens_files(
+        activation="relu" if l1 is not None else "topk", hook_name=hook_name(site),
+        k=opts["k"], model_name=(manifest.get("model") or {}).get("config"), **weights)
+    folder.write_tensors(SAELENS_WEIGHTS, tensors)
+    folder.write_json(SAELENS_CFG, cfg)
+    curve = _curve(losses)
+    result = TrainSAEResult(
+        collect=str(acts.path), site=site, hook_name=hook_name(site), output=str(folder.path),
+        architecture=opts["architecture"], d_in=width, latents=opts["latents"], k=opts["k"],
+        l1=opts["l1"], lr=lr, batch_size=B, steps=total, epochs=total * B / n_train,
+        seed=seed, holdout=holdout, b_dec_init=b_dec_init, dead_after=opts["dead_after"],
+        aux_k=opts["aux_k"], aux_coef=opts["aux_coef"], train_tokens=n_train,
+        holdout_tokens=held, scale=scale, resumed_from=start,
+        fvu=judged["fvu"], l0=judged["l0"], dead=judged["dead"],
+        dead_fraction=judged["dead"] / opts["latents"],
+        dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],
+        losses=curve, seconds=seconds,
+        tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
+    folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
+                                   "complete": True, "heldout": judged})
+    (folder.path / STATE_TENSORS).unlink(missing_ok=True)
+    return result
+
+
+def _b_dec_start(train: torch.Tensor, scale: float, how: str, seed: int) -> torch.Tensor:
+    if how == "zeros":
+        return torch.zeros(train.shape[1])
+    if how == "mean":
+        return (train.to(torch.float64).mean(dim=0) * scale).to(torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(len(train), generator=g)[:MEDIAN_ROWS].sort().values
+    return (geometric_median(train[rows]) * scale).to(torch.float32)
+
+
+def evaluate(trainer: Trainer, x: torch.Tensor, rows_at_once: int = 4096) -> dict:
+    """The trained SAE on held-out rows x (raw): FVU, mean L0 and the latents that fire
+    on none of them."""
+    W = trainer.weights()
+    recon, l0_sum = [], 0
+    fired = torch.zeros(trainer.latents, dtype=torch.bool)
+    with torch.inference_mode():
+        for i in range(0, len(x), rows_at_once):
+            f = trainer.encode(x[i:i + rows_at_once])
+            recon.append(f @ W["W_dec"] + W["b_dec"])
+            l0_sum += int(metrics.l0(f).sum())
+            fired |= (f != 0).any(dim=0)
+    fvu = metrics.fvu(x, torch.cat(recon))
+    return {"fvu": fvu, "l0": l0_sum / max(len(x), 1), "dead": int((~fired).sum()),
+            "tokens": len(x)}
+
+
+def _curve(losses: torch.Tensor) -> list[float]:
+    """The loss per step, as means over at most LOSS_POINTS equal spans."""
+    values = losses[~torch.isnan(losses)].to(torch.float64)
+    if len(values) == 0:
+        return [float("nan")]
+    spans = torch.tensor_split(values, min(LOSS_POINTS, len(values)))
+    return [float(s.mean()) for s in spans]
+
+
+__all__ = ["train_sae", "resolve_options", "evaluate", "RunFolder"]
