@@ -120,6 +120,28 @@ def test_the_folder_reads_back_as_the_trainer_encodes(collected, tmp_path):
     assert float(metrics.l0(acts).double().mean()) == pytest.approx(r.l0)
 
 
+def test_skip_first_leaves_out_each_windows_first_rows(collected, tmp_path):
+    """--skip-first 1 trains and judges on the rows past each window's first token: the
+    held-out numbers are those of the read-back SAE on exactly those rows."""
+    table = api.activations(collected).tokens()
+    positions = table.column("position").to_numpy()
+    kept = np.flatnonzero(positions % 1024 >= 1)
+    assert 0 < len(kept) < len(positions)  # python-docs' paragraphs: many windows
+    r = api.train_sae(collected, output=tmp_path / "sae", steps=50, skip_first=1, **SHORT)
+    assert r.skip_first == 1 and r.train_tokens + r.holdout_tokens == len(kept)
+    rows = torch.from_numpy(api.activations(collected)[SITE][kept][-r.holdout_tokens:])
+    sae = SAE(read_sae(tmp_path / "sae"), site=SITE, site_out=SITE, spec=SITE)
+    from tfx_cli.core.features import metrics
+
+    assert metrics.fvu(rows, sae.decode(sae.encode(rows), rows)) == pytest.approx(r.fvu,
+                                                                              abs=1e-6)
+    # another --skip-first is another run: refused in the same folder without --force
+    from tfx_cli.errors import TfxError
+
+    with pytest.raises(TfxError, match="skip_first"):
+        api.train_sae(collected, output=tmp_path / "sae", steps=50, **SHORT)
+
+
 def _train_command(collected, out):
     return [sys.executable, "-c",
             "import sys; from tfx_cli import api; api.train_sae(sys.argv[1], output=sys.argv[2], "

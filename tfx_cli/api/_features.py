@@ -39,7 +39,7 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
               latents: int | None = None, expansion: float | None = None,
               l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
               steps: int | None = None, epochs: float | None = None, seed: int = 0,
-              holdout: float = 0.05, b_dec_init: str = "median",
+              holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
               dead_after: int | None = None, aux_k: int | None = None,
               aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
               checkpoint_every: int = 500) -> TrainSAEResult:
@@ -48,7 +48,8 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
     `k` (32) by default; `l1=` trains a ReLU SAE with that L1 coefficient instead.
     `latents` (4096) or `expansion` (× d_in) set the width; Adam with `lr` over `steps`
     (1000) or `epochs` batches of `batch_size` tokens; the last `holdout` of the tokens
-    judge it (fvu, l0, dead). Resumable: the same call continues a killed one."""
+    judge it (fvu, l0, dead). `skip_first`: leave out each window's first positions (an
+    attention sink's outsized rows). Resumable: the same call continues a killed one."""
     from ..core.datasets.read import Activations
     from ..core.features.training import train_sae as run
     from ..errors import InputTextError, UsageError
@@ -63,6 +64,7 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
     return run(Activations(path), site=site, output=Path(output), k=k, latents=latents,
                expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
-               epochs=epochs, seed=seed, holdout=holdout, b_dec_init=b_dec_init,
+               epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
+               b_dec_init=b_dec_init,
                dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
                progress=progress, checkpoint_every=checkpoint_every)

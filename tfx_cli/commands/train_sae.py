@@ -42,6 +42,11 @@ def train_sae(
     holdout: Annotated[float, typer.Option(
         "--holdout", metavar="FRACTION",
         help="The last tokens held out to judge the SAE (FVU, L0, dead latents).")] = 0.05,
+    skip_first: Annotated[int, typer.Option(
+        "--skip-first", metavar="N", min=0,
+        help="Leave out each window's first N positions (train and held-out): a model's "
+             "first token is often an attention sink whose norm dwarfs the rest "
+             "(SmolLM2's ~140×) and would dominate the reconstruction.")] = 0,
     b_dec_init: Annotated[str, typer.Option(
         "--b-dec-init", metavar="HOW",
         help="The decoder bias's start: median (geometric), mean or zeros.")] = "median",
@@ -78,7 +83,7 @@ def train_sae(
 
       tfx collect python-docs -w smollm2 --select blocks.15.resid_out -o acts --max-tokens 200000
 
-      tfx train-sae acts --site blocks.15.resid_out -o my-sae --k 32 --latents 4096 --epochs 20
+      tfx train-sae acts --site blocks.15.resid_out -o my-sae --k 32 --latents 4096 --epochs 20 --skip-first 1
 
       tfx top python-docs -w smollm2 --sae my-sae --units 12,40 -k 10
     """
@@ -92,6 +97,6 @@ def train_sae(
     result = api.train_sae(collect, site=site, output=output, k=k, latents=latents,
                            expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
                            steps=steps, epochs=epochs, seed=seed, holdout=holdout,
-                           b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
+                           skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
                            aux_coef=aux_coef, force=force, progress=progress)
     emit(result, json=json_out, precision=precision)

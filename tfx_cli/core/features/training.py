@@ -182,7 +182,7 @@ def _difference(old: dict, new: dict) -> str:
 # -- the run -------------------------------------------------------------------------------
 def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, l1=None,
               lr=4e-4, batch_size=4096, steps=None, epochs=None, seed=0, holdout=0.05,
-              b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
+              skip_first=0, b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
               force=False, progress=None, checkpoint_every=500):
     from ..results import TrainSAEResult
 
@@ -193,7 +193,16 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     if not 0 < holdout < 1:
         raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
                          "last 5% of the tokens)")
-    n = len(acts)
+    if int(skip_first) != skip_first or skip_first < 0:
+        raise RangeError(f"--skip-first {skip_first} must be a whole number of positions, 0 "
+                         "or more")
+    keep = None  # the rows kept: every row, or those past each window's first positions
+    if skip_first:
+        # a window's first token is at a document position that is a multiple of ctx
+        ctx = int((acts.manifest.get("options") or {}).get("ctx") or 0)
+        positions = acts.tokens().column("position").to_numpy()
+        keep = np.flatnonzero((positions % ctx if ctx else positions) >= skip_first)
+    n = len(acts) if keep is None else len(keep)
     held = max(1, int(round(n * holdout)))
     n_train = n - held
     if n_train < 1 or held < 2:
@@ -206,10 +215,12 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                            dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef)
     manifest = acts.manifest
     identity = {"site": site, "seed": seed, "holdout": holdout, **opts,
+                **({"skip_first": int(skip_first)} if skip_first else {}),
                 "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
                 "collect_sha256": manifest.get("tokens_sha256")}
     folder = RunFolder(Path(output).expanduser(), identity, force)
-    data = torch.from_numpy(np.ascontiguousarray(acts[site], dtype=np.float32))
+    rows = acts[site] if keep is None else acts[site][keep]
+    data = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
     train, test = data[:n_train], data[n_train:]
     scale = float(math.sqrt(width) / train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
     trainer = Trainer(width, opts["latents"], activation="relu" if l1 is not None else "topk",
@@ -266,7 +277,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         l1=opts["l1"], lr=lr, batch_size=B, steps=total, epochs=total * B / n_train,
         seed=seed, holdout=holdout, b_dec_init=b_dec_init, dead_after=opts["dead_after"],
         aux_k=opts["aux_k"], aux_coef=opts["aux_coef"], train_tokens=n_train,
-        holdout_tokens=held, scale=scale, resumed_from=start,
+        holdout_tokens=held, skip_first=int(skip_first) or None, scale=scale, resumed_from=start,
         fvu=judged["fvu"], l0=judged["l0"], dead=judged["dead"],
         dead_fraction=judged["dead"] / opts["latents"],
         dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],

@@ -105,6 +105,7 @@ class TrainSAEResult(Result):
     aux_coef: float | None = optional()
     train_tokens: int
     holdout_tokens: int
+    skip_first: int | None = optional()  # each window's first positions left out
     scale: float  # the inputs were trained × this (√d_in / mean norm); folded out on saving
     resumed_from: int  # the step a checkpoint in SAE_DIR let this run start at
     fvu: float | None  # on the held-out tokens
