@@ -1249,7 +1249,9 @@ def main(argv=None) -> int:
                          "bigmodels, not run by default: dtypes' peak RSS, and streaming a "
                          "1.4 GB checkpoint under --max-memory 300MB against loading it; "
                          "ray, not run by default: tfx scan on --engine ray with 1 and 2 "
-                         "workers against local, bench/ray_bench.py)")
+                         "workers against local, bench/ray_bench.py; finite, not run by "
+                         "default: the non-finite checks' share of a gpt124m forward at "
+                         "T=1024, bench/finite_cost.py)")
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another tfx source tree (e.g. a git worktree of an older commit) "
@@ -1261,6 +1263,15 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if "finite" in args.cases.split(","):
+        # the non-finite checks' cost on a gpt124m forward at T=1024: bench/finite_cost.py
+        done = subprocess.run([sys.executable, str(HERE / "finite_cost.py"), "--rounds",
+                               "2" if args.smoke else "6"]
+                              + (["--config", "gpt2", "--T", "64"] if args.smoke else [])
+                              ).returncode
+        args.cases = ",".join(c for c in args.cases.split(",") if c != "finite")
+        if not args.cases:
+            return done
     if "ray" in args.cases.split(","):
         # tfx scan on --engine ray (1 and 2 workers) against local: bench/ray_bench.py
         done = subprocess.run([sys.executable, str(HERE / "ray_bench.py"), "--docs",
