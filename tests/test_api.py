@@ -254,3 +254,19 @@ def test_importing_the_api_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_api_leaves_autograd_as_it_found_it():
+    """A notebook that runs tfx and then trains a model of its own keeps its gradients:
+    loading and running a model never turns autograd off for the process."""
+    import torch
+
+    assert torch.is_grad_enabled()
+    api.next("Hello, I am", **SMALL_KW)
+    model = api.load(**SMALL_KW)
+    model.lens("Hello, I am")
+    assert torch.is_grad_enabled()
+    assert not any(p.requires_grad for p in model.module.parameters())  # no graph recorded
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0, 2.0]

@@ -33,7 +33,11 @@ from .spec import ModelSpec, spec_config
 from .tokenizers import model_tokenizer
 
 
-torch.set_grad_enabled(False)  # tfx only ever runs inference
+# tfx runs inference only, yet it never turns autograd off for the whole process: a
+# notebook that loads a model with tfx and then trains its own must keep its gradients.
+# Built and loaded models hold no parameter that requires a gradient (requires_grad_(False)
+# below; streamed parts are made so), so no forward records a graph; building and
+# assigning run under no_grad, where in-place writes to fresh parameters are allowed.
 # Same seed, same text, same machine and torch: the same bytes (README "Reproducibility").
 # CPU kernels here are deterministic already; this makes torch refuse, rather than
 # silently use, a nondeterministic one. Filling fresh tensors with NaN would cost about
@@ -78,6 +82,7 @@ _CACHE: dict = {}
 _BUDGET: dict = {}  # the budget the cached model was loaded under
 
 
+@torch.no_grad()
 def load(spec: ModelSpec, *, blocks: int | None = None, progress=None,
          notice: Callable[[str], None] | None = None) -> Loaded:
     """Tokenizer + model for a spec. Random weights come from spec.seed.
@@ -118,7 +123,8 @@ def load(spec: ModelSpec, *, blocks: int | None = None, progress=None,
                 notice(streaming_note(cfg, model, budget))
         else:
             check_memory(cfg, force=spec.force, dtype=spec.dtype, budget=budget)
-            model = build_model(cfg, spec.seed, blocks=want, dtype=dtype, device=spec.device)
+            model = build_model(cfg, spec.seed, blocks=want, dtype=dtype,
+                                device=spec.device).requires_grad_(False)
         if spec.dtype == "float16" and device.type == "cpu" and notice is not None:
             notice(FLOAT16_ON_CPU)
         _CACHE[key] = (model, want)
@@ -208,6 +214,7 @@ def load_state(weights: str, cfg: ModelConfig, **kw):
     return _load_state(resolve(weights), cfg, lambda: expected_shapes(cfg), **kw)
 
 
+@torch.no_grad()
 def assign(cfg: ModelConfig, state: dict):
     """A meta-built Transformer holding `state` (every parameter, checked by Plan)."""
     model = build_model(cfg, device="meta")
@@ -222,6 +229,7 @@ def assign(cfg: ModelConfig, state: dict):
     return model.requires_grad_(False).eval()
 
 
+@torch.no_grad()
 def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, progress=None,
                  dtype: str = "float32", device: str = "cpu", budget=None):
     """A Transformer holding a checkpoint's weights. `cfg` is checkpoint_config(weights).

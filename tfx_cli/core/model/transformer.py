@@ -552,6 +552,7 @@ class Transformer(nn.Module):
         return self.logits(self.unembed(x))
 
 
+@torch.no_grad()
 def build_model(cfg: ModelConfig, seed: int | None = 123, *, device: str | None = None,
                 blocks: int | None = None, dtype: torch.dtype | None = None) -> Transformer:
     """Random weights from `seed` (PyTorch's default init); device="meta" builds no storage.
