@@ -287,6 +287,11 @@ CtxOpt = Annotated[Optional[int], typer.Option(
 BatchSizeOpt = Annotated[int, typer.Option(
     "--batch-size", metavar="N", rich_help_panel="Corpus",
     help="Windows per forward pass (similar lengths together, padded on the right).")]
+# scan's and top's optional state folder (collect's -o is its output, with its own help)
+StateDirOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", metavar="DIR", show_default=False,
+    help="Keep the run's state in DIR (resumable after a kill) and its result in "
+         "DIR/result.json.")]
 EngineOpt = Annotated[str, typer.Option(
     "--engine", rich_help_panel="Engine",
     help="Where batches run: local (this process) or ray (a pool of model actors on Ray "

@@ -1,14 +1,9 @@
 """`tfx scan CORPUS`: attention head statistics, residual norms and FFN activity over a
 corpus."""
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
                        FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PlotOpt, PrecisionOpt, RayAddressOpt, VerboseOpt, WorkersOpt,
-                       corpus_options, engine_options, model_command, need_corpus)
+                       PlotOpt, PrecisionOpt, RayAddressOpt, StateDirOpt, VerboseOpt,
+                       WorkersOpt, corpus_options, engine_options, model_command, need_corpus)
 
 
 @model_command
@@ -19,10 +14,7 @@ def scan(
     max_tokens: MaxTokensOpt = None,
     ctx: CtxOpt = None,
     batch_size: BatchSizeOpt = 8,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="DIR", show_default=False,
-        help="Keep the run's state in DIR (resumable after a kill) and its result in "
-             "DIR/result.json.")] = None,
+    output: StateDirOpt = None,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,

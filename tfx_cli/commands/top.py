@@ -6,8 +6,8 @@ import typer
 
 from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
                        FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PrecisionOpt, RayAddressOpt, SaeSiteOpt, VerboseOpt, WorkersOpt,
-                       corpus_options, engine_options, model_command, need_corpus)
+                       PrecisionOpt, RayAddressOpt, SaeSiteOpt, StateDirOpt, VerboseOpt,
+                       WorkersOpt, corpus_options, engine_options, model_command, need_corpus)
 
 
 @model_command
@@ -40,10 +40,7 @@ def top(
     max_tokens: MaxTokensOpt = None,
     ctx: CtxOpt = None,
     batch_size: BatchSizeOpt = 8,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="DIR", show_default=False,
-        help="Keep the run's state in DIR (resumable after a kill) and its result in "
-             "DIR/result.json.")] = None,
+    output: StateDirOpt = None,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
