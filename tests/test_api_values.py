@@ -142,3 +142,22 @@ def test_the_checkers_alone():
             bad()
     with pytest.raises(SelectError):  # one glob, which matches nothing: its own message
         api.trace("hello", select="nothing.here", **SMALL)
+
+
+def test_the_corpus_sae_and_route_functions_read_values_as_the_cli_does():
+    """api.scan/top/collect/features/train_sae/route go through the same validation layer:
+    digits as text are numbers, a wrong type is the CLI's error class, never a TypeError."""
+    from tfx_cli import api
+    from tfx_cli.errors import TfxError
+
+    tiny = dict(layers=1, d_model=16, heads=2)
+    assert api.scan("python-docs", max_docs="2", **tiny).documents == 2
+    for call in (lambda: api.scan("python-docs", max_docs="x", **tiny),
+                 lambda: api.top("python-docs", site="blocks.0.ffn.act", k=[1], **tiny),
+                 lambda: api.collect("python-docs", select=["blocks.0.resid_out"],
+                                     output="acts", batch_size=2.5, **tiny),
+                 lambda: api.route("hi", config="tiny-moe", truncate="yes"),
+                 lambda: api.train_sae(".", site="blocks.0.resid_out", output="o",
+                                       holdout="half")):
+        with pytest.raises(TfxError):
+            call()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ._options import _spec
+from ._options import _spec, checked
 
 if TYPE_CHECKING:
     from ..core.datasets.read import Activations
@@ -61,6 +61,7 @@ def _output(output, option="-o"):
     return output
 
 
+@checked
 def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None,
          max_tokens: int | None = None, ctx: int | None = None, batch_size: int = 8,
          output: str | Path | None = None, engine: str = "local",
@@ -81,6 +82,7 @@ def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None
                          progress=hooks.progress)
 
 
+@checked
 def top(source: str | Path, *, site: str | None = None,
         units: str | Sequence[int] | None = None,
         k: int = 10, around: int = 8, field: str = "text", max_docs: int | None = None,
@@ -143,6 +145,7 @@ def write_top_html(result: TopResult, path: str | Path, *, force: bool = False) 
     return len(page)
 
 
+@checked
 def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
             shard_tokens: int | None = None, field: str = "text",
             max_docs: int | None = None, max_tokens: int | None = None,
@@ -179,6 +182,7 @@ def activations(path: str | Path) -> Activations:
     return Activations(path)
 
 
+@checked
 def patch_pairs(pairs: str | Path, *, site: str = "resid_pre", batch: int | None = None,
                 engine: str = "local", ray_address: str | None = None,
                 workers: int | None = None, gpus_per_worker: float | None = None,

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._model import _model
+from ._options import checked
 
 if TYPE_CHECKING:
     from ..core.results import FeaturesResult, TrainSAEResult
 
 
+@checked
 def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int = 5,
              truncate: bool = False, **model: Any) -> FeaturesResult:
     """The SAE in folder `sae` (SAELens, Gemma Scope, Gemma Scope 2 or tfx's format) run on
@@ -35,6 +37,7 @@ def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int
                                   truncate=truncate)
 
 
+@checked
 def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | None = None,
               latents: int | None = None, expansion: float | None = None,
               l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,

@@ -82,6 +82,15 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "config": as_text, "weights": as_text, "tokenizer": as_text, "seed": _seed,
     "heads": _positive, "layers": _positive, "d_model": _positive, "context": _positive,
     "dtype": as_text, "max_memory": as_text, "device": as_text,
+    # corpora (scan, top, collect, patch --pairs), their engines, SAEs and their training:
+    # the type only; each command checks its own ranges, with its own words
+    "field": as_text, "engine": as_text, "ray_address": as_text, "sae_site": as_text,
+    "steer_feature": as_text, "b_dec_init": as_text, "html": as_path,
+    "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
+    "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
+    "per_token": _whole, "latents": _whole, "aux_k": _whole, "dead_after": _whole,
+    "skip_first": _whole, "gpus_per_worker": _number, "expansion": _number, "l1": _number,
+    "holdout": _number, "aux_coef": _number, "epochs": _number, "verbose": as_flag,
 }
 _ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN"}  # positional on the CLI
 

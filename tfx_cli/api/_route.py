@@ -5,12 +5,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..core.spec import spec_config
 from ._model import _model
-from ._options import _check_edits, _spec, _text
+from ._options import _check_edits, _spec, _text, checked
 
 if TYPE_CHECKING:
     from ..core.results import RouteResult
 
 
+@checked
 def route(text: str, *, truncate: bool = False, ablate: Sequence[str] | None = None,
           ablate_mode: str | None = None, **model: Any) -> RouteResult:
     """For every MoE layer and token of `text`, the experts chosen and their weights;
