@@ -1,8 +1,8 @@
 """--engine ray on a real Ray runtime against --engine local: collect's files byte for byte
 (shards, manifest, tokens table), scan's, top's and patch --pairs' results bit for bit (the
-JSON and every array's bytes), with one and two workers; an actor killed mid-run; a cluster started with `ray start --head` joined through
---ray-address (and its driver killed mid-run, then resumed from the manifest); a cluster
-too small for --workers.
+JSON and every array's bytes), with one and two workers; an actor killed mid-run; a
+cluster started with `ray start --head` joined through --ray-address (and its driver
+killed mid-run, then resumed from the manifest); a cluster too small for --workers.
 
 One Ray runtime (ray.init(num_cpus=2), a temporary folder) serves the in-process tests;
 the engine uses a runtime its process already holds. The models are tiny random ones.
