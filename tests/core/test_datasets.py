@@ -204,8 +204,10 @@ def test_kill_and_resume_gives_the_same_bytes(tmp_path):
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(DOCS * 12))
     env = {**os.environ, "TFX_QUIET": "1", "PYTHONPATH": str(ROOT)}
-    whole = tmp_path / "whole"
-    subprocess.run(_collect_cmd(corpus, whole), env=env, check=True, capture_output=True)
+    whole = tmp_path / "whole"  # the uninterrupted run, in this process (no start-up)
+    collect = dict(select=["blocks.*.resid_out", "blocks.1.ffn.act"], shard_tokens=16,
+                   batch_size=1, ctx=8, **MODEL)
+    api.collect(str(corpus), output=whole, **collect)
     killed = tmp_path / "killed"
     _kill_mid_run(_collect_cmd(corpus, killed), env,
                   lambda: (killed / "shard-00003.safetensors").exists())
@@ -220,7 +222,8 @@ def test_kill_and_resume_gives_the_same_bytes(tmp_path):
         assert (whole / name).read_bytes() == (killed / name).read_bytes(), name
     # scan -o DIR: the finished folder answers again with the same bytes
     before = (whole / "manifest.json").read_bytes()
-    subprocess.run(_collect_cmd(corpus, whole), env=env, check=True, capture_output=True)
+    assert api.collect(str(corpus), output=whole, **collect).resumed_shards == len(
+        json.loads(before)["shards"])
     assert (whole / "manifest.json").read_bytes() == before
 
 
