@@ -7,7 +7,8 @@ The formulas are SAELens's definitions (sae_lens 6: saes/gated_sae.py, saes/sae.
 run-time normalisation, saes/transcoder.py, and the trainer folding the expected-average
 factor into the weights it saves), re-derived here:
 
-    gated        x' = x − b_dec;  f = [x'·W_enc + b_gate > 0] · ReLU(x'·(W_enc ⊙ e^r_mag) + b_mag)
+    gated        x' = x − b_dec;
+                 f = [x'·W_enc + b_gate > 0] · ReLU(x'·(W_enc ⊙ e^r_mag) + b_mag)
     layer_norm   x_n = (x − mean x) / (std x + 1e-5)  (std with n − 1);
                  x̂ = (f·W_dec + b_dec) · std x + mean x
     rescaled     trained on c·x; saved as W_enc·c, W_dec / c, b_dec / c: on x the SAE is
