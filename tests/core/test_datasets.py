@@ -1,7 +1,7 @@
 """The corpus commands against the one-text commands they batch: scan against metrics
 computed from `tfx trace --select '*attn.pattern'` per document, collect's rows against
 `tfx trace --select SITE`, top against the collected column, patch --pairs against single
-patch runs; resuming after kill -9 gives the same bytes."""
+patch runs; collect, scan and top resume after kill -9 to the same bytes."""
 import json
 import os
 import signal
@@ -180,20 +180,37 @@ def _collect_cmd(corpus, out):
             "--batch-size", "1", "--ctx", "8", "--json"]
 
 
+def _kill_mid_run(cmd, env, ready, timeout=180.0):
+    """Start `cmd`, SIGKILL it as soon as ready() is true (polled, bounded by `timeout`);
+    fails when the run ended or the time ran out before it was killed part way."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert proc.poll() is None, f"the run ended before it was killed: " \
+                                        f"{proc.stderr.read().decode()[-400:]}"
+            assert time.monotonic() < deadline, "no partial progress within the time given"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+
+
 def test_kill_and_resume_gives_the_same_bytes(tmp_path):
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(DOCS * 12))
     env = {**os.environ, "TFX_QUIET": "1", "PYTHONPATH": str(ROOT)}
-    whole = tmp_path / "whole"
-    subprocess.run(_collect_cmd(corpus, whole), env=env, check=True, capture_output=True)
+    whole = tmp_path / "whole"  # the uninterrupted run, in this process (no start-up)
+    collect = dict(select=["blocks.*.resid_out", "blocks.1.ffn.act"], shard_tokens=16,
+                   batch_size=1, ctx=8, **MODEL)
+    api.collect(str(corpus), output=whole, **collect)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_collect_cmd(corpus, killed), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (killed / "shard-00003.safetensors").exists():
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    _kill_mid_run(_collect_cmd(corpus, killed), env,
+                  lambda: (killed / "shard-00003.safetensors").exists())
     manifest = json.loads((killed / "manifest.json").read_text())
     assert not manifest["complete"]  # killed part way, the manifest still valid JSON
     done = subprocess.run(_collect_cmd(corpus, killed), env=env, check=True,
@@ -205,25 +222,82 @@ def test_kill_and_resume_gives_the_same_bytes(tmp_path):
         assert (whole / name).read_bytes() == (killed / name).read_bytes(), name
     # scan -o DIR: the finished folder answers again with the same bytes
     before = (whole / "manifest.json").read_bytes()
-    subprocess.run(_collect_cmd(corpus, whole), env=env, check=True, capture_output=True)
+    assert api.collect(str(corpus), output=whole, **collect).resumed_shards == len(
+        json.loads(before)["shards"])
     assert (whole / "manifest.json").read_bytes() == before
 
 
-def test_scan_resumes_from_its_state(tmp_path):
-    corpus = tmp_path / "docs.txt"
-    corpus.write_text("\n".join(DOCS * 4))
-    out = tmp_path / "run"
-    first = api.scan(str(corpus), ctx=8, batch_size=1, output=out, **MODEL)
-    result = (out / "result.json").read_bytes()
-    assert json.loads(result)["result"]["tokens"] == first.tokens
-    # a state half way (as a kill after the first chunks leaves it) finishes the same
-    import zipfile
+class _CountingEngine:
+    """The local engine, counting the tokens it runs (a resumed run runs only the rest)."""
 
-    with np.load(out / "state.npz") as saved:
-        assert int(saved["chunks_done"]) > 1
-    api.scan(str(corpus), ctx=8, batch_size=1, output=tmp_path / "run2", **MODEL)
-    assert (tmp_path / "run2" / "result.json").read_bytes().replace(b"run2", b"run") == result
-    assert zipfile.is_zipfile(out / "state.npz")
+    name = "local"
+
+    def __init__(self):
+        from tfx_cli.core.datasets.engines import LocalEngine
+
+        self.inner, self.tokens = LocalEngine(), 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def map(self, spec, batches):
+        for batch, partial in self.inner.map(spec, batches):
+            self.tokens += batch.tokens
+            yield batch, partial
+
+
+REDUCED = {  # scan and top with -o DIR: the CLI options and the same run through the API
+    "scan": ([], {}),
+    "top": (["--site", "blocks.1.ffn.act", "--units", "0:6", "-k", "3", "--around", "2"],
+            dict(site="blocks.1.ffn.act", units="0:6", k=3, around=2)),
+}
+
+
+def _saved(out: Path) -> dict | None:
+    try:
+        with np.load(out / "state.npz") as saved:
+            return {"chunks": int(saved["chunks_done"]), "tokens": int(saved["tokens"])}
+    except (OSError, ValueError, KeyError):  # not written yet
+        return None
+
+
+@pytest.mark.parametrize("command", sorted(REDUCED))
+def test_scan_and_top_killed_mid_run_resume_to_the_same_bytes(tmp_path, command):
+    """A real `tfx scan|top -o DIR` killed with SIGKILL after some chunks are saved; the
+    same run resumed finishes with the files of an uninterrupted run, byte for byte,
+    having run only what the killed run had not saved."""
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n".join(DOCS * 40))
+    cli, kw = REDUCED[command]
+    run = dict(ctx=8, batch_size=1, **kw, **MODEL)
+    whole = tmp_path / "whole"
+    full = getattr(api, command)(str(corpus), output=whole, **run)
+    total = _saved(whole)
+    assert total["tokens"] == full.tokens and total["chunks"] > 8
+    killed = tmp_path / "cut"
+    cmd = [sys.executable, "-m", "tfx_cli", command, str(corpus), *ARGS, *cli, "--ctx", "8",
+           "--batch-size", "1", "-o", str(killed), "--json"]
+    env = {**os.environ, "TFX_QUIET": "1", "PYTHONPATH": str(ROOT)}
+    _kill_mid_run(cmd, env, lambda: (_saved(killed) or {"chunks": 0})["chunks"] >= 2)
+    at_kill = _saved(killed)
+    assert 2 <= at_kill["chunks"] < total["chunks"]  # the kill came part way
+    assert 0 < at_kill["tokens"] < total["tokens"]
+    assert not json.loads((killed / "manifest.json").read_text())["complete"]
+    assert not (killed / "result.json").exists()
+    engine = _CountingEngine()
+    resumed = getattr(api, command)(str(corpus), output=killed, engine=engine, **run)
+    assert engine.tokens == total["tokens"] - at_kill["tokens"]  # only the rest ran
+    assert json.dumps(resumed.to_dict()) == \
+        json.dumps(full.to_dict()).replace(str(whole), str(killed))
+    names = sorted(p.name for p in whole.iterdir())
+    assert names == sorted(p.name for p in killed.iterdir()) == \
+        ["manifest.json", "result.json", "state.npz"]
+    for name in names:
+        want = (whole / name).read_bytes().replace(str(whole).encode(), str(killed).encode())
+        assert (killed / name).read_bytes() == want, name
 
 
 def test_repeated_tokens_and_readers(tmp_path):

@@ -84,7 +84,9 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "dtype": as_text, "max_memory": as_text, "device": as_text,
     # corpora (scan, top, collect, patch --pairs), their engines, SAEs and their training:
     # the type only; each command checks its own ranges, with its own words
-    "field": as_text, "engine": as_text, "ray_address": as_text, "sae_site": as_text,
+    "field": as_text, "engine": lambda v, o: v if hasattr(v, "map") and not
+    isinstance(v, str) else as_text(v, o),  # a name, or an engine object as documented
+    "ray_address": as_text, "sae_site": as_text,
     "steer_feature": as_text, "b_dec_init": as_text, "html": as_path,
     "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
     "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,

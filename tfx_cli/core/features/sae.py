@@ -5,7 +5,8 @@ decode features back, and the change of the site that a change of features makes
     pre = x'·W_enc + b_enc
     f = ReLU(pre) | ReLU(pre)·[pre > threshold] (JumpReLU) | the k largest of pre, ReLU'd
         (TopK) | [x'·W_enc + b_gate > 0] · ReLU(x'·(W_enc ⊙ exp r_mag) + b_mag) (gated)
-    x̂ = unnormalise(f·W_dec + b_dec)
+    x̂ = unnormalise(f·W_dec + b_dec)   (a transcoder: f·W_dec + b_dec, another site's
+                                         value, never scaled back; as SAELens)
 
 A site whose activation has heads (attn.context, (H, T, D)) is read as TransformerLens's
 hook_z SAEs read it: the heads joined per position, (T, H·D).
@@ -95,6 +96,8 @@ class SAE:
         """(scale, shift) that take a vector of the SAE's space back to the site's, for
         the input x (float64): a normalising SAE's own statistics; (None, None) else."""
         x = x.to(torch.float64)
+        if self.file.transcoder:  # its output is another site: nothing to scale back
+            return None, None
         if self.file.normalize == "constant_norm_rescale":
             return x.norm(dim=-1, keepdim=True) / math.sqrt(self.d_in), None
         if self.file.normalize == "layer_norm":
@@ -161,11 +164,17 @@ class SAE:
             acts = acts / self.dec_norm
         return acts @ self.W_dec
 
+    def _undo(self, x: torch.Tensor):
+        """What takes the SAE's output space back to the site's for the input x: a
+        normalising SAE's inverse; None for none, and for a transcoder, whose output is
+        another site that was never normalised (SAELens's Transcoder.decode skips it)."""
+        return None if self.file.transcoder else self._normalised(x)[1]
+
     def decode(self, acts: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Feature activations -> the reconstruction (..., d_out) of the activation `x`
         they were encoded from (a normalising SAE scales back by x's own statistics)."""
         out = self._linear(acts) + self.b_dec
-        _, undo = self._normalised(x)
+        undo = self._undo(x)
         return undo(out) if undo is not None else out
 
     def delta(self, d_acts: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -173,7 +182,7 @@ class SAE:
         d_acts·W_dec (scaled back as decode does; no bias, it cancels). A change of
         feature k alone by a is exactly a × W_dec[k]."""
         out = self._linear(d_acts)
-        _, undo = self._normalised(x)
+        undo = self._undo(x)
         if undo is None:
             return out
         return undo(out, shift=False) if self.file.normalize == "layer_norm" else undo(out)
