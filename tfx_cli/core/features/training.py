@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...errors import OutputFileError, RangeError, SelectError, UsageError
+from ...errors import OutputFileError, RangeError, SelectError, UsageError, write_error
 from ..progress import counting
 from . import metrics
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS
@@ -164,9 +164,8 @@ class RunFolder:
             write(tmp)
             os.replace(tmp, self.path / name)
         except OSError as exc:
-            raise OutputFileError(f"cannot write {self.path / name}: {exc.strerror or exc}; "
-                                  "the last checkpoint is kept, so the same command "
-                                  "resumes") from None
+            raise write_error(self.path / name, exc, "; the last checkpoint is kept, so the "
+                                                     "same command resumes") from None
         finally:
             if tmp.exists():
                 tmp.unlink()
