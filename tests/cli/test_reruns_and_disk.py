@@ -74,3 +74,42 @@ def test_an_unsaid_full_disk_is_still_named(tmp_path):
         result = _run(["report", "hi", "-c", "toy", "-o", tmp_path / "r.html"])
     assert result.exit_code == 1, result.stderr
     assert result.stderr.startswith(f"tfx: error: cannot write {tmp_path / 'x.bin'}: disk full")
+
+
+def _collected(folder: Path) -> None:
+    """A small collect folder written by hand: 64 tokens of blocks.0.resid_out (8 wide)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    save_file({"blocks.0.resid_out": rows}, str(folder / "shard-00000.safetensors"))
+    (folder / "manifest.json").write_text(json.dumps({
+        "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
+        "options": {"dtype": "float32"}, "model": {"config": "gpt2"},
+        "sites": [{"name": "blocks.0.resid_out", "dims": ["T", "C"], "shape": [64, 8],
+                   "dtype": "F32"}],
+        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64}]}))
+
+
+def test_train_sae_run_again_after_it_finished_is_a_no_op(tmp_path):
+    """As collect and scan: the same command on a finished run exits 0 with the run's
+    result and leaves the SAE as it was; another run into the folder is still refused."""
+    _collected(tmp_path / "acts")
+    sae = tmp_path / "sae"
+    args = ["train-sae", tmp_path / "acts", "--site", "blocks.0.resid_out", "-o", sae,
+            "--latents", "16", "--k", "4", "--batch-size", "16", "--steps", "12", "--json"]
+    first = _run(args)
+    assert first.exit_code == 0, first.stderr
+    files = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sae.iterdir()}
+    again = _run(args)
+    assert again.exit_code == 0, again.stderr
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sae.iterdir()} == files
+    was, now = json.loads(first.stdout)["result"], json.loads(again.stdout)["result"]
+    assert now["resumed_from"] == 12 and was["resumed_from"] == 0
+    assert {k: v for k, v in now.items() if k != "resumed_from"} == \
+        {k: v for k, v in was.items() if k != "resumed_from"}
+    view = _run(args[:-1])  # the terminal says nothing was trained
+    assert view.exit_code == 0 and "nothing trained" in view.stdout
+    other = _run(args[:-1] + ["--seed", "1"])
+    assert other.exit_code == 2 and "another training run" in other.stderr
