@@ -16,7 +16,8 @@ from pathlib import Path
 
 EXIT_CODES = {
     0: "success",
-    1: "runtime failure: not the input's fault (an internal error, a failed self-check)",
+    1: "runtime failure: not the input's fault (a full disk, a failed self-check, an "
+       "internal error)",
     2: "bad input or usage: an option, a value, the text, a file given on the command line",
     130: "interrupted (Ctrl-C): stopped without output and without partial files",
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ... import __version__
-from ...errors import OutputFileError, write_error
+from ...errors import DISK_FULL, OutputFileError, write_error
 
 MANIFEST = "manifest.json"
 SCHEMA = "tfx/1"
@@ -44,6 +44,8 @@ class OutputDir:
             try:
                 path.mkdir()
             except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise write_error(path, exc) from None
                 raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
                                       "another place") from None
         if not os.access(path, os.W_OK | os.X_OK):
