@@ -97,3 +97,35 @@ def test_the_tokenizer_the_modernbert_message_names_works():
                    "--layers", "1", "--tokenizer", "minilm", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["result"]["mask_token"] == "[MASK]"
+
+
+def test_a_gguf_that_shrinks_after_its_header_was_read_says_so_once(tmp_path, monkeypatch):
+    """A tensor past the end found while reading it (the file was cut after its table was
+    read): the reader's message, which names the file and the tensor, said once."""
+    from types import SimpleNamespace
+
+    import gguf
+    import numpy as np
+
+    from tfx_cli.core.checkpoints import gguf_file
+    from tfx_cli.core.checkpoints.gguf import gguf_source
+    from tfx_cli.errors import WeightsError
+
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader = gguf_file.read_gguf(tmp_path / "m.gguf")
+
+    def cut(self, info):
+        raise gguf_file.GGUFFormatError(f"tensor {info.name} runs past the end of "
+                                        f"{self.path}; the file is truncated")
+    monkeypatch.setattr(gguf_file.GGUFFile, "array", cut)
+    tensors, _ = gguf_source(SimpleNamespace(path=tmp_path / "m.gguf"), reader)
+    with pytest.raises(WeightsError) as caught:
+        tensors.read(["token_embd.weight"])
+    line = caught.value.message
+    assert line.startswith("cannot read GGUF file: "), line
+    assert line.count("token_embd.weight") == 1 and line.count("truncated") == 1, line
