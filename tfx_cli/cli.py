@@ -16,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 from ._clicks import ABORT, CLICK_ERROR, EXIT, NO_ARGS_HELP, USAGE_ERROR
 
 from . import __version__
-from .errors import Interrupted, TfxError
+from .errors import DISK_FULL, Interrupted, TfxError, write_error
 
 DEBUG = {"on": bool(os.environ.get("TFX_DEBUG"))}
 
@@ -190,6 +190,8 @@ class TfxGroup(TyperGroup):
                 _quiet_broken_pipe()
             if DEBUG["on"]:
                 raise
+            if getattr(exc, "errno", None) in DISK_FULL:  # a writer that did not say which
+                _fail(write_error(exc.filename or "its output", exc).message, 1)
             _fail(f"{exc.strerror or exc} ({getattr(exc, 'filename', '') or 'I/O'})", 1)
         except MemoryError:
             _fail("out of memory; try a smaller config, fewer layers or a shorter text", 1)

@@ -11,9 +11,13 @@ are written to a temporary name and renamed, so a failure leaves no half file.
 """
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 EXIT_CODES = {
     0: "success",
-    1: "runtime failure: not the input's fault (an internal error, a failed self-check)",
+    1: "runtime failure: not the input's fault (a full disk, a failed self-check, an "
+       "internal error)",
     2: "bad input or usage: an option, a value, the text, a file given on the command line",
     130: "interrupted (Ctrl-C): stopped without output and without partial files",
 }
@@ -104,6 +108,30 @@ class NonFiniteError(UsageError):
     """
 
 
+class DiskFullError(TfxError):
+    """The disk (or the user's quota) filled up while tfx wrote an output (exit 1).
+
+    Not the input's fault, so not exit 2: the same command succeeds once there is room.
+    The message names the folder; the temporary file is removed, and a resumable run
+    (collect, scan, top, train-sae) keeps what it had finished.
+    """
+
+
+DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def write_error(path, exc: OSError, after: str = "") -> TfxError:
+    """The error for `exc`, met while writing `path`: DiskFullError when the disk is full
+    (ENOSPC, or a quota's EDQUOT), else OutputFileError. `after` is appended to either
+    message (what stays safe, how to resume)."""
+    path = Path(path)
+    if getattr(exc, "errno", None) in DISK_FULL:
+        return DiskFullError(f"cannot write {path}: disk full (ENOSPC) in the folder "
+                             f"{path.parent}; free some space there or choose another "
+                             f"folder{after}")
+    return OutputFileError(f"cannot write {path}: {exc.strerror or exc}{after}")
+
+
 class Interrupted(TfxError):
     """Ctrl-C (SIGINT) while a command runs (exit 130).
 
@@ -123,4 +151,4 @@ CATALOGUE = (UsageError, ConfigError, InputTextError, TokenizerError, RangeError
 
 # Every class a user can meet, with the base classes and the interrupt: README "Errors"
 # has one row per entry (a test holds the two equal).
-ALL_ERRORS = (TfxError,) + CATALOGUE + (Interrupted,)
+ALL_ERRORS = (TfxError,) + CATALOGUE + (DiskFullError, Interrupted)

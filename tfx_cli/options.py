@@ -269,7 +269,8 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
 CorpusArg = Annotated[Optional[str], typer.Argument(
     metavar="CORPUS", show_default=False,
     help="A .txt file (one document per non-empty line), a .jsonl or .parquet file "
-         "(--field), a folder of .txt files, or a built-in corpus: python-docs, "
+         "(--field; one document per line or row), a folder of .txt files (one document "
+         "per file, its lines together), or a built-in corpus: python-docs, "
          "repeated-tokens.")]
 FieldOpt = Annotated[str, typer.Option(
     "--field", help="The JSONL key or Parquet column holding each document.",

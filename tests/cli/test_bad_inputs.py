@@ -240,6 +240,21 @@ def _gguf_moe(d: Path) -> None:
     w.close()
 
 
+def _gguf_cut(d: Path) -> None:
+    """A whole GGUF (one 64 x 64 tensor) cut to half its length: a partial download."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(d / "cut.gguf"), "llama")
+    w.add_tensor("token_embd.weight", np.zeros((64, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    data = (d / "cut.gguf").read_bytes()
+    (d / "cut.gguf").write_bytes(data[:len(data) // 2])
+
+
 def _gpt2_wrong_shape(d: Path) -> None:
     """A GPT-2 folder whose config says a 12-wide MLP where the tensors are 32 wide."""
     import json
@@ -524,7 +539,7 @@ CASES = [
          ["generate", "hi", "-w", "evil.pt"], "WeightsError", "never unpickles code",
          files=(_pickled_code,)),
     Case("weights-garbage-gguf", "a .gguf file of random bytes",
-         ["trace", "hi", "-w", "junk.gguf"], "WeightsError", "truncated or corrupted",
+         ["trace", "hi", "-w", "junk.gguf"], "WeightsError", "is not a GGUF file",
          files=(_bytes("junk.gguf", NOISE),)),
     Case("weights-truncated-safetensors", "an HF folder whose model.safetensors is cut short",
          ["attend", "hi", "-w", "gpt2-tiny"], "WeightsError", "truncated or corrupted",
@@ -1090,6 +1105,30 @@ CASES = [
     Case("engine-single-patch", "--engine ray on a single patch (not --pairs)",
          ["patch", "hi", "--corrupt", "ho", "--answer", " a", "--wrong", " b", *TINY,
           "--engine", "ray"], "UsageError", "applies to patch --pairs"),
+    # corpus lines, SAE inputs, GGUF files, config sizes and tokenizers a new user tried
+    Case("corpus-jsonl-array", "a JSONL corpus line that is an array, not an object",
+         ["scan", "docs.jsonl", *TINY], "InputTextError", "is an array, not an object",
+         files=(_text("docs.jsonl", '["hi there"]\n'),)),
+    Case("pairs-number", "patch --pairs with an answer that is a number",
+         ["patch", "--pairs", "pairs.jsonl", *TINY], "InputTextError",
+         "'answer' is a number (3), not text", files=(_text(
+             "pairs.jsonl", '{"clean": "hi", "corrupt": "ho", "answer": 3, "wrong": " b"}\n'),)),
+    Case("train-sae-file", "train-sae of a corpus file instead of a collect folder",
+         ["train-sae", "c1.txt", "--site", "blocks.0.resid_out", "-o", "sae"],
+         "InputTextError", "is a file, not a tfx collect folder",
+         files=(_text("c1.txt", "hi there\n"),)),
+    Case("weights-cut-gguf", "a GGUF file cut short (half of it)",
+         ["trace", "hi", "-w", "cut.gguf"], "WeightsError", "cut.gguf is truncated",
+         files=(_gguf_cut,)),
+    Case("config-layers-huge", "a config file asking for 1e30 layers",
+         ["count-params", "--config", "big.json"], "ConfigError", "out of range",
+         files=(_text("big.json", json.dumps({
+             "name": "big", "vocab_size": 16, "context_length": 8, "d_model": 8,
+             "n_heads": 2, "n_layers": 1e30, "d_ff": 16})),)),
+    Case("mlm-tokenizer-missing", "fill-mask on modernbert-base's random weights, whose "
+         "own tokenizer does not ship",
+         ["next", "Paris is the [MASK] of France.", "-c", "modernbert-base", "--layers", "1"],
+         "InputTextError", "--tokenizer minilm"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -63,6 +63,10 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
         raise UsageError("--site is missing; name the collected site to train on, e.g. "
                          "--site blocks.3.resid_out")
     path = Path(collect).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputTextError(f"{path} is a file, not a tfx collect folder; train-sae reads "
+                             f"the folder tfx collect writes: tfx collect {path} --select "
+                             "SITE -o acts, then tfx train-sae acts")
     if not path.is_dir():
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
     return run(Activations(path), site=site, output=Path(output), k=k, latents=latents,

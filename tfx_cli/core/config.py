@@ -251,6 +251,7 @@ class ModelConfig:
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_kv_heads",
                      "n_layers", "d_ff", "head_dim"):
             value = getattr(self, name)
+            _refuse_too_large(f"config field {name}", name, value)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"config field {name} must be a whole number, got {value!r}")
             if value <= 0:
@@ -438,6 +439,15 @@ _LIMITS = {"vocab_size": 10_000_000, "context_length": 1_048_576, "d_model": 65_
            "n_heads": 4096, "n_layers": 1024, "d_ff": 262_144}
 
 
+def _refuse_too_large(what: str, name: str, value) -> None:
+    """A number far past any size tfx builds (1e30 layers; JSON writes it as a float) is
+    out of range, whatever its spelling: said so, rather than asking for a whole number."""
+    limit = _LIMITS.get(name, max(_LIMITS.values()))
+    if isinstance(value, float) and value > limit:  # inf too; NaN compares false
+        raise ConfigError(f"{what} is {value:g}: out of range, past tfx's limit of "
+                          f"{limit:,}; choose a smaller value")
+
+
 FIELD_NAMES = tuple(f.name for f in fields(ModelConfig))
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 # The masked-LM, OLMo 2, T5 head, mixture-of-experts, sink and latent-attention
@@ -489,6 +499,7 @@ def _check_type(source: str, key: str, annotation: str, value) -> None:
             isinstance(v, int) and not isinstance(v, bool) for v in value)
         want = "a list of whole numbers"
     elif ann.startswith("int"):
+        _refuse_too_large(f"{source}: config key {key}", key, value)
         ok = isinstance(value, int) and not isinstance(value, bool)
         want = "a whole number"
     elif ann.startswith("float"):

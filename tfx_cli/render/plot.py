@@ -34,7 +34,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..core.results import LayerNormResult, LensResult, Result
-from ..errors import MissingPackageError, OutputFileError, SelectError, UsageError
+from ..errors import (MissingPackageError, OutputFileError, SelectError, UsageError,
+                      write_error)
 from .common import axis_labels, finite_range, layer_of, token_axes
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -89,7 +90,7 @@ def atomic_output(path: Path, force: bool = False) -> Iterator[Path]:
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                         suffix=".tmp")
     except OSError as exc:
-        raise OutputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise write_error(path, exc) from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -100,7 +101,7 @@ def atomic_output(path: Path, force: bool = False) -> Iterator[Path]:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plot is an ordinary file
         os.replace(tmp, path)
     except OSError as exc:
-        raise OutputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise write_error(path, exc) from None
     finally:
         if tmp.exists():
             tmp.unlink()

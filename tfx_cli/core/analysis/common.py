@@ -20,6 +20,9 @@ from ..trace import Trace, check_globs, compile_globs
 
 def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
     ids = loaded.tokenizer.encode(text)
+    note = loaded.tokenizer.input_note(text)
+    if note and loaded.notice is not None:
+        loaded.notice(note)
     if not ids:
         raise InputTextError("the text has no tokens; give at least one word")
     limit = loaded.cfg.context_length

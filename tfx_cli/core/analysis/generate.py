@@ -38,6 +38,15 @@ def need_head(cfg, command: str) -> None:
 def check_vocab(loaded) -> None:
     """Every id the head can score must be one the tokenizer can write back as text."""
     tok, n = loaded.tokenizer, loaded.cfg.vocab_size
+    if tok.vocab_size < n and loaded.cfg.mlm_head and not loaded.spec.weights:
+        # a masked LM's random weights whose own tokenizer does not ship (ModernBERT):
+        # name one that does and has a mask token
+        raise InputTextError(f"{loaded.cfg.name}'s random weights score {n:,} tokens but "
+                             f"the {tok.name} tokenizer knows only {tok.vocab_size:,}, and "
+                             f"{loaded.cfg.name}'s own tokenizer does not ship with tfx; "
+                             "pass --tokenizer minilm (BERT's WordPiece with [MASK]: the "
+                             "random table takes its size), or --tokenizer "
+                             "PATH/tokenizer.json of the model's own")
     if tok.vocab_size < n:
         raise InputTextError(f"the model scores {n:,} tokens but the {tok.name} tokenizer "
                              f"knows only {tok.vocab_size:,}, so a predicted token could not "

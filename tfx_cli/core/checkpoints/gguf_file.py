@@ -218,7 +218,8 @@ def read_gguf(path: Path, *, tensors: bool = True, prefix: str | tuple[str, ...]
             for name, shape, qtype, offset in infos:
                 info = table[name] = TensorInfo(name, shape, qtype, start + offset)
                 if qtype in TYPES and info.offset + tensor_nbytes(info) > size:
-                    raise GGUFFormatError(f"tensor {name} runs past the end of the file")
+                    raise GGUFFormatError(f"{path} is truncated (tensor {name} runs past "
+                                          "its end)")
         return GGUFFile(path, version, meta, table, size)
     finally:
         buf.close()

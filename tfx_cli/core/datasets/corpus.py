@@ -2,10 +2,11 @@
 
 A CORPUS is a `.txt` file (one document per non-empty line), a `.jsonl` file (one JSON
 object per line, the document in `--field`), a `.parquet` file (the `--field` column,
-read with pyarrow), a folder of `.txt` files (one document per file, by name), or a
-built-in name: `python-docs` (the language reference every Python ships in
-`pydoc_data.topics`, cut into paragraphs) or `repeated-tokens` (seeded random token
-sequences repeated twice: the induction probe; documents of ids, not text).
+read with pyarrow), a folder of `.txt` files (one document per file, by name: its lines
+stay together), or a built-in name: `python-docs` (the language reference every Python
+ships in `pydoc_data.topics`, cut into paragraphs) or `repeated-tokens` (seeded random
+token sequences repeated twice: the induction probe; documents of ids, not text). A UTF-8
+byte-order mark at the start of a file is not text and is dropped.
 
 Reading never tokenizes: `survey()` reads every document once for the manifest's hash
 and count (and every bad input is found there, before a model loads); `documents()`
@@ -132,6 +133,9 @@ def _refuse_binary(head: bytes, path: Path, what: str) -> None:
                              "text; give a .txt, .jsonl or .parquet corpus")
 
 
+BOM = "\ufeff"  # UTF-8's byte-order mark, which some editors put first: not text
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as handle:
         _refuse_binary(handle.read(SNIFF), path, "the corpus")
@@ -142,7 +146,20 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             except UnicodeDecodeError as exc:
                 raise InputTextError(f"line {number} of {path} is not UTF-8 (byte "
                                      f"{exc.start}); convert the file to UTF-8") from None
+            if number == 1:
+                line = line.removeprefix(BOM)
             yield number, line.rstrip("\r\n")
+
+
+def json_kind(value) -> str:
+    """What a JSON value is, in JSON's words: an object, an array, a number, ..."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()}, a boolean"
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string"}.get(
+        type(value), f"a number ({value!r})" if isinstance(value, (int, float)) else
+        type(value).__name__)
 
 
 def _txt(corpus: Corpus) -> Iterator[str]:
@@ -161,14 +178,17 @@ def _jsonl(corpus: Corpus) -> Iterator[str]:
             raise InputTextError(f"line {number} of {corpus.source} is not JSON ({exc.msg}, "
                                  f"column {exc.colno}); each line must be one object such "
                                  f"as {{\"{key}\": \"...\"}}") from None
-        if not isinstance(row, dict) or key not in row:
-            keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+        if not isinstance(row, dict):
+            raise InputTextError(f"line {number} of {corpus.source} is {json_kind(row)}, not "
+                                 f"an object; each line must be one object such as "
+                                 f"{{\"{key}\": \"...\"}}")
+        if key not in row:
             raise InputTextError(f"line {number} of {corpus.source} has no field {key!r} "
-                                 f"(it has: {keys or 'nothing'}); name the field with "
-                                 "--field")
+                                 f"(it has: {', '.join(map(str, row)) or 'nothing'}); name "
+                                 "the field with --field")
         if not isinstance(row[key], str):
             raise InputTextError(f"line {number} of {corpus.source}: field {key!r} is "
-                                 f"{type(row[key]).__name__}, not text")
+                                 f"{json_kind(row[key])}, not text; put the text in quotes")
         yield row[key]
 
 
@@ -203,7 +223,7 @@ def _folder(corpus: Corpus) -> Iterator[str]:
         raise InputTextError(f"the folder {corpus.source} has no .txt file; put one "
                              "document per .txt file in it")
     for path in files:
-        yield _text_of(path, "the corpus file").rstrip("\r\n")
+        yield _text_of(path, "the corpus file").removeprefix(BOM).rstrip("\r\n")
 
 
 def _python_docs(corpus: Corpus) -> Iterator[str]:

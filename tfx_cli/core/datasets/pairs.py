@@ -21,6 +21,7 @@ from ...words import counted
 from ..analysis.common import encode
 from ..analysis.patching import PATCHED, default_batch
 from ..analysis.sites import editing, one_token, resid_pre_name
+from .corpus import BOM, json_kind
 from .engines import WorkerSpec, engine_name, get_engine
 from .tasks import BatchTrace
 
@@ -51,6 +52,20 @@ class PairBatch:
         return sum(len(p.clean) for p in self.pairs)
 
 
+def _check_row(row, number: int, path: Path) -> None:
+    """A line is an object holding clean, corrupt, answer and wrong, each a string."""
+    needs = "each line needs clean, corrupt, answer and wrong"
+    if not isinstance(row, dict):
+        raise InputTextError(f"line {number} of {path} is {json_kind(row)}, not an object; "
+                             f"{needs}, as {{\"clean\": \"...\", ...}}")
+    for key in KEYS:
+        if key not in row:
+            raise InputTextError(f"line {number} of {path} has no text {key!r}; {needs}")
+        if not isinstance(row[key], str):
+            raise InputTextError(f"line {number} of {path}: {key!r} is {json_kind(row[key])}, "
+                                 "not text; put it in quotes")
+
+
 def read_pairs(loaded, path: Path) -> list[Pair]:
     path = Path(path).expanduser()
     if not path.is_file():
@@ -62,6 +77,8 @@ def read_pairs(loaded, path: Path) -> list[Pair]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise InputTextError(f"line {number} of {path} is not UTF-8 text") from None
+        if number == 1:
+            line = line.removeprefix(BOM)
         if not line.strip():
             continue
         try:
@@ -69,10 +86,7 @@ def read_pairs(loaded, path: Path) -> list[Pair]:
         except json.JSONDecodeError as exc:
             raise InputTextError(f"line {number} of {path} is not JSON ({exc.msg}, column "
                                  f"{exc.colno})") from None
-        missing = [k for k in KEYS if not isinstance(row, dict) or not isinstance(row.get(k), str)]
-        if missing:
-            raise InputTextError(f"line {number} of {path} has no text {missing[0]!r}; each "
-                                 "line needs clean, corrupt, answer and wrong")
+        _check_row(row, number, path)
         clean, corrupt = encode(loaded, row["clean"]), encode(loaded, row["corrupt"])
         if len(clean) != len(corrupt):
             raise InputTextError(f"line {number} of {path}: clean is "

@@ -45,7 +45,6 @@ import os
 import pickle
 import shutil
 import socket
-import tempfile
 from typing import Any, Iterable, Iterator
 
 from ...errors import MissingPackageError, ResourceError, TfxError, UsageError
@@ -137,6 +136,7 @@ class RayEngine:
         self.gpus = float(gpus_per_worker or 0.0)
         self.verbose = verbose
         self.started: str | None = None  # the temp dir of a runtime this engine started
+        self.lock: int | None = None  # its flock: held while this driver runs
         self.quiet: _QuietFd2 | None = None
         self.connected = False
         self.threads = 1
@@ -180,7 +180,10 @@ class RayEngine:
                                      "and its token (RAY_AUTH_TOKEN or ~/.ray/auth_token), and "
                                      "check the address `ray start --head` printed") from None
             else:
-                self.started = tempfile.mkdtemp(prefix="tfx-ray-")
+                from .ray_leftovers import clean_stale, make_folder
+
+                clean_stale()  # what a driver killed with SIGKILL left (its agents, folder)
+                self.started, self.lock = make_folder()
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, _temp_dir=self.started,
                          include_dashboard=False, **quiet)
         except BaseException:
@@ -229,9 +232,13 @@ class RayEngine:
         if self.started is not None:
             import ray
 
+            from .ray_leftovers import release
+
             ray.shutdown()
             shutil.rmtree(self.started, ignore_errors=True)
             self.started = None
+            release(self.lock)
+            self.lock = None
         if self.quiet is not None:
             self.quiet.stop()
             self.quiet = None

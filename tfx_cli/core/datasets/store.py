@@ -9,7 +9,6 @@ another model, corpus or options is refused, naming what differs; --force starts
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ... import __version__
-from ...errors import OutputFileError
+from ...errors import DISK_FULL, OutputFileError, write_error
 
 MANIFEST = "manifest.json"
 SCHEMA = "tfx/1"
@@ -45,6 +44,8 @@ class OutputDir:
             try:
                 path.mkdir()
             except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise write_error(path, exc) from None
                 raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
                                       "another place") from None
         if not os.access(path, os.W_OK | os.X_OK):
@@ -99,12 +100,8 @@ class OutputDir:
             yield tmp
             os.replace(tmp, final)
         except OSError as exc:
-            full = exc.errno == errno.ENOSPC
-            raise OutputFileError(
-                f"cannot write {final}: {exc.strerror or exc}"
-                + ("; free some space or choose another folder" if full else "")
-                + "; the manifest still lists only the complete files, so the same command "
-                  "resumes") from None
+            raise write_error(final, exc, "; the manifest still lists only the complete "
+                                          "files, so the same command resumes") from None
         finally:
             if tmp.exists():
                 tmp.unlink()

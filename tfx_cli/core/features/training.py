@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...errors import OutputFileError, RangeError, SelectError, UsageError
+from ...errors import OutputFileError, RangeError, SelectError, UsageError, write_error
 from ..progress import counting
 from . import metrics
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS
@@ -109,6 +109,7 @@ class RunFolder:
     def __init__(self, path: Path, identity: dict, force: bool):
         self.path, self.identity = path, identity
         self.resume = None  # the checkpoint's tensors, when continuing
+        self.finished = None  # the recorded result, when this very run is already done
         if path.exists() and not path.is_dir():
             raise OutputFileError(f"-o {path} is a file; give a folder for the SAE")
         if not path.exists():
@@ -130,6 +131,10 @@ class RunFolder:
                                   f"({_difference(state.get('identity') or {}, identity)}); "
                                   "pass --force to start over, or choose another folder")
         if state.get("complete"):
+            if isinstance(state.get("result"), dict) and all(
+                    (path / name).is_file() for name in (SAELENS_CFG, SAELENS_WEIGHTS)):
+                self.finished = state["result"]  # nothing to do: the run is done
+                return
             raise OutputFileError(f"-o {path} holds the finished SAE of this very run; pass "
                                   "--force to train it again, or choose another folder")
         if (path / STATE_TENSORS).exists():
@@ -164,9 +169,8 @@ class RunFolder:
             write(tmp)
             os.replace(tmp, self.path / name)
         except OSError as exc:
-            raise OutputFileError(f"cannot write {self.path / name}: {exc.strerror or exc}; "
-                                  "the last checkpoint is kept, so the same command "
-                                  "resumes") from None
+            raise write_error(self.path / name, exc, "; the last checkpoint is kept, so the "
+                                                     "same command resumes") from None
         finally:
             if tmp.exists():
                 tmp.unlink()
@@ -219,6 +223,9 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                 "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
                 "collect_sha256": manifest.get("tokens_sha256")}
     folder = RunFolder(Path(output).expanduser(), identity, force)
+    if folder.finished is not None:  # the same command again: a no-op, as collect's is
+        return TrainSAEResult(**{**folder.finished, "collect": str(acts.path),
+                                 "output": str(folder.path), "resumed_from": opts["steps"]})
     rows = acts[site] if keep is None else acts[site][keep]
     data = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
     train, test = data[:n_train], data[n_train:]
@@ -284,9 +291,18 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         losses=curve, seconds=seconds,
         tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
     folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
-                                   "complete": True, "heldout": judged})
+                                   "complete": True, "heldout": judged,
+                                   "result": _recorded(result)})
     (folder.path / STATE_TENSORS).unlink(missing_ok=True)
     return result
+
+
+def _recorded(result) -> dict:
+    """The result's own fields (not the run's timing), for an identical rerun to return."""
+    from dataclasses import fields
+
+    skip = {"model", "input", "tensors", "stack", "interventions", "seconds", "tokens_per_s"}
+    return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in skip}
 
 
 def _b_dec_start(train: torch.Tensor, scale: float, how: str, seed: int) -> torch.Tensor:

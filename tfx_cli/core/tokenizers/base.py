@@ -85,6 +85,11 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError
 
+    def input_note(self, text: str) -> str | None:
+        """A one-line note on how encode reads `text` when it reads it otherwise than
+        written (AntiBERTy upper-cases residues); None when it reads it as written."""
+        return None
+
     def decode(self, ids: Iterable[int]) -> str:
         raise NotImplementedError
 

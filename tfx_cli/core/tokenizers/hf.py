@@ -170,4 +170,18 @@ def antiberty_tokenizer() -> HFTokenizer:
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]),
                                                  ("[SEP]", vocab["[SEP]"])])
     tok.decoder = decoders.Fuse()  # a sequence reads back without spaces
-    return HFTokenizer(tok, "antiberty", "[MASK]")
+    return AntibertyTokenizer(tok, "antiberty", "[MASK]")
+
+
+class AntibertyTokenizer(HFTokenizer):
+    """AntiBERTy's vocabulary spells residues as upper-case letters only; a lower-case
+    sequence would be all [UNK], so it is read upper-cased (and input_note says so)."""
+
+    def encode(self, text: str) -> list[int]:
+        return super().encode(text.upper())
+
+    def input_note(self, text: str) -> str | None:
+        if text == text.upper():
+            return None
+        return ("AntiBERTy knows upper-case residues only; the text was read "
+                "upper-cased")

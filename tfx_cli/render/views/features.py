@@ -103,6 +103,12 @@ def features_view(result: FeaturesResult, console: Console, opts) -> None:
         console.print(top)
 
 
+def _resumed(result) -> str:
+    if result.resumed_from >= result.steps:
+        return "; already finished in this folder, nothing trained"
+    return f"; resumed at step {result.resumed_from:,}" if result.resumed_from else ""
+
+
 @register("train-sae")
 def train_sae_view(result, console: Console, opts) -> None:
     """What was trained on what, and how it does on the held-out tokens."""
@@ -116,7 +122,7 @@ def train_sae_view(result, console: Console, opts) -> None:
         "SAE": f"{what}, {result.d_in:,} → {result.latents:,} latents",
         "training": f"{result.steps:,} steps × {result.batch_size:,} tokens "
                     f"({result.epochs:.2f} epochs), Adam lr {result.lr:g}, seed {result.seed}"
-                    + (f"; resumed at step {result.resumed_from:,}" if result.resumed_from else ""),
+                    + _resumed(result),
         "loss": f"{format_number(result.loss_first, p)} → {format_number(result.loss_last, p)}",
         "time": f"{result.seconds:.1f} s" + (f" · {result.tokens_per_s:,.0f} tokens/s"
                                              if result.tokens_per_s else ""),
