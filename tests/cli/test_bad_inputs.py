@@ -1090,6 +1090,19 @@ CASES = [
     Case("engine-single-patch", "--engine ray on a single patch (not --pairs)",
          ["patch", "hi", "--corrupt", "ho", "--answer", " a", "--wrong", " b", *TINY,
           "--engine", "ray"], "UsageError", "applies to patch --pairs"),
+    # -- hostile input: routing around experts, config files, the Python API's values
+    Case("ablate-experts-most", "--ablate routing around 7 of a layer's 8 experts (2 per token)",
+         ["route", "hi", *MOE, *[a for e in range(7)
+                                 for a in ("--ablate", f"blocks.2.moe.expert:e={e}")]],
+         "UsageError", "at most 6 of a layer's experts",
+         shown="tfx route hi -c tiny-moe --ablate blocks.2.moe.expert:e=0 … "
+               "--ablate blocks.2.moe.expert:e=6"),
+    Case("ablate-experts-all", "--ablate routing around every expert of a layer",
+         ["route", "hi", *MOE, *[a for e in range(8)
+                                 for a in ("--ablate", f"blocks.2.moe.expert:e={e}")]],
+         "UsageError", "all 8 experts of block 2",
+         shown="tfx route hi -c tiny-moe --ablate blocks.2.moe.expert:e=0 … "
+               "--ablate blocks.2.moe.expert:e=7"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
