@@ -1138,6 +1138,10 @@ CASES = [
     Case("config-nested-run", "a -c config file of 100,000 nested [",
          ["next", "hi", "-c", "deep.json"], "ConfigError", "nested too deeply",
          files=(_text("deep.json", "[" * 100_000),)),
+    Case("top-units-fraction", "top --units with a unit that is not whole (api.top refuses "
+         "units=[1.5] alike)",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--units", "1.5"],
+         "RangeError", "is not a unit index"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
