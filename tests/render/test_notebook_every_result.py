@@ -3,6 +3,7 @@ its tensors cannot be changed by mistake: one case per API function (and per kin
 result a function can return), each drawn as `_repr_html_()` and `__rich__()`."""
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from rich.console import Console
 
 from tfx_cli import api
 
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 TEXT = "When you play game of thrones"
 GPT = dict(config="gpt2", layers=2, d_model=16, heads=2, tokenizer="word")
 TINY = dict(config="gpt124m", layers=2, d_model=16, heads=2)
@@ -52,6 +54,7 @@ CALLS = {
     "embed-toy": lambda f: api.embed(TEXT, **TOY),
     "posenc": lambda f: api.posenc(TEXT, **TOY),
     "attend": lambda f: api.attend(TEXT, **GPT),
+    "attend-inputs": lambda f: api.attend(inputs=SAMPLES / "seed003.json"),  # by hand
     "attend-cross": lambda f: api.attend(TEXT, target="a b", cross=True, **TOY),
     "layernorm": lambda f: api.layernorm(TEXT, **GPT),
     "ffn": lambda f: api.ffn(TEXT, **GPT),
