@@ -26,7 +26,9 @@ most `limit`, up within ±limit) and computes (up + 1) * gate * sigmoid(alpha * 
 Only the experts some token is routed to run, one after another on their tokens, as
 transformers' eager loop does. A router logit of -inf is never chosen (whatever the
 router): that is how `--ablate blocks.{i}.moe.expert:e=E` routes around an expert, and
-the model's own rule then weighs the experts it does choose.
+the model's own rule then weighs the experts it does choose. A token still goes to k
+experts, so one left with fewer than k to choose from is refused (UsageError), never
+given a routed-around expert with weight 0.
 """
 from __future__ import annotations
 
