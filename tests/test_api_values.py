@@ -161,3 +161,72 @@ def test_the_corpus_sae_and_route_functions_read_values_as_the_cli_does():
                                        holdout="half")):
         with pytest.raises(TfxError):
             call()
+
+
+TINY = dict(config="gpt124m", layers=1, d_model=16, heads=2)
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    out = tmp_path_factory.mktemp("collect") / "acts"
+    api.collect("python-docs", select=["blocks.0.resid_out", "blocks.0.ffn.act"],
+                output=out, max_docs=2, **TINY)
+    return out
+
+
+def test_a_collect_folder_is_a_mapping_of_site_to_rows(collected):
+    """`in`, list(), dict(), keys/items, len: a collections.abc.Mapping (each raised
+    KeyError: iteration asked for acts[0], acts[1], ...)."""
+    from collections.abc import Mapping
+
+    acts = api.activations(collected)
+    sites = ["blocks.0.ffn.act", "blocks.0.resid_out"]  # forward order
+    assert isinstance(acts, Mapping)
+    assert list(acts) == sites == list(acts.keys()) and len(acts) == 2
+    assert "blocks.0.resid_out" in acts and "blocks.9.resid_out" not in acts and 0 not in acts
+    as_dict = dict(acts)
+    assert list(as_dict) == sites
+    for site, rows in acts.items():
+        assert rows.shape == (acts.n_tokens, 16 if site.endswith("resid_out") else 64)
+        np.testing.assert_array_equal(rows, as_dict[site])
+    assert acts.get("nothing") is None
+    with pytest.raises(KeyError, match="this folder holds"):
+        acts["nothing"]
+    assert acts == acts and acts != api.activations(collected)  # no array comparisons
+
+
+def test_units_are_whole_numbers_never_rounded():
+    """units=[1.5] ran unit 1 and [1.9, 1] ran [1]: a float unit is refused as the CLI
+    refuses it, a list of whole numbers (or numpy's) is the comma list it would type."""
+    base = dict(site="blocks.0.ffn.act", k=1, max_docs=2, **TINY)
+    for units, shown in (([1.5], "1.5"), ([1.9, 1], "1.9"), ([np.float64(0.5)], "0.5")):
+        with pytest.raises(UsageError) as caught:
+            api.top("python-docs", units=units, **base)
+        assert caught.value.message == (f"Invalid value for '--units': {shown} is not a "
+                                        "valid integer.")
+    for units in ({"a": 1}, {1, 2}, [], object()):
+        with pytest.raises(UsageError, match="--units"):
+            api.top("python-docs", units=units, **base)
+    listed = api.top("python-docs", units=np.array([3, 1]), **base)
+    typed = api.top("python-docs", units="3,1", **base)
+    assert [u.unit for u in listed.units] == [u.unit for u in typed.units] == [3, 1]
+    assert values.as_units([2.0, 5], "--units") == "2,5" and \
+        values.as_units(7, "--units") == "7"
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: api.activations(3), "DIR takes a path (str or pathlib.Path), not int 3"),
+    (lambda: api.activations(None), "api.activations needs the folder tfx collect wrote"),
+    (lambda: api.activations(""), "DIR is empty; give a file or folder name"),
+    (lambda: api.features("hi", sae=3, **TINY), "--sae takes a path (str or pathlib.Path), "
+                                                "not int 3"),
+    (lambda: api.top("python-docs", sae=[1], **TINY), "--sae takes a path"),
+    (lambda: api.train_sae(3, site="blocks.0.resid_out", output="o"),
+     "COLLECT_DIR takes a path (str or pathlib.Path), not int 3"),
+], ids=["activations-int", "activations-none", "activations-empty", "features-sae-int",
+        "top-sae-list", "train-sae-int"])
+def test_a_folder_of_the_wrong_type_is_the_clis_usage_error(call, said):
+    with pytest.raises(UsageError) as caught:
+        call()
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith(said), caught.value.message

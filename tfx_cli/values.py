@@ -6,6 +6,7 @@ same `tfx_cli.errors` class and the same one-line message.
     as_names(value, "--ablate")            one name or many: "a", "a,b", ["a", "b,c"]
     as_texts(value, "--stop")              one text or many, commas kept
     as_int(value, "--layer", minimum=0)    whole numbers (not True/False, not 1.5)
+    as_units(value, "--units")             '0,5,9', '0:64' or a list of whole numbers
     as_float(value, "--scale", finite=True)
     as_flag(value, "--truncate")           True or False
     as_choice(value, "--site", PATCH_SITES)
@@ -125,6 +126,26 @@ def as_int(value: Any, option: str, *, minimum: int | None = None,
     return number
 
 
+def as_units(value: Any, option: str) -> str | None:
+    """Unit indices: a text as the command line takes it ('0,5,9', '0:64', left for the
+    command to read against its width) or a list of whole numbers, given back as that
+    text. A number that is not whole (1.5) is refused, never rounded to a unit."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        return as_text(value, option)
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+        return str(as_int(value, option))
+    if isinstance(value, (dict, set, frozenset)) or not isinstance(value, Iterable):
+        raise UsageError(f"{option} takes unit indices, '0,5,9' or '0:64' or a list of whole "
+                         f"numbers, not {_type_name(value)} {value!r:.60}")
+    units = [as_int(unit, option) for unit in value]
+    if not units:
+        raise UsageError(f"{option} is an empty list; give unit indices, e.g. [0, 5] or "
+                         "'0:16'")
+    return ",".join(map(str, units))
+
+
 def as_float(value: Any, option: str, *, minimum: float | None = None,
              maximum: float | None = None, finite: bool = False) -> float | None:
     """A real number (int, float, numpy scalar or its text); `finite` refuses inf and
@@ -197,5 +218,5 @@ def as_path(value: Any, option: str) -> Path | None:
     return Path(text)
 
 
-__all__ = ["as_text", "as_names", "as_texts", "as_int", "as_float", "as_flag", "as_choice",
-           "as_path"]
+__all__ = ["as_text", "as_names", "as_texts", "as_int", "as_units", "as_float", "as_flag",
+           "as_choice", "as_path"]

@@ -395,6 +395,16 @@ def _other_sae_run(d: Path) -> None:
         "complete": False}))
 
 
+def _hf_config(name: str, **change) -> Callable[[Path], None]:
+    """A small Mixtral config.json with `change` applied (None: the key left out)."""
+    hf = {"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+          "intermediate_size": 96, "vocab_size": 256, "num_local_experts": 8,
+          "num_experts_per_tok": 2}
+    hf = {k: v for k, v in {**hf, **change}.items() if v is not None}
+    return _text(name, json.dumps(hf))
+
+
 @dataclass
 class Case:
     id: str  # README row key
@@ -1129,6 +1139,48 @@ CASES = [
          "own tokenizer does not ship",
          ["next", "Paris is the [MASK] of France.", "-c", "modernbert-base", "--layers", "1"],
          "InputTextError", "--tokenizer minilm"),
+    # -- hostile input: routing around experts, config files, the Python API's values
+    Case("ablate-experts-most", "--ablate routing around 7 of a layer's 8 experts (2 per token)",
+         ["route", "hi", *MOE, *[a for e in range(7)
+                                 for a in ("--ablate", f"blocks.2.moe.expert:e={e}")]],
+         "UsageError", "at most 6 of a layer's experts",
+         shown="tfx route hi -c tiny-moe --ablate blocks.2.moe.expert:e=0 … "
+               "--ablate blocks.2.moe.expert:e=6"),
+    Case("ablate-experts-all", "--ablate routing around every expert of a layer",
+         ["route", "hi", *MOE, *[a for e in range(8)
+                                 for a in ("--ablate", f"blocks.2.moe.expert:e={e}")]],
+         "UsageError", "all 8 experts of block 2",
+         shown="tfx route hi -c tiny-moe --ablate blocks.2.moe.expert:e=0 … "
+               "--ablate blocks.2.moe.expert:e=7"),
+    Case("hf-config-experts-zero", "a config.json with num_local_experts 0",
+         ["count-params", "--config", "moe.json"], "ConfigError",
+         "config key num_local_experts must be a whole number of at least 1",
+         files=(_hf_config("moe.json", num_local_experts=0),)),
+    Case("hf-config-heads-zero", "a config.json with num_attention_heads 0",
+         ["count-params", "--config", "moe.json"], "ConfigError",
+         "config key num_attention_heads must be a whole number of at least 1",
+         files=(_hf_config("moe.json", num_attention_heads=0),)),
+    Case("hf-config-rope-string", "a config.json whose rope_scaling is a string",
+         ["count-params", "--config", "moe.json"], "ConfigError",
+         "config key rope_scaling must be an object",
+         files=(_hf_config("moe.json", rope_scaling="linear"),)),
+    Case("hf-config-width-infinite", "a config.json with hidden_size Infinity",
+         ["count-params", "--config", "moe.json"], "ConfigError",
+         "config key hidden_size must be a whole number of at least 1, got Infinity",
+         files=(_hf_config("moe.json", hidden_size=float("inf")),)),
+    Case("hf-config-width-missing", "a config.json without hidden_size",
+         ["count-params", "--config", "moe.json"], "ConfigError",
+         "config key hidden_size is missing", files=(_hf_config("moe.json", hidden_size=None),)),
+    Case("config-nested", "a config file of 100,000 nested [",
+         ["count-params", "--config", "deep.json"], "ConfigError", "nested too deeply",
+         files=(_text("deep.json", "[" * 100_000),)),
+    Case("config-nested-run", "a -c config file of 100,000 nested [",
+         ["next", "hi", "-c", "deep.json"], "ConfigError", "nested too deeply",
+         files=(_text("deep.json", "[" * 100_000),)),
+    Case("top-units-fraction", "top --units with a unit that is not whole (api.top refuses "
+         "units=[1.5] alike)",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--units", "1.5"],
+         "RangeError", "is not a unit index"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

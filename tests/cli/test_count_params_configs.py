@@ -151,3 +151,60 @@ def test_a_config_json_reads_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+           "intermediate_size": 96, "vocab_size": 256, "max_position_embeddings": 128,
+           "num_local_experts": 8, "num_experts_per_tok": 2}
+LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 576,
+         "num_attention_heads": 9, "num_key_value_heads": 3, "num_hidden_layers": 30,
+         "intermediate_size": 1536, "vocab_size": 49152}
+
+
+@pytest.mark.parametrize("base, change, said", [
+    (MIXTRAL, {"num_local_experts": 0}, "config key num_local_experts must be a whole "
+                                        "number of at least 1, got 0"),
+    (MIXTRAL, {"num_attention_heads": 0}, "config key num_attention_heads must be a whole "
+                                          "number of at least 1, got 0"),
+    (MIXTRAL, {"rope_scaling": "linear"}, 'config key rope_scaling must be an object, e.g. '
+                                          '{"rope_type": "linear", "factor": 2.0}, '
+                                          'got "linear"'),
+    (MIXTRAL, {"rope_scaling": {"rope_type": "linear", "factor": float("nan")}},
+     "config key rope_scaling.factor must be a positive, finite number, got NaN"),
+    (MIXTRAL, {"hidden_size": float("inf")}, "config key hidden_size must be a whole number "
+                                             "of at least 1, got Infinity"),
+    (MIXTRAL, {"hidden_size": 64.5}, "config key hidden_size must be a whole number of at "
+                                     "least 1, got 64.5"),
+    (MIXTRAL, {"rms_norm_eps": -1e-5}, "config key rms_norm_eps must be a positive, finite "
+                                       "number, got -1e-05"),
+    (LLAMA, {"hidden_size": None}, "config key hidden_size is missing"),
+    (LLAMA, {"num_hidden_layers": None}, "config key num_hidden_layers is missing"),
+    (LLAMA, {"partial_rotary_factor": 2}, "config key partial_rotary_factor must be a "
+                                          "number above 0 and at most 1, got 2"),
+], ids=["experts-0", "heads-0", "rope-string", "rope-factor-nan", "width-inf", "width-half",
+        "eps-negative", "width-missing", "layers-missing", "rotary-2"])
+def test_a_config_json_value_out_of_range_is_refused_by_its_key(tmp_path, base, change,
+                                                                 said):
+    """Each value is refused in one line naming its key (before: 0 experts counted as 8,
+    a division by zero, "'str' object has no attribute 'get'", "cannot convert float NaN to
+    integer", or the head dimension 455 that a default width of 4096 makes)."""
+    hf = {k: v for k, v in {**base, **change}.items() if v is not None}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    result = CliRunner().invoke(app, ["count-params", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr == f"tfx: error: {path}: {said}" + (
+        "; a llama config.json gives hidden_size, num_attention_heads, num_hidden_layers, "
+        "each a whole number of at least 1\n" if "missing" in said else "\n")
+
+
+@pytest.mark.parametrize("command", [["count-params", "--config"], ["next", "hi", "-c"]])
+def test_a_config_nested_too_deeply_is_refused(tmp_path, command):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    result = CliRunner().invoke(app, [*command, str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"tfx: error: config file {path} is nested too deeply to be a "
+                             "config; give a JSON object of config fields\n")

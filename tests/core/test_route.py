@@ -118,3 +118,82 @@ def test_the_fused_moe_equals_a_hand_written_mixture():
                 h = torch.nn.functional.silu(ex.gate_proj(x[0, t])) * ex.fc1(x[0, t])
                 want[t] += w[t, j] * ex.fc2(h)
     assert (got - want).abs().max() < 1e-6
+
+
+def tiny_moe_layer(**router):
+    from tfx_cli.core.config import ModelConfig
+    from tfx_cli.core.model import build_model
+
+    cfg = ModelConfig(vocab_size=64, d_model=16, n_heads=2, n_layers=1, d_ff=24,
+                      norm="rmsnorm", activation="swiglu", positional="rope", proj_bias=False,
+                      n_experts=8, tokenizer="byte", **{"experts_per_token": 2, **router})
+    return build_model(cfg, seed=3).blocks[0].moe
+
+
+def test_a_routed_around_expert_is_not_chosen_when_the_others_score_zero():
+    """One expert takes all of a token's probability and the rest round to 0: the second
+    expert chosen is one of those left, never the one routed around (both score 0)."""
+    moe = tiny_moe_layer()
+    for removed in range(8):
+        logits = torch.full((1, 1, 8), -200.0)
+        logits[..., (removed + 1) % 8] = 0.0
+        logits[..., removed] = float("-inf")
+        with torch.no_grad():
+            chosen, weights = moe.route(logits)
+        assert removed not in chosen.flatten().tolist(), removed
+        assert chosen[0, 0, 0] == (removed + 1) % 8 and weights[0, 0, 0] == 1.0
+
+
+def test_routing_around_all_but_k_experts(model):
+    """6 of 8 routed around: every token goes to the 2 left, each with a share."""
+    from tfx_cli import api
+
+    r = api.route(TEXT, config="tiny-moe",
+                  ablate=[f"blocks.2.moe.expert:e={e}" for e in (0, 1, 3, 4, 5, 6)])
+    chosen = r.tensors.array("route.experts")[2]
+    assert np.array_equal(np.sort(chosen, -1), np.tile([2, 7], (len(r.tokens), 1)))
+    weights = r.tensors.array("route.weights")[2]
+    assert (weights > 0).all()
+    np.testing.assert_allclose(weights.sum(-1), 1, atol=1e-6)
+    assert r.routing[2].unused == [0, 1, 3, 4, 5, 6]
+    assert r.routing[2].balance == pytest.approx(4.0)  # two experts, half each
+
+
+@pytest.mark.parametrize("removed, pos, words", [
+    (range(7), None, "7 of the 8 experts of block 2,"),
+    (range(8), None, "all 8 experts of block 2,"),
+    (range(6), 3, "7 of the 8 experts of block 2 at position 3,"),
+])
+def test_routing_around_too_many_experts_is_refused(removed, pos, words):
+    """Fewer experts left than a token goes to: refused, naming --ablate (once the run
+    chose a routed-around expert with weight 0, or blamed the checkpoint for the NaN of
+    routing around all of them)."""
+    from tfx_cli import api
+    from tfx_cli.errors import UsageError
+
+    ablate = [f"blocks.2.moe.expert:e={e}" for e in removed]
+    if pos is not None:
+        ablate.append(f"blocks.2.moe.expert:e=6:p={pos}")
+    with pytest.raises(UsageError) as refused:
+        api.route(TEXT, config="tiny-moe", ablate=ablate)
+    message = str(refused.value)
+    assert message.startswith("--ablate routes around " + words), message
+    assert "at most 6" in message
+
+
+def test_grouped_routing_with_too_few_experts_left_in_its_groups():
+    """DeepSeek-style groups: experts left overall, but not k of them in the groups a token
+    may use; the layer refuses rather than choose an expert routed around."""
+    from tfx_cli.errors import UsageError
+
+    moe = tiny_moe_layer(experts_per_token=4, router="sigmoid", router_groups=4,
+                         router_topk_groups=2)
+    logits = torch.zeros(1, 1, 8)
+    logits[..., [0, 2, 4]] = float("-inf")  # one left in groups 0-2, both in group 3
+    with pytest.raises(UsageError, match="--ablate routes around .* fewer than the 4"):
+        with torch.no_grad():
+            moe.route(logits)
+    logits[..., 4] = 0.0  # groups 2 and 3 keep both: 4 experts left to choose from
+    with torch.no_grad():
+        chosen, _ = moe.route(logits)
+    assert sorted(chosen.flatten().tolist()) == [4, 5, 6, 7]

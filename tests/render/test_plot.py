@@ -318,3 +318,29 @@ def test_trace_plot_needs_one_tensor(tmp_path):
                  "--plot", str(tmp_path / "t.png"))
     assert result.exit_code == 2
     assert "one tensor" in result.stderr and not (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_scan_plot_writes_a_real_image(tmp_path, suffix):
+    """scan --plot draws one layers x heads map per attention metric into a file an image
+    reader opens (the drawing once returned no figure and scan ended in an internal error)."""
+    import xml.etree.ElementTree as ElementTree
+
+    import matplotlib.image
+
+    path = tmp_path / f"scan{suffix}"
+    result = run("scan", "python-docs", "-c", "gpt124m", "--layers", "2", "--d-model", "16",
+                 "--heads", "2", "--max-docs", "3", "--plot", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {path}" in result.stderr
+    if suffix == ".png":
+        assert path.read_bytes().startswith(PNG_MAGIC)
+        pixels = matplotlib.image.imread(path)
+        assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
+        assert pixels[..., :3].std() > 0  # something is drawn, not a blank canvas
+    else:
+        root = ElementTree.parse(path).getroot()
+        assert root.tag.endswith("svg")
+        text = path.read_text()
+        for title in ("entropy", "sink", "prev token", "induction"):
+            assert title in text, title

@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..errors import UsageError
+from ..values import as_path
 from ._options import _spec, checked
 
 if TYPE_CHECKING:
@@ -117,8 +119,6 @@ def top(source: str | Path, *, site: str | None = None,
 
         check_output_path(html, bool(model.get("force")), suffixes=(".html", ".htm"),
                           option="--html")
-    if units is not None and not isinstance(units, str):
-        units = ",".join(str(int(u)) for u in units)
     engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
     with engine:
@@ -174,11 +174,16 @@ def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
                             progress=hooks.progress)
 
 
+@checked(path=as_path)
 def activations(path: str | Path) -> Activations:
-    """A collect folder as numpy arrays by site (rows in corpus order) and its tokens
-    table: `acts = api.activations("acts"); acts["blocks.3.resid_out"]`."""
+    """A collect folder as a read-only mapping of site -> numpy array (rows in corpus
+    order) and its tokens table: `acts = api.activations("acts");
+    acts["blocks.3.resid_out"]`, `list(acts)` (the sites), `acts.tokens()`."""
     from ..core.datasets.read import Activations
 
+    if path is None:
+        raise UsageError("api.activations needs the folder tfx collect wrote, e.g. "
+                         "api.activations(\"acts\")")
     return Activations(path)
 
 

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from ..core.spec import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from ..errors import InputTextError, UsageError
-from ..values import as_flag, as_float, as_int, as_names, as_path, as_text, as_texts
+from ..values import (as_flag, as_float, as_int, as_names, as_path, as_text, as_texts,
+                      as_units)
 
 
 def _positive(value, option):
@@ -47,6 +48,11 @@ def _floats(value, option):
 
 def _seed(value, option):
     return as_int(value, option, minimum=0, maximum=2**64 - 1)
+
+
+def _folder(value, option):
+    """A file or folder name, given on as the text it is (an SAE folder: --sae)."""
+    return None if value is None else str(as_path(value, option))
 
 
 def _maybe_flag(value, option):
@@ -78,6 +84,7 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "no_cache_weights": as_flag, "tie": _maybe_flag,
     # files
     "output": as_path, "pairs": as_path, "inputs": as_path, "corpus": as_path,
+    "sae": _folder, "collect": as_path,
     # the model options
     "config": as_text, "weights": as_text, "tokenizer": as_text, "seed": _seed,
     "heads": _positive, "layers": _positive, "d_model": _positive, "context": _positive,
@@ -89,12 +96,14 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "ray_address": as_text, "sae_site": as_text,
     "steer_feature": as_text, "b_dec_init": as_text, "html": as_path,
     "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
-    "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
+    "units": as_units, "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
     "per_token": _whole, "latents": _whole, "aux_k": _whole, "dead_after": _whole,
     "skip_first": _whole, "gpus_per_worker": _number, "expansion": _number, "l1": _number,
     "holdout": _number, "aux_coef": _number, "epochs": _number, "verbose": as_flag,
 }
-_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN"}  # positional on the CLI
+# positional on the CLI (and api.activations' folder)
+_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN", "collect": "COLLECT_DIR",
+              "path": "DIR"}
 
 
 def option_name(keyword: str) -> str:

@@ -531,6 +531,9 @@ def load_config_file(path: Path) -> ModelConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line "
                           f"{exc.lineno}, column {exc.colno}") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ConfigError(f"config file {path} is nested too deeply to be a config; give "
+                          "a JSON object of config fields") from None
     cfg = config_from_dict(data, source=str(path))
     if cfg.name == "custom":
         cfg = replace(cfg, name=path.stem)

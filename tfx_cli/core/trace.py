@@ -35,6 +35,14 @@ def is_numpy_scalar(value: Any) -> bool:
     return np is not None and isinstance(value, np.generic)
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of `array` that cannot be written through (the array itself, and whoever
+    else holds it, keep their own flags)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 @dataclass
 class Entry:
     value: Any  # torch.Tensor, np.ndarray or Lazy, batch dimension already removed
@@ -109,15 +117,21 @@ class Trace(Mapping):
         return entry.value
 
     def array(self, name: str) -> np.ndarray:
+        """The tensor as a read-only numpy array: a result's numbers are what was
+        computed, and a reader who changes one by mistake gets an error, not a quietly
+        different view, JSON or plot (np.array(r.tensors[name]) is a writable copy)."""
         value = self.raw(name)
         if is_ndarray(value):
+            if value.flags.writeable:
+                value = read_only(value)
+                self._entries[name].value = value
             return value
         value = value.detach()  # a torch tensor, handled without importing torch
         if str(value.dtype) in _HALF:
             # numpy has no bfloat16: half-precision values are written as the float32
             # numbers they are (exactly), so views and JSON read one dtype
             value = value.float()
-        array = value.cpu().numpy()
+        array = read_only(value.cpu().numpy())
         self._entries[name].value = array
         return array
 

@@ -70,6 +70,8 @@ def finite_range(values: np.ndarray) -> tuple[float, float] | None:
     values = np.asarray(values)
     if values.size == 0 or values.dtype.kind not in "fiu":
         return None
+    if values.dtype.kind in "iu":  # whole numbers are all finite (and inf is no int)
+        return float(values.min()), float(values.max())
     finite = np.isfinite(values)
     if not finite.any():
         return None

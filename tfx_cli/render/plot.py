@@ -637,6 +637,9 @@ def plot_scan(result: Result, plt):
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
                           f"{describe(result)}"), fontsize=11)
+    return fig
+
+
 # ---------------------------------------------------------------- features
 
 FEATURE_COLUMNS = 40  # features drawn across (the strongest of the text)

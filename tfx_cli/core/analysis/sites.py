@@ -39,7 +39,8 @@ from ..model import finite
 from ..results import Intervention, TokenRef
 from ..trace import summarise_names
 from .common import Seq, encode, read_seq, run
-from .sites_moe import ROUTE_AROUND, expert_site, moe_why_not, route_around
+from .sites_moe import (ROUTE_AROUND, check_experts_left, expert_site, moe_why_not,
+                        route_around)
 
 
 ABLATE_MODES = ("zero", "mean")
@@ -378,9 +379,9 @@ def plan(loaded, *, ablate: Sequence[str] | str | None = None, ablate_mode: str 
                   away=away, scale=scale)
     steers = pair_steers(steer, toward, away, scale)
     model = loaded.model
-    return Plan(ablate=[parse_site(model, s, "--ablate") for s in as_names(ablate, "--ablate")
-                        or ()],
-                mode=ablate_mode or "zero",
+    sites = [parse_site(model, s, "--ablate") for s in as_names(ablate, "--ablate") or ()]
+    check_experts_left(loaded.cfg, sites)
+    return Plan(ablate=sites, mode=ablate_mode or "zero",
                 steers=[Steer(parse_site(model, site, "--steer"), t, a, float(k))
                         for site, t, a, k in steers])
 

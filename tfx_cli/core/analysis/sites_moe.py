@@ -90,6 +90,29 @@ def expert_site(model, spec: str, name: str, narrowing: list[str], option: str, 
                     option=option, expert=expert)
 
 
+def check_experts_left(cfg, sites) -> None:
+    """Routing around experts must leave every token of a layer k experts to choose from
+    (the router never chooses one routed around, and each token goes to k experts): refuse
+    --ablate that routes around more than E - k of one layer's experts (at any position)."""
+    E, k = cfg.n_experts, cfg.experts_per_token
+    removed: dict[int, dict] = {}  # layer -> position (None: every one) -> experts
+    for site in sites:
+        if site.expert is not None:
+            removed.setdefault(site.layer, {}).setdefault(site.pos, set()).add(site.expert)
+    for layer, by_pos in sorted(removed.items()):
+        everywhere = by_pos.get(None, set())
+        for pos in sorted(by_pos, key=lambda p: -1 if p is None else p):
+            gone = everywhere | by_pos[pos]
+            if len(gone) <= E - k:
+                continue
+            what = f"all {E} experts" if len(gone) == E else f"{len(gone)} of the {E} experts"
+            where = "" if pos is None else f" at position {pos}"
+            raise UsageError(f"--ablate routes around {what} of block {layer}{where}, but "
+                             f"every token of {cfg.name} goes to {k} experts, so at most "
+                             f"{E - k} of a layer's experts can be routed around; ablate "
+                             f"fewer, or blocks.{layer}.moe.out for the whole layer")
+
+
 def route_around(site):
     """The edit of `blocks.{i}.moe.expert:e=E`: expert E's router logit -inf."""
 
@@ -103,4 +126,5 @@ def route_around(site):
     return edit
 
 
-__all__ = ["EXPERT_SITE", "ROUTE_AROUND", "moe_why_not", "expert_site", "route_around"]
+__all__ = ["EXPERT_SITE", "ROUTE_AROUND", "moe_why_not", "expert_site", "route_around",
+           "check_experts_left"]

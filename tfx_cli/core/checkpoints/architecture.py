@@ -58,8 +58,8 @@ def foreign_config(path: Path) -> ModelConfig | None:
             raise ConfigError(exc.message) from None
     try:
         hf = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None  # load_config_file says what is wrong with it
     if not isinstance(hf, dict) or not ("architectures" in hf or "model_type" in hf):
         return None
     where = str(path)
@@ -124,6 +124,9 @@ def read_json(path: Path) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WeightsError(f"{path} is not valid JSON ({exc}); the checkpoint is "
                            "corrupted") from None
+    except RecursionError:
+        raise WeightsError(f"{path} is nested too deeply to be a config; the checkpoint "
+                           "is corrupted") from None
     if not isinstance(data, dict):
         raise WeightsError(f"{path} is not a JSON object; the checkpoint is corrupted")
     return data

@@ -5,6 +5,7 @@ reader tokens.parquet; this class only joins the shards of a site in order.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,11 @@ from ...errors import InputTextError
 from .store import read_manifest
 
 
-class Activations:
-    """A collect folder as arrays by site: `acts["blocks.3.resid_out"]` is (tokens,
-    width), rows in corpus order; `acts.tokens()` the tokens table (pyarrow)."""
+class Activations(Mapping):
+    """A collect folder as a read-only mapping of site -> array: `acts["blocks.3.resid_out"]`
+    is (tokens, width), rows in corpus order; `list(acts)` the sites, `site in acts`,
+    `dict(acts)` every site's rows; `acts.n_tokens` the rows of each; `acts.tokens()` the
+    tokens table (pyarrow). A site's rows are read from the shards when asked for."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
@@ -33,7 +36,21 @@ class Activations:
         return (f"<tfx Activations {self.path}: {self.manifest['tokens']:,} tokens, "
                 f"{len(self.sites)} sites>")
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # the sites, as for any mapping
+        return len(self.sites)
+
+    def __iter__(self):
+        return iter(self.sites)
+
+    def __contains__(self, site) -> bool:  # without reading a shard
+        return site in self.sites
+
+    # Mapping would compare every array; a folder's reader equals itself alone
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def n_tokens(self) -> int:
         return int(self.manifest["tokens"])
 
     def __getitem__(self, site: str) -> np.ndarray:

@@ -206,7 +206,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         ctx = int((acts.manifest.get("options") or {}).get("ctx") or 0)
         positions = acts.tokens().column("position").to_numpy()
         keep = np.flatnonzero((positions % ctx if ctx else positions) >= skip_first)
-    n = len(acts) if keep is None else len(keep)
+    n = acts.n_tokens if keep is None else len(keep)
     held = max(1, int(round(n * holdout)))
     n_train = n - held
     if n_train < 1 or held < 2:

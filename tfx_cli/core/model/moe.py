@@ -26,7 +26,9 @@ most `limit`, up within ±limit) and computes (up + 1) * gate * sigmoid(alpha * 
 Only the experts some token is routed to run, one after another on their tokens, as
 transformers' eager loop does. A router logit of -inf is never chosen (whatever the
 router): that is how `--ablate blocks.{i}.moe.expert:e=E` routes around an expert, and
-the model's own rule then weighs the experts it does choose.
+the model's own rule then weighs the experts it does choose. A token still goes to k
+experts, so one left with fewer than k to choose from is refused (UsageError), never
+given a routed-around expert with weight 0.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...errors import UsageError
 from ..config import ModelConfig
 from .feedforward import FeedForward
 from .taps import Tap
@@ -125,13 +128,29 @@ class MoE(nn.Module):
             weights = torch.softmax(top.float(), dim=-1)
         else:
             probs = self.router_probs(torch.softmax(wide, dim=-1))
-            weights, chosen = torch.topk(probs, k, dim=-1)
+            # an expert routed around has probability 0, and so may one whose logit is
+            # far below the rest: choose among the experts left, whatever their scores
+            chosen = torch.topk(probs.masked_fill(hidden, float("-inf")), k, dim=-1).indices
+            weights = probs.gather(-1, chosen)
             if cfg.router_norm:
                 weights = weights / weights.sum(dim=-1, keepdim=True)
         if cfg.router_scale != 1.0:
             weights = weights * cfg.router_scale
+        if hidden.any() and hidden.gather(-1, chosen).any():
+            self._too_few_left(hidden, chosen)
         chosen = self.experts(chosen)
         return chosen, self.expert_weights(weights)
+
+    def _too_few_left(self, hidden: torch.Tensor, chosen: torch.Tensor) -> None:
+        """A token whose k experts could not all come from those left (too many routed
+        around, or, in grouped routing, too few left in the groups it may use): refused,
+        since a routed-around expert is never chosen."""
+        left = int((~hidden).sum(dim=-1).min())
+        grouped = (" in the router's best groups" if self.cfg.router_groups > 1 and left >= self.k
+                   else "")
+        raise UsageError(f"--ablate routes around so many experts of block {self.layer} that "
+                         f"a token has fewer than the {self.k} it goes to left{grouped} "
+                         f"({left} of {self.n_experts}); route around fewer")
 
     def _best_groups(self, choice: torch.Tensor) -> torch.Tensor:
         """DeepSeek-V3's grouped choice: the experts in groups of E / G; a group's score is

@@ -134,20 +134,49 @@ def lens_page(result) -> str:
 
 @page("patch")
 def patch_page(result) -> str:
-    effect = result.tensors.array("patch.effect")
-    if getattr(result, "features", None):
-        rows = [f"#{k}" for k in result.features]
-    else:
-        rows = [str(i) for i in range(effect.shape[0])]
-    tokens = display_tokens(result.tokens) or []
-    cols = [str(h) for h in range(effect.shape[1])] if result.site == "heads" else \
-        [t + ("*" if i in result.differing_positions else "") for i, t in enumerate(tokens)]
-    bound = max(1.0, float(np.nanmax(np.abs(effect))) if effect.size else 1.0)
-    facts = kv({"patched": result.patched, "metric": result.metric,
-                "m_clean": number(result.m_clean, 4), "m_corrupt": number(result.m_corrupt, 4),
-                "effect": result.effect + " (1: the cell restores CLEAN's answer)"})
-    return header(result) + facts + heatmap(effect, rows, cols, title="patch.effect",
-                                            values=True, vrange=(-bound, bound))
+    """The effect as layers (or features) × positions or heads: one table for a single
+    stack, one per stack (and cross-attention) for an encoder–decoder, the mean and the
+    standard deviation over pairs for --pairs."""
+    pairs = getattr(result, "n_pairs", None)
+    mean = " (mean over pairs)" if pairs is not None else ""
+    facts = {"pairs": f"{pairs} from {result.pairs_file}"} if pairs is not None else {}
+    facts.update({"patched": result.patched, "metric": result.metric,
+                  "m_clean" + mean: number(result.m_clean, 4),
+                  "m_corrupt" + mean: number(result.m_corrupt, 4),
+                  "effect": result.effect + " (1: the cell restores CLEAN's answer)"})
+    drawn = []
+    for name, cells in _patch_tables(result):
+        effect = result.tensors.array(name)
+        finite = np.abs(effect[np.isfinite(effect)])
+        bound = max(1.0, float(finite.max()) if finite.size else 1.0)
+        rows = [f"#{k}" for k in result.features] if getattr(result, "features", None) \
+            else [str(i) for i in range(effect.shape[0])]
+        cols = _patch_columns(result, cells, effect.shape[1])
+        vrange = (0.0, bound) if name.endswith("_std") else (-bound, bound)
+        drawn.append(heatmap(effect, rows, cols, title=name, values=True, vrange=vrange))
+    return header(result) + kv(facts) + "".join(drawn)
+
+
+def _patch_tables(result) -> list[tuple[str, str]]:
+    """(tensor, what a column is: source, target or heads) of each table drawn."""
+    tables = getattr(result, "tables", None)  # an encoder–decoder's (none with --pairs)
+    if tables:
+        return [(f"patch.{t.part}.effect", t.cells) for t in tables]
+    cells = "heads" if result.site == "heads" else "source"
+    names = ["patch.effect"] + (["patch.effect_std"] if hasattr(result, "n_pairs") else [])
+    return [(name, cells) for name in names]
+
+
+def _patch_columns(result, cells: str, n: int) -> list[str]:
+    """Head numbers; the target's tokens; or CLEAN's tokens, starred where CORRUPT
+    differs (a single pair: --pairs has one CORRUPT per pair)."""
+    if cells == "heads":
+        return [str(h) for h in range(n)]
+    if cells == "target":
+        return display_tokens(result.input.target.tokens) or []
+    differing = getattr(result, "differing_positions", None) or []
+    return [t + ("*" if i in differing else "")
+            for i, t in enumerate(display_tokens(result.tokens) or [])]
 
 
 @page("attribute")

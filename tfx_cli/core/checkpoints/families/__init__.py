@@ -21,6 +21,7 @@ from .deepseek import deepseek_config, map_deepseek
 from .gptoss import gptoss_config, map_gptoss
 from .moe import MOE, map_moe, moe_config
 from .seq2seq import SEQ2SEQ, TOKEN_TABLES, check_tables, map_seq2seq, seq2seq_config
+from .values import check_values
 from .t5 import T5_ARCHITECTURES, T5_FAMILIES, T5_MODEL_TYPES, T5_TOKEN_TABLES, map_t5, t5_config
 
 # config.json `architectures` entry (or `model_type`) -> family
@@ -95,7 +96,9 @@ def families_read() -> str:
 
 
 def hf_config(family: str, hf: dict, where: str) -> dict:
-    """ModelConfig keyword arguments (all but the tokenizer) of a family's config.json."""
+    """ModelConfig keyword arguments (all but the tokenizer) of a family's config.json,
+    its values checked first (values.py)."""
+    check_values(family, text_config(hf), where)
     if family == "gpt2":
         return gpt2_config(hf, where)
     if family == "bert":
