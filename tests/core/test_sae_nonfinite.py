@@ -100,7 +100,7 @@ def test_trace_of_the_final_norm_refuses_an_infinite_variance(tmp_path):
     line = refused(run("trace", TEXT, *WORDY, "--select", "ln_f.*", "--steer-feature",
                        f"{folder}:3", "--scale", "1e30", "--json"),
                    "ln_f.var became inf", "use a smaller --scale (now 1e+30)")
-    assert "blocks.0.resid_out" in line  # what the final norm was reading
+    assert "the variance of blocks.0.resid_out" in line  # what the final norm read
     # steering the final norm's own input: caught in the norm itself
     refused(run("trace", TEXT, *TINY, "--steer", "ln_f.in", "--toward", "a", "--away", "b",
                 "--scale", "1e30", "--select", "ln_f.*"),

@@ -348,7 +348,7 @@ def _check_finite(sae: SAEFile, name: str, tensor) -> None:
     value = float(tensor[tuple(at)])
     own = "w_" + name[2:] if sae.format == "gemma-scope-2" and name.startswith("W_") else name
     raise WeightsError(f"--sae {sae.path}: {_WEIGHTS_FILE[sae.format]} holds {value} in "
-                       f"{own}{at} ({int(bad.sum()):,} of its {tensor.numel():,} values are "
+                       f"{own}{at} ({int(bad.sum()):,} of its {tensor.numel():,} values "
                        "not finite); the SAE is damaged or its training diverged: train it "
                        "again, or use another SAE")
 
