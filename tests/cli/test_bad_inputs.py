@@ -10,6 +10,7 @@ the messages of real runs; test_readme_table_matches_the_cases keeps the two the
 (regenerate with `python tests/cli/test_bad_inputs.py --write`). Rows whose id names a test in
 test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
 """
+import hashlib
 import json
 import os
 import re
@@ -379,12 +380,14 @@ def _collected(d: Path) -> None:
     folder.mkdir()
     rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
     save_file({"blocks.0.resid_out": rows}, str(folder / "shard-00000.safetensors"))
+    sha = hashlib.sha256((folder / "shard-00000.safetensors").read_bytes()).hexdigest()
     (folder / "manifest.json").write_text(json.dumps({
         "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
         "options": {"dtype": "float32"}, "model": {"config": "gpt2"},
         "sites": [{"name": "blocks.0.resid_out", "dims": ["T", "C"], "shape": [64, 8],
                    "dtype": "F32"}],
-        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64}]}))
+        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64,
+                    "sha256": sha}]}))
 
 
 def _other_sae_run(d: Path) -> None:
@@ -403,6 +406,54 @@ def _hf_config(name: str, **change) -> Callable[[Path], None]:
           "num_experts_per_tok": 2}
     hf = {k: v for k, v in {**hf, **change}.items() if v is not None}
     return _text(name, json.dumps(hf))
+
+
+# -- held folders, damaged shards, non-finite SAEs ----------------------------------------
+_HELD: list = []  # the folder holds of the last case that made one
+
+
+def _held(name: str) -> Callable[[Path], None]:
+    """Folder `name`, held as a running tfx run holds its output folder."""
+    def make(d: Path) -> None:
+        from tfx_cli.core.outputs import FolderHold
+
+        while _HELD:
+            _HELD.pop().release()
+        (d / name).mkdir()
+        _HELD.append(FolderHold(d / name))
+    return make
+
+
+def _shard_poisoned(rehash: bool) -> Callable[[Path], None]:
+    """_collected's folder with a NaN at row 9 of its shard; `rehash`: the manifest's
+    sha256 written anew (only the value betrays it)."""
+    def make(d: Path) -> None:
+        import numpy as np
+        from safetensors.numpy import load_file, save_file
+
+        _collected(d)
+        file = d / "acts" / "shard-00000.safetensors"
+        tensors = load_file(str(file))
+        tensors["blocks.0.resid_out"][9, 2] = np.nan
+        save_file(tensors, str(file))
+        if rehash:
+            manifest = json.loads((d / "acts" / "manifest.json").read_text())
+            manifest["shards"][0]["sha256"] = hashlib.sha256(file.read_bytes()).hexdigest()
+            (d / "acts" / "manifest.json").write_text(json.dumps(manifest))
+    return make
+
+
+def _sae_damaged(name: str, tensor: str, at: tuple, value: float) -> Callable[[Path], None]:
+    """_sae's folder with one value of `tensor` replaced."""
+    def make(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        _sae(name, "blocks.0.hook_resid_post")(d)
+        file = d / name / "sae_weights.safetensors"
+        tensors = load_file(str(file))
+        tensors[tensor][at] = value
+        save_file(tensors, str(file))
+    return make
 
 
 @dataclass
@@ -1181,6 +1232,30 @@ CASES = [
          "units=[1.5] alike)",
          ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--units", "1.5"],
          "RangeError", "is not a unit index"),
+    # output folders held by a run, damaged shards, SAEs with NaN, steering past float32
+    Case("output-held", "collect into a folder another tfx run is writing",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts",
+          "--force"], "OutputFileError", "is being written by another tfx run",
+         files=(_held("acts"),)),
+    Case("shard-nan", "train-sae on a collect folder whose shard holds NaN",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--batch-size",
+          "32"], "InputTextError", "holds nan in blocks.0.resid_out",
+         files=(_shard_poisoned(True),)),
+    Case("shard-changed", "train-sae on a collect folder whose shard changed since collect",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--batch-size",
+          "32"], "InputTextError", "sha256 differs", files=(_shard_poisoned(False),)),
+    Case("sae-nan", "--sae whose W_enc holds a NaN",
+         ["features", SENTENCE, *WORDY, "--sae", "sae"], "WeightsError",
+         "holds nan in W_enc[3, 5]",
+         files=(_sae_damaged("sae", "W_enc", (3, 5), float("nan")),)),
+    Case("sae-inf-ablate", "--ablate features.K of an SAE whose W_dec holds inf",
+         ["next", SENTENCE, *WORDY, "--sae", "sae", "--ablate", "features.3"], "WeightsError",
+         "holds inf in W_dec[2, 1]",
+         files=(_sae_damaged("sae", "W_dec", (2, 1), float("inf")),)),
+    Case("steer-feature-scale", "--steer-feature with --scale 1e30 (the final norm overflows)",
+         ["trace", SENTENCE, *WORDY, "--select", "ln_f.*", "--steer-feature", "sae:3",
+          "--scale", "1e30"], "NonFiniteError", "use a smaller --scale",
+         files=(_sae("sae", "blocks.0.hook_resid_post"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

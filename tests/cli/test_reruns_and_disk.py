@@ -77,19 +77,12 @@ def test_an_unsaid_full_disk_is_still_named(tmp_path):
 
 
 def _collected(folder: Path) -> None:
-    """A small collect folder written by hand: 64 tokens of blocks.0.resid_out (8 wide)."""
-    import numpy as np
-    from safetensors.numpy import save_file
+    """The catalogue's small collect folder (64 tokens of blocks.0.resid_out, sha256 in
+    its manifest), made at `folder`."""
+    from test_bad_inputs import _collected as make  # pytest puts this folder on sys.path
 
-    folder.mkdir()
-    rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
-    save_file({"blocks.0.resid_out": rows}, str(folder / "shard-00000.safetensors"))
-    (folder / "manifest.json").write_text(json.dumps({
-        "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
-        "options": {"dtype": "float32"}, "model": {"config": "gpt2"},
-        "sites": [{"name": "blocks.0.resid_out", "dims": ["T", "C"], "shape": [64, 8],
-                   "dtype": "F32"}],
-        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64}]}))
+    make(folder.parent)
+    assert folder.name == "acts"
 
 
 def test_train_sae_run_again_after_it_finished_is_a_no_op(tmp_path):

@@ -8,9 +8,11 @@ asks here first.
 Past OUTPUT_LIMIT (200 MB) the writer is refused with one line that names the size, what
 makes it so large and what to narrow, unless --force; nothing has been computed yet.
 Pure Python (no torch): any writer in any layer may call it (report pages, dataset
-shards, feature dumps).
+shards, feature dumps). FolderHold keeps a resumable output folder to one run at a time.
 """
 from __future__ import annotations
+
+import os
 
 from ..errors import OutputFileError
 
@@ -38,4 +40,50 @@ def check_output_size(estimate: float, *, what: str, narrow: str, force: bool = 
                           f"{narrow}, or pass --force to write it anyway")
 
 
-__all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes"]
+class FolderHold:
+    """An output folder held by this run alone while it writes (scan, top and collect's
+    -o DIR, train-sae's SAE_DIR): an exclusive flock(2) on the folder itself. No lock file
+    is made, and the kernel lets go when the process ends, however it ends (kill -9
+    included), so a killed run never leaves the folder stuck. A second run into the same
+    folder is refused at once, before it reads or writes anything there.
+
+    `release()` (or leaving a `with` block) lets go; so does the process's end. Where the
+    platform or filesystem has no flock, the folder is not held (nothing is refused)."""
+
+    def __init__(self, path, option: str = "-o"):
+        self.fd = None
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return  # the writer's own checks say what is wrong with the folder
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputFileError(f"{option} {path} is being written by another tfx run "
+                                  "right now (it holds the folder until it ends); wait for "
+                                  "it, stop it, or choose another folder") from None
+        except OSError:  # a filesystem without flock: not held
+            os.close(fd)
+            return
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "FolderHold":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    __del__ = release  # a run dropped without release() lets go when collected
+
+
+__all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes", "FolderHold"]

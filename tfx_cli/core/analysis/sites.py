@@ -25,7 +25,7 @@ of one command) and in patching.py and attribution.py:
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -483,7 +483,8 @@ def applied(loaded, p: Plan, source: str | None = None):
     with editing(model, edits):
         if not p.steers:
             done = Applied(records, counters, sites)
-            yield done
+            with _scale_hint(model, [r.scale for r in records if r.kind == "steer"]):
+                yield done
             return
         steered = []
         for steer in p.steers:
@@ -496,11 +497,18 @@ def applied(loaded, p: Plan, source: str | None = None):
                             _counted(steering(steer.site, vector, steer.scale), counter)))
         for c in counters:
             c[0] = 0  # the steering texts' runs do not count as reaching a site
-        scales = ", ".join(f"{s.scale:g}" for s in p.steers)
-        fix = (f"use a smaller --scale (now {scales}): the steering vector times --scale "
-               "overflows the activations")
-        with editing(model, steered), finite.hinting(model, fix):
+        with editing(model, steered), _scale_hint(model, [s.scale for s in p.steers]):
             yield Applied(records, counters, sites)
+
+
+def _scale_hint(model, scales: list):
+    """While steered (--steer, or a feature's --steer-feature), a NaN or an overflow
+    suggests a smaller --scale first."""
+    if not scales:
+        return nullcontext()
+    shown = ", ".join(f"{scale:g}" for scale in scales)
+    return finite.hinting(model, f"use a smaller --scale (now {shown}): the steering vector "
+                                 "times --scale overflows the activations")
 
 
 def _steering_ids(loaded, site: Site, text: str) -> list[int]:

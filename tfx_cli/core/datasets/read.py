@@ -6,11 +6,13 @@ reader tokens.parquet; this class only joins the shards of a site in order.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import hashlib
 from pathlib import Path
 
 import numpy as np
 
 from ...errors import InputTextError
+from ...words import counted
 from .store import read_manifest
 
 
@@ -56,20 +58,17 @@ class Activations(Mapping):
     def __getitem__(self, site: str) -> np.ndarray:
         if site not in self.sites:
             raise KeyError(f"{site!r}; this folder holds {', '.join(self.sites)}")
-        parts = [self._read(shard["file"], site) for shard in self.manifest["shards"]]
+        parts = [self._read(shard, site) for shard in self.manifest["shards"]]
         return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {site: self[site] for site in self.sites}
 
-    def _read(self, name: str, site: str) -> np.ndarray:
-        if self.manifest["options"]["dtype"] == "bfloat16":
-            from safetensors.torch import load_file
-
-            return load_file(str(self.path / name))[site].float().numpy()
-        from safetensors.numpy import load_file
-
-        return load_file(str(self.path / name))[site]
+    def _read(self, shard: dict, site: str) -> np.ndarray:
+        """One shard's rows of `site`, from bytes whose sha256 is the manifest's, every
+        value finite: a shard changed since collect wrote it, or holding NaN, is refused
+        by name (read_shard)."""
+        return read_shard(self.path, shard, site, self.manifest["options"]["dtype"])
 
     def tokens(self):
         import pyarrow.parquet as pq
@@ -77,4 +76,52 @@ class Activations(Mapping):
         return pq.read_table(self.path / "tokens.parquet")
 
 
-__all__ = ["Activations"]
+def read_shard(folder: Path, shard: dict, site: str, dtype: str) -> np.ndarray:
+    name = str(shard.get("file"))
+    file = Path(folder) / name
+    again = "run the same tfx collect command again to write it again"
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise InputTextError(f"{folder}: {name} is missing, though the manifest lists it; "
+                             f"{again}") from None
+    except OSError as exc:
+        raise InputTextError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if not shard.get("sha256"):
+        raise InputTextError(f"{folder}: the manifest lists {name} without its sha256, so "
+                             "it cannot be checked; it was not written by tfx collect: "
+                             "collect the corpus again into a new folder")
+    if hashlib.sha256(data).hexdigest() != shard["sha256"]:
+        raise InputTextError(f"{file} is not the file tfx collect wrote (its sha256 differs "
+                             f"from the manifest's): it changed since; {again}")
+    rows = _site_rows(file, data, site, dtype)
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        token = int(shard.get("first_token", 0)) + row
+        raise InputTextError(f"{file} holds {rows[row, column]} in {site} (token {token:,}, "
+                             f"unit {column}; {counted(int(bad.sum()), 'value')} not finite); "
+                             "the folder is damaged: collect it again with --force")
+    return rows
+
+
+def _site_rows(file: Path, data: bytes, site: str, dtype: str) -> np.ndarray:
+    from safetensors import SafetensorError
+
+    bf16 = dtype == "bfloat16"  # numpy has no bfloat16: torch reads it, as float32
+    try:
+        if bf16:
+            from safetensors.torch import load
+        else:
+            from safetensors.numpy import load
+        tensors = load(data)
+    except (SafetensorError, ValueError) as exc:
+        raise InputTextError(f"cannot read {file}: not a safetensors file ({exc}); collect "
+                             "the folder again with --force") from None
+    if site not in tensors:
+        raise InputTextError(f"{file} holds no {site} ({', '.join(sorted(tensors))}), though "
+                             "the manifest lists it; collect the folder again with --force")
+    return tensors[site].float().numpy() if bf16 else tensors[site]
+
+
+__all__ = ["Activations", "read_shard"]

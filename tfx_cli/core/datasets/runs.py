@@ -3,6 +3,7 @@ what it holds), run the pipeline and build the typed result."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -78,22 +79,26 @@ class Checkpoints:
         self.out.write_manifest(complete=True, chunks=self.chunks, files=["result.json"])
 
 
+@contextmanager
 def _run_reduced(loaded, corpus, plan, task, empty, load, *, output, force, kind,
                  options, engine, progress):
+    """Yields (checkpoints, counts) of the run, DIR held until the block ends (the caller
+    finishes the result in it)."""
     out = None if output is None else OutputDir(output, kind, _identity(loaded, corpus, {
         **plan.options(), **options}), force=force)
-    cp = Checkpoints(out, load)
-    if cp.state is None:
-        cp.state = empty()
-    done_before = cp.chunks
+    with out if out is not None else nullcontext():
+        cp = Checkpoints(out, load)
+        if cp.state is None:
+            cp.state = empty()
+        done_before = cp.chunks
 
-    def chunk_done(c, chunk):
-        cp.save(c + 1)
+        def chunk_done(c, chunk):
+            cp.save(c + 1)
 
-    seen = run(loaded, corpus, plan, task, take=lambda b, p: cp.state.merge(p),
-               skip=lambda c, chunk: c < done_before, chunk_done=chunk_done, engine=engine,
-               progress=progress, what=f"tfx {kind}")
-    return cp, seen
+        seen = run(loaded, corpus, plan, task, take=lambda b, p: cp.state.merge(p),
+                   skip=lambda c, chunk: c < done_before, chunk_done=chunk_done,
+                   engine=engine, progress=progress, what=f"tfx {kind}")
+        yield cp, seen
 
 
 # -- scan ---------------------------------------------------------------------------------
@@ -104,23 +109,23 @@ def scan(loaded, corpus: Corpus, *, ctx=None, batch_size=8, max_tokens=None, out
     corpus = prepare(loaded, corpus, "scan")
     cfg = loaded.cfg
     plan = make_plan(cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
-    cp, seen = _run_reduced(
-        loaded, corpus, plan, ScanTask(),
-        lambda: ScanPartial.empty(cfg.n_layers, cfg.n_heads, cfg.d_ff),
-        ScanPartial.from_arrays, output=output, force=force, kind="scan", options={},
-        engine=engine, progress=progress)
-    s = summary(cp.state)
-    tr = Trace()
-    for m, metric in enumerate(METRICS):
-        tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
-    tr.add("scan.resid_norm_mean", s["resid_mean"], ("L",))
-    tr.add("scan.resid_norm_max", s["resid_max"], ("L",))
-    tr.add("scan.ffn_active", s["active"], ("L", "F"))
-    result = ScanResult(
-        **_common(loaded, corpus, plan, seen, engine, output), metrics=list(METRICS),
-        queries={metric: int(n) for metric, n in zip(METRICS, cp.state.counts)},
-        strongest=s["strongest"], dead_neurons=s["dead"], ffn_width=cfg.d_ff, tensors=tr)
-    cp.finish(result)
+    with _run_reduced(
+            loaded, corpus, plan, ScanTask(),
+            lambda: ScanPartial.empty(cfg.n_layers, cfg.n_heads, cfg.d_ff),
+            ScanPartial.from_arrays, output=output, force=force, kind="scan", options={},
+            engine=engine, progress=progress) as (cp, seen):
+        s = summary(cp.state)
+        tr = Trace()
+        for m, metric in enumerate(METRICS):
+            tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
+        tr.add("scan.resid_norm_mean", s["resid_mean"], ("L",))
+        tr.add("scan.resid_norm_max", s["resid_max"], ("L",))
+        tr.add("scan.ffn_active", s["active"], ("L", "F"))
+        result = ScanResult(
+            **_common(loaded, corpus, plan, seen, engine, output), metrics=list(METRICS),
+            queries={metric: int(n) for metric, n in zip(METRICS, cp.state.counts)},
+            strongest=s["strongest"], dead_neurons=s["dead"], ffn_width=cfg.d_ff, tensors=tr)
+        cp.finish(result)
     return result
 
 
@@ -158,14 +163,15 @@ def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, co
     options = {"site": name, "units": labels, "k": k, "context": context}
     if info is not None:
         options["sae"] = info.path
-    cp, seen = _run_reduced(
-        loaded, corpus, plan, TopTask(name, dims, unit_map, k, context),
-        lambda: Heaps.empty(len(labels), k, context), Heaps.from_arrays, output=output,
-        force=force, kind="top", options=options, engine=engine, progress=progress)
-    result = TopResult(**_common(loaded, corpus, plan, seen, engine, output), site=name,
-                       k=k, context=context, units=_top_units(loaded, cp.state, labels),
-                       sae=info)
-    cp.finish(result)
+    with _run_reduced(
+            loaded, corpus, plan, TopTask(name, dims, unit_map, k, context),
+            lambda: Heaps.empty(len(labels), k, context), Heaps.from_arrays, output=output,
+            force=force, kind="top", options=options, engine=engine,
+            progress=progress) as (cp, seen):
+        result = TopResult(**_common(loaded, corpus, plan, seen, engine, output), site=name,
+                           k=k, context=context, units=_top_units(loaded, cp.state, labels),
+                           sae=info)
+        cp.finish(result)
     return result
 
 
@@ -215,10 +221,6 @@ SAFETENSORS_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=None,
             batch_size=8, max_tokens=None, force=False, engine="local", progress=None):
-    from safetensors.torch import save
-
-    from ..results import CollectResult, ShardInfo, SiteInfo
-
     if not select:
         raise UsageError("--select is missing; name the sites to collect, e.g. --select "
                          "'blocks.*.resid_out'")
@@ -236,7 +238,24 @@ def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=No
                      chunk_tokens=max(1, CHUNK_BYTES // max(row_bytes, 1)))
     options = {**plan.options(), "select": names, "dtype": dtype_name,
                "shard_tokens": shard_tokens}
-    out = OutputDir(output, "activations", _identity(loaded, corpus, options), force=force)
+    with OutputDir(output, "activations", _identity(loaded, corpus, options),
+                   force=force) as out:
+        return _write_shards(loaded, corpus, plan, out, names, sites, shard_tokens,
+                             engine=engine, progress=progress, output=output)
+
+
+def _write_shards(loaded, corpus, plan, out: OutputDir, names, sites, shard_tokens, *,
+                  engine, progress, output):
+    """collect's run into DIR (held): the shards a previous run finished kept, the rest
+    written in corpus order, each listed in the manifest with its sha256 as it lands;
+    `complete` only once every shard listed is checked on disk against its sha256."""
+    from safetensors.torch import save
+
+    from ..results import CollectResult, ShardInfo, SiteInfo
+
+    dtype_name = loaded.spec.dtype
+    dtype = STORE_DTYPES[dtype_name]
+    widths = {n: sites[n][1] for n in names}
     site_info = lambda tokens: [
         {"name": n, "dims": list(sites[n][0]), "shape": [tokens, widths[n]],
          "dtype": SAFETENSORS_DTYPE[dtype_name]} for n in names]
@@ -264,6 +283,7 @@ def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=No
     writer.finish(seen["tokens"])
     with out.atomic("tokens.parquet") as tmp:
         write_tokens_table(tmp, _token_rows(loaded, corpus, plan), shard_tokens)
+    out.verify(shards)
     state.update(sites=site_info(seen["tokens"]), complete=True, tokens=seen["tokens"],
                  documents=seen["documents"], windows=seen["windows"],
                  tokens_file="tokens.parquet",

@@ -6,6 +6,8 @@ options) and what is done; it never holds a wall-clock time, so the same run giv
 same bytes. Every file is written to a temporary name in DIR and renamed when complete:
 a reader (or a resumed run) never takes half a file for a whole one. The same DIR with
 another model, corpus or options is refused, naming what differs; --force starts over.
+One run writes DIR at a time: it holds the folder (core/outputs.FolderHold) from opening
+it to its end, and a second run into it is refused; a killed run holds nothing.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Iterator
 
 from ... import __version__
 from ...errors import DISK_FULL, OutputFileError, write_error
+from ..outputs import FolderHold
 
 MANIFEST = "manifest.json"
 SCHEMA = "tfx/1"
@@ -26,11 +29,29 @@ OURS = ("manifest.json", "state.npz", "result.json", "tokens.parquet")
 
 
 class OutputDir:
+    """DIR, held by this run alone until close() (or the end of a `with` block, or of the
+    process): a second run into it is refused while this one writes."""
+
     def __init__(self, path: str | Path, kind: str, identity: dict, *, force: bool = False):
         self.path = Path(path).expanduser()
         self.kind, self.identity = kind, identity
         self.manifest: dict | None = None
-        self._open(force)
+        self.hold: FolderHold | None = None
+        try:
+            self._open(force)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.hold is not None:
+            self.hold.release()
+
+    def __enter__(self) -> "OutputDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _open(self, force: bool) -> None:
         path = self.path
@@ -51,6 +72,7 @@ class OutputDir:
         if not os.access(path, os.W_OK | os.X_OK):
             raise OutputFileError(f"cannot write {path}: the folder is not writable; choose "
                                   "another place")
+        self.hold = FolderHold(path)  # before the manifest is read: it is this run's now
         old = read_manifest(path)
         if old is not None and force:  # --force starts over, even on the same run
             self.clear()
@@ -91,6 +113,18 @@ class OutputDir:
         with self.atomic(name) as tmp:
             tmp.write_bytes(data)
         return hashlib.sha256(data).hexdigest()
+
+    def verify(self, files: list[dict]) -> None:
+        """Each file listed ({"file", "sha256"}) is on disk with its sha256: what is
+        checked before a manifest says complete."""
+        for entry in files:
+            path = self.path / entry["file"]
+            if not path.is_file() or sha256_file(path) != entry["sha256"]:
+                raise OutputFileError(
+                    f"{path} is not the file this run wrote ("
+                    f"{'it is gone' if not path.is_file() else 'its sha256 differs'}): "
+                    "something else wrote into the folder; the manifest stays incomplete, "
+                    "so the same command writes it again")
 
     @contextmanager
     def atomic(self, name: str) -> Iterator[Path]:

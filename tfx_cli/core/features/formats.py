@@ -325,6 +325,32 @@ def _check_tensors(sae: SAEFile) -> None:
     if sae.k is not None and not 1 <= sae.k <= sae.d_sae:
         raise WeightsError(f"--sae {sae.path}: k {sae.k} must be between 1 and d_sae "
                            f"{sae.d_sae}")
+    for name in need:
+        _check_finite(sae, name, t[name])
+
+
+# the file each format keeps its tensors in, and its own name for each (Gemma Scope 2's
+# are lower-case)
+_WEIGHTS_FILE = {"saelens": SAELENS_WEIGHTS, "gemma-scope": GEMMA_SCOPE,
+                 "gemma-scope-2": GEMMA_SCOPE_2, "tfx": TFX_WEIGHTS}
+
+
+def _check_finite(sae: SAEFile, name: str, tensor) -> None:
+    """A NaN or infinity in an SAE's weights makes every feature it touches NaN (or every
+    reconstruction): refused here, naming the file, the tensor and the first bad entry,
+    rather than in each command that runs it."""
+    import torch
+
+    bad = ~torch.isfinite(tensor)
+    if not bool(bad.any()):
+        return
+    at = [int(i) for i in bad.nonzero()[0]]
+    value = float(tensor[tuple(at)])
+    own = "w_" + name[2:] if sae.format == "gemma-scope-2" and name.startswith("W_") else name
+    raise WeightsError(f"--sae {sae.path}: {_WEIGHTS_FILE[sae.format]} holds {value} in "
+                       f"{own}{at} ({int(bad.sum()):,} of its {tensor.numel():,} values "
+                       "not finite); the SAE is damaged or its training diverged: train it "
+                       "again, or use another SAE")
 
 
 def site_needed(sae: SAEFile) -> SelectError:

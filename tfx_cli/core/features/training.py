@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ...errors import OutputFileError, RangeError, SelectError, UsageError, write_error
+from ...errors import (NonFiniteError, OutputFileError, RangeError, SelectError, UsageError,
+                       write_error)
+from ..outputs import FolderHold
 from ..progress import counting
 from . import metrics
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS
@@ -110,12 +113,39 @@ class RunFolder:
         self.path, self.identity = path, identity
         self.resume = None  # the checkpoint's tensors, when continuing
         self.finished = None  # the recorded result, when this very run is already done
+        self.created, self.hold = False, None
         if path.exists() and not path.is_dir():
             raise OutputFileError(f"-o {path} is a file; give a folder for the SAE")
         if not path.exists():
             if not path.parent.is_dir():
                 raise OutputFileError(f"cannot write {path}: the folder {path.parent} does "
                                       "not exist; create it first")
+            try:
+                path.mkdir()
+            except OSError as exc:
+                raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
+                                      "another place") from None
+            self.created = True
+        self.hold = FolderHold(path)  # this run's alone until it ends (see __exit__)
+        try:
+            self._open(force)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        """Let the folder go; a run that failed leaves no folder it created and never
+        wrote into."""
+        if kind is not None and self.created and not any(self.path.iterdir()):
+            self.path.rmdir()
+        self.hold.release()
+
+    def _open(self, force: bool) -> None:
+        path, identity = self.path, self.identity
+        if self.created:
             return
         state = self._read_state()
         if state is None:
@@ -223,18 +253,56 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                 "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
                 "collect_sha256": manifest.get("tokens_sha256")}
     folder = RunFolder(Path(output).expanduser(), identity, force)
-    if folder.finished is not None:  # the same command again: a no-op, as collect's is
-        return TrainSAEResult(**{**folder.finished, "collect": str(acts.path),
-                                 "output": str(folder.path), "resumed_from": opts["steps"]})
-    rows = acts[site] if keep is None else acts[site][keep]
-    data = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
-    train, test = data[:n_train], data[n_train:]
-    scale = float(math.sqrt(width) / train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
-    trainer = Trainer(width, opts["latents"], activation="relu" if l1 is not None else "topk",
-                      k=opts["k"], l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"],
-                      aux_coef=aux_coef, dead_after=opts["dead_after"], scale=scale, seed=seed,
-                      b_dec=_b_dec_start(train, scale, b_dec_init, seed))
-    total = opts["steps"]
+    with folder:  # SAE_DIR held by this run alone until it ends
+        if folder.finished is not None:  # the same command again: a no-op, as collect's is
+            return TrainSAEResult(**{**folder.finished, "collect": str(acts.path),
+                                     "output": str(folder.path),
+                                     "resumed_from": opts["steps"]})
+        rows = acts[site] if keep is None else acts[site][keep]
+        data = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+        train, test = data[:n_train], data[n_train:]
+        scale = float(math.sqrt(width) /
+                      train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
+        trainer = Trainer(width, opts["latents"],
+                          activation="relu" if l1 is not None else "topk", k=opts["k"],
+                          l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"], aux_coef=aux_coef,
+                          dead_after=opts["dead_after"], scale=scale, seed=seed,
+                          b_dec=_b_dec_start(train, scale, b_dec_init, seed))
+        losses, start, seconds = _train(folder, trainer, train, opts, seed=seed,
+                                        progress=progress, checkpoint_every=checkpoint_every)
+        total, B = opts["steps"], opts["batch_size"]
+        judged = evaluate(trainer, test)
+        curve = _curve(losses)
+        _write_sae(folder, trainer, judged, curve, lr, hook_name=hook_name(site), k=opts["k"],
+                   activation="relu" if l1 is not None else "topk",
+                   model_name=(manifest.get("model") or {}).get("config"))
+        result = TrainSAEResult(
+            collect=str(acts.path), site=site, hook_name=hook_name(site), output=str(folder.path),
+            architecture=opts["architecture"], d_in=width, latents=opts["latents"], k=opts["k"],
+            l1=opts["l1"], lr=lr, batch_size=B, steps=total, epochs=total * B / n_train,
+            seed=seed, holdout=holdout, b_dec_init=b_dec_init, dead_after=opts["dead_after"],
+            aux_k=opts["aux_k"], aux_coef=opts["aux_coef"], train_tokens=n_train,
+            holdout_tokens=held, skip_first=int(skip_first) or None, scale=scale,
+            resumed_from=start,
+            fvu=judged["fvu"], l0=judged["l0"], dead=judged["dead"],
+            dead_fraction=judged["dead"] / opts["latents"],
+            dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],
+            losses=curve, seconds=seconds,
+            tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
+        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
+                                       "complete": True, "heldout": judged,
+                                       "result": _recorded(result)})
+        (folder.path / STATE_TENSORS).unlink(missing_ok=True)
+    return result
+
+
+def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict, *, seed,
+           progress, checkpoint_every) -> tuple[torch.Tensor, int, float]:
+    """The steps not yet taken (from folder's checkpoint, if any), a checkpoint every
+    `checkpoint_every` steps or CHECKPOINT_SECONDS: (the losses, the step started at, the
+    seconds taken)."""
+    total, B = opts["steps"], opts["batch_size"]
+    n_train = len(train)
     losses = torch.full((total,), float("nan"))
     start = 0
     if folder.resume is not None:
@@ -242,7 +310,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         losses = folder.resume["losses"].clone()
         start = int(folder.resume["step"][0])
     else:
-        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
+        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": folder.identity,
                                        "complete": False})
 
     def save(step: int) -> None:
@@ -250,8 +318,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                                              "step": torch.tensor([step], dtype=torch.int64)})
 
     began, saved_at = time.perf_counter(), time.perf_counter()
-    per_epoch = n_train // opts["batch_size"]
-    B = opts["batch_size"]
+    per_epoch = n_train // B
     perm, epoch_of_perm = None, -1
     with counting(progress, "tfx train-sae", total, "steps") as update:
         update(start, start * B)
@@ -260,7 +327,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
             if epoch != epoch_of_perm:
                 g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
-            x = train[perm[j * B:(j + 1) * B]] * scale
+            x = train[perm[j * B:(j + 1) * B]] * trainer.scale
             losses[step] = trainer.step(x)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
@@ -270,31 +337,29 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     seconds = time.perf_counter() - began
     if start < total:
         save(total)
-    judged = evaluate(trainer, test)
+    return losses, start, seconds
+
+
+def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, lr, *,
+               hook_name: str, k, activation: str, model_name) -> None:
+    """The trained SAE into SAE_DIR, once every number about it is known finite: a run
+    whose training diverged writes no SAE (only its checkpoint stays), so nothing reads a
+    NaN SAE as a trained one. cfg.json lands after the weights, and the state says
+    complete last."""
     weights = trainer.weights()
-    cfg, tensors = saelens_files(
-        activation="relu" if l1 is not None else "topk", hook_name=hook_name(site),
-        k=opts["k"], model_name=(manifest.get("model") or {}).get("config"), **weights)
+    broken = [name for name, t in weights.items()
+              if t is not None and not bool(torch.isfinite(t).all())]
+    numbers = [judged["fvu"], judged["l0"], *curve]
+    if broken or any(v is not None and not math.isfinite(v) for v in numbers):
+        what = f"its {broken[0]} holds NaN or infinite values" if broken else \
+            "its loss or held-out FVU is not a finite number"
+        raise NonFiniteError(f"the SAE's training diverged: {what}, so no SAE is written to "
+                             f"{folder.path}; train with a lower --lr (now {lr:g}), and "
+                             "--force to start over")
+    cfg, tensors = saelens_files(activation=activation, hook_name=hook_name, k=k,
+                                 model_name=model_name, **weights)
     folder.write_tensors(SAELENS_WEIGHTS, tensors)
     folder.write_json(SAELENS_CFG, cfg)
-    curve = _curve(losses)
-    result = TrainSAEResult(
-        collect=str(acts.path), site=site, hook_name=hook_name(site), output=str(folder.path),
-        architecture=opts["architecture"], d_in=width, latents=opts["latents"], k=opts["k"],
-        l1=opts["l1"], lr=lr, batch_size=B, steps=total, epochs=total * B / n_train,
-        seed=seed, holdout=holdout, b_dec_init=b_dec_init, dead_after=opts["dead_after"],
-        aux_k=opts["aux_k"], aux_coef=opts["aux_coef"], train_tokens=n_train,
-        holdout_tokens=held, skip_first=int(skip_first) or None, scale=scale, resumed_from=start,
-        fvu=judged["fvu"], l0=judged["l0"], dead=judged["dead"],
-        dead_fraction=judged["dead"] / opts["latents"],
-        dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],
-        losses=curve, seconds=seconds,
-        tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
-    folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
-                                   "complete": True, "heldout": judged,
-                                   "result": _recorded(result)})
-    (folder.path / STATE_TENSORS).unlink(missing_ok=True)
-    return result
 
 
 def _recorded(result) -> dict:

@@ -5,8 +5,10 @@ past 65,504 (Gemma's does), a steering vector scaled past float32's range, a tra
 whose learning rate blows the weights up. Left alone they turn every later number into
 NaN and the command prints a table of them with exit 0. So the Transformer checks the
 residual stream as it leaves the embedding and every block, and the output of the head
-(`Transformer.run_blocks`): one sum each (a NaN or infinity makes it non-finite; see
-is_finite), under 1% of a gpt124m forward at T = 1024 on a CPU (bench/finite_cost.py). Only when a check fires is the part run again with a watch on its
+(`Transformer.run_blocks`): one float32 vector norm each (a NaN or infinity makes it
+non-finite, and so does a finite value whose square overflows, which the next norm would
+divide by: see fits_norm), under 1% of a gpt124m forward at T = 1024 on a CPU
+(bench/finite_cost.py). Only when a check fires is the part run again with a watch on its
 taps, to name the first intermediate that went bad (`blocks.7.resid_out`), and the run
 stops with a NonFiniteError: one line, the site, and the likely fix.
 
@@ -46,9 +48,33 @@ def is_finite(x: torch.Tensor) -> bool:
     return bool(torch.isfinite(x).all())
 
 
-def describe(x: torch.Tensor) -> str:
-    """'NaN', 'inf', '-inf' or 'inf and NaN': what is wrong with x."""
+def fits_norm(x: torch.Tensor) -> bool:
+    """x is finite and a norm can read it: every row's mean square (the variance a
+    LayerNorm or RMSNorm divides by) is a finite float32.
+
+    A row of 1e30s is finite, but its square is not: the norm divides by an infinite
+    variance and hands on zeros, and every later number (the final norm's output, the
+    logits) is finite and meaningless. One vector norm over the whole of x, in float32
+    (about twice is_finite's sum); only when that overflows are the rows taken one by
+    one, so values merely large together are never refused."""
+    if not x.is_floating_point() or x.is_meta or x.numel() == 0:
+        return True
     x = x.detach()
+    if bool(torch.isfinite(torch.linalg.vector_norm(x, dtype=torch.float32))):
+        return True
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    return bool(torch.isfinite(torch.linalg.vector_norm(rows, dim=-1,
+                                                        dtype=torch.float32)).all())
+
+
+def describe(x: torch.Tensor) -> str:
+    """'NaN', 'inf', '-inf' or 'inf and NaN': what is wrong with x (or, for finite
+    values a norm cannot read, how large they are)."""
+    x = x.detach()
+    if is_finite(x):
+        biggest = float(x.abs().max())
+        return (f"too large to normalise (values up to {biggest:.3g}, whose squares pass "
+                "float32's largest number)")
     kinds = []
     if bool(torch.isnan(x).any()):
         kinds.append("NaN")
@@ -128,20 +154,27 @@ def require(model, value, site: str) -> None:
 
 
 def check(model, x: torch.Tensor, where: str, taps: Callable[[], Iterable],
-          rerun: Callable[[], object]) -> None:
-    """Raise NonFiniteError if x is not finite: re-run the part that made it (`rerun`)
+          rerun: Callable[[], object], reader: str | None = None) -> None:
+    """Raise NonFiniteError if x is not finite, or too large for a norm to read (see
+    fits_norm): re-run the part that made it (`rerun`)
     watching its `taps` to name the first bad one (`where` when none is found: the part's
-    output is the first value seen bad)."""
-    if is_finite(x):
+    output is the first value seen bad). x finite but too large for a norm is named by
+    `reader`, the variance of the norm that would read it, when one is given."""
+    if fits_norm(x):
         return
     with watching(taps()) as found, torch.no_grad():
         try:
             rerun()
         except NonFiniteError:
             pass
-    site, what = found[0] if found else (where, describe(x))
+    if found:
+        site, what = found[0]
+    elif reader is not None and is_finite(x):
+        site, what = reader, f"inf (the variance of {where}, too large for float32)"
+    else:
+        site, what = where, describe(x)
     raise refuse(model, site, what)
 
 
-__all__ = ["is_finite", "describe", "watching", "hinting", "fixes", "refuse", "check", "require",
+__all__ = ["is_finite", "fits_norm", "describe", "watching", "hinting", "fixes", "refuse", "check", "require",
            "FLOAT16_MAX"]

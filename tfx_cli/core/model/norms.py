@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
+from .finite import fits_norm
 from .taps import Tap
 
 
@@ -45,11 +46,14 @@ class Norm(nn.Module):
         return 1.0 + scale if self.plus_one else scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = getattr(self, "in")(x)
-        if not self.normed.on:
+        tap_in = getattr(self, "in")
+        x = tap_in(x)
+        if not self.normed.on and (tap_in.edit is None or fits_norm(x)):
             # the normalised rows are not asked for: one fused kernel instead of six passes
             # over x. Statistics asked for are computed from x when the trace reads them,
-            # with the same operations as below, so the output stays the fused one.
+            # with the same operations as below, so the output stays the fused one. An
+            # edited input (a steered ln_f.in) too large to normalise takes the long way,
+            # which hands on NaN (_overflowed).
             if self.kind == "rmsnorm":
                 self.var.lazy(lambda: x.float().pow(2).mean(dim=-1), x.shape[:-1])
             else:
@@ -60,13 +64,14 @@ class Norm(nn.Module):
         if self.kind == "rmsnorm":
             mean_square = wide.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
             self.var(mean_square.squeeze(-1))  # RMSNorm's "variance" is the mean square
-            normed = self.normed(wide * torch.rsqrt(mean_square + self.eps))
+            normed = self.normed(_overflowed(wide * torch.rsqrt(mean_square + self.eps),
+                                             mean_square))
             return self.out((normed * self.gain).to(x.dtype))
         mean = wide.mean(dim=-1, keepdim=True)  # (B, T, 1)
         var = wide.var(dim=-1, keepdim=True, unbiased=False)
         self.mean(mean.squeeze(-1))
         self.var(var.squeeze(-1))
-        normed = self.normed((wide - mean) / torch.sqrt(var + self.eps))
+        normed = self.normed(_overflowed((wide - mean) / torch.sqrt(var + self.eps), var))
         shifted = normed * self.gain if self.shift is None else \
             normed * self.gain + self.shift.float()
         return self.out(shifted.to(x.dtype))
@@ -79,6 +84,15 @@ class Norm(nn.Module):
             shift = None if self.shift is None else self.shift.float()
             out = F.layer_norm(x.float(), (x.shape[-1],), self.gain, shift, self.eps)
         return out.to(x.dtype)
+
+
+def _overflowed(normed: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Rows whose variance overflowed float32 (a row of 1e30s) as NaN, not the zeros that
+    dividing by infinity gives: no later number means anything, and the model's finite
+    check (core/model/finite.py) then stops the run and names the variance."""
+    if bool(torch.isfinite(var).all()):
+        return normed
+    return torch.where(torch.isfinite(var), normed, torch.full_like(normed, float("nan")))
 
 
 class NoNorm(nn.Module):

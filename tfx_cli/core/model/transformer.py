@@ -290,8 +290,21 @@ class Transformer(nn.Module):
     def check_finite(self, x: torch.Tensor, where: str, part: str, rerun) -> None:
         """Stop the run if x, what the part whose taps start with `part` just computed,
         holds NaN or inf: the part runs again (rerun()) watching its taps, to name the
-        first that went bad (core/model/finite.py)."""
-        finite.check(self, x, where, lambda: self.taps_under(part), rerun)
+        first that went bad (core/model/finite.py). Values finite but too large for a
+        norm are named by the variance of the norm that reads them next."""
+        finite.check(self, x, where, lambda: self.taps_under(part), rerun,
+                     reader=self._norm_after(where))
+
+    def _norm_after(self, where: str) -> str | None:
+        """The variance tap of the norm that reads the stream `where` (embed.out,
+        blocks.{i}.resid_out, with their stack's prefix) next: block i + 1's ln1, or the
+        final norm; None where that norm keeps no statistics (NoNorm)."""
+        prefix, _, rest = where.rpartition("embed.out") if where.endswith("embed.out") \
+            else where.partition("blocks.")
+        i = -1 if where.endswith("embed.out") else int(rest.split(".")[0])
+        n = len(self.blocks) if not prefix else len(getattr(self, prefix[:-1]).blocks)
+        name = f"{prefix}blocks.{i + 1}.ln1.var" if i + 1 < n else f"{prefix}ln_f.var"
+        return name if name in self.taps else None
 
     @contextmanager
     def record(self, globs: Iterable[str], trace: Trace | None = None):
