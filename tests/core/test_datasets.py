@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from needs import need_import
 from tfx_cli import api
 
 MODEL = dict(config="gpt124m", layers=2, d_model=64, heads=4, seed=3)
@@ -103,6 +104,8 @@ def test_scan_equals_metrics_from_trace(tmp_path):
 
 
 def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
+    pd = need_import("pandas", "pip install pandas")  # the tokens table, read without tfx
+    duckdb = need_import("duckdb", "pip install duckdb")
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(json.dumps({"body": d, "n": i}) + "\n" for i, d in enumerate(DOCS)))
     out = tmp_path / "acts"
@@ -124,13 +127,10 @@ def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
             np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
         first += n
     # the tokens table, read without tfx: pandas, DuckDB
-    import pandas as pd
-
     table = pd.read_parquet(out / "tokens.parquet")
     assert list(table.columns) == ["doc", "position", "token", "text", "shard", "row"]
     assert len(table) == result.tokens and table["doc"].max() == len(DOCS) - 1
     assert table["shard"].tolist() == [i // 7 for i in range(len(table))]
-    duckdb = pytest.importorskip("duckdb")
     count = duckdb.sql(f"select count(*) from '{out / 'tokens.parquet'}' where doc = 1").fetchall()[0]
     assert count[0] == len(m.tokenizer.encode(DOCS[1]))
     from safetensors.numpy import load_file
@@ -227,11 +227,11 @@ def test_scan_resumes_from_its_state(tmp_path):
 
 
 def test_repeated_tokens_and_readers(tmp_path):
+    pa = need_import("pyarrow", "pip install pyarrow")  # the .parquet corpus
     r = api.scan("repeated-tokens", max_docs=3, **MODEL)
     assert r.documents == 3 and r.tokens == 3 * 96
     # every second-half query has an earlier copy of its token, the first halves none
     assert r.queries["induction"] >= 3 * 47
-    pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": DOCS[:3], "other": [1, 2, 3]}), tmp_path / "d.parquet")
