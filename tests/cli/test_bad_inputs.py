@@ -380,6 +380,18 @@ def _other_sae_run(d: Path) -> None:
         "complete": False}))
 
 
+# Where a diverging run first breaks follows the CPU's rounding: the same `train` broke
+# at step 3 with encoder.embed.tok NaN on one x86-64 CPU, at step 4 with
+# encoder.blocks.0.ln1.var inf on another. Such a message is checked by its form (a step,
+# a site and what went wrong are named, each shaped as tfx writes them) and README shows
+# … for each; a message that lacks one of them no longer matches README's row.
+DIVERGED_AT = (
+    r"(?<=diverged at step )[1-9]\d*(?= of \d+: )",
+    r"(?<=\d: )(?:the loss|the weight [a-z_][\w.]*|[a-z_]\w*(?:\.\w+)+)(?= became )",
+    r"(?<= became )(?:(?:NaN|nan|-?inf)(?: and (?:NaN|-?inf))*|not finite)(?= in this )",
+)
+
+
 @dataclass
 class Case:
     id: str  # README row key
@@ -844,7 +856,8 @@ CASES = [
           "--away", "die", "--scale", "1e30"], "NonFiniteError", "use a smaller --scale"),
     Case("nan-train-lr", "train with a learning rate that diverges",
          ["train", *TOY, "--pairs", "p.tsv", "-o", "out", "--lr", "1e6", "--steps", "60"],
-         "NonFiniteError", "lower --lr", files=(_text("p.tsv", PAIRS),)),
+         "NonFiniteError", "lower --lr", files=(_text("p.tsv", PAIRS),),
+         volatile=DIVERGED_AT),
     Case("float16-gemma", "--dtype float16 on a Gemma model (it overflows float16)",
          ["next", "hi", "-c", "gemma.json", "--dtype", "float16"], "UsageError",
          "--dtype bfloat16", files=(_text("gemma.json", GEMMA_LIKE),)),
@@ -1262,6 +1275,31 @@ def test_readme_table_matches_the_cases(readme):
     assert len(ids) == len(set(ids))
     assert set(readme) == set(ids) | set(PROCESS_ROWS)
     assert len(readme) >= 30
+
+
+def test_where_a_run_diverges_is_checked_by_form(readme):
+    """nan-train-lr's README row holds the fix and … for the step and the site: the
+    messages two CPUs gave both match it; one that names no step, no site, or another
+    fix does not."""
+    case = next(c for c in CASES if c.id == "nan-train-lr")
+    row = readme[case.id][1]
+    assert row.count(ELLIPSIS) == 3 and "lower --lr (now 1e+06)" in row
+    tail = (" in this float32 run, so every number after it would be meaningless; "
+            "lower --lr (now 1e+06), e.g. --lr 0.01")
+    for where in ("at step 3 of 60: encoder.embed.tok became NaN",
+                  "at step 4 of 60: encoder.blocks.0.ln1.var became inf",
+                  "at step 12 of 60: the loss became nan",
+                  "at step 60 of 60: the weight encoder.blocks.0.ffn.w1 became not finite"):
+        assert normalise(f"tfx: error: training diverged {where}{tail}", case) == row, where
+    for where in ("at step 3 of 60: became NaN",  # no site
+                  "at step 3 of 60: something became NaN",  # not a site's name
+                  "of 60: encoder.embed.tok became NaN",  # no step
+                  "at step 0 of 60: encoder.embed.tok became NaN",  # no such step
+                  "at step 3 of 60: encoder.embed.tok became odd"):  # not what went wrong
+        assert normalise(f"tfx: error: training diverged {where}{tail}", case) != row, where
+    wrong_fix = tail.replace("lower --lr", "raise --lr")
+    assert normalise("tfx: error: training diverged at step 3 of 60: encoder.embed.tok "
+                     f"became NaN{wrong_fix}", case) != row
 
 
 def test_readme_errors_section_is_the_catalogue():
