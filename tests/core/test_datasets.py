@@ -154,24 +154,21 @@ def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
     assert e.context.values[e.context.at] == e.value
 
 
-def test_patch_pairs_is_the_mean_of_single_patches():
+def test_patch_pairs_is_the_mean_of_single_patches(tmp_path):
     pairs = ROOT / "samples" / "ioi_pairs.jsonl"
     rows = [json.loads(line) for line in pairs.read_text().splitlines()][:3]
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"pairs-{os.getpid()}.jsonl"
+    tmp = tmp_path / "pairs.jsonl"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    try:
-        for site in ("resid_pre", "heads"):
-            averaged = api.patch(pairs=tmp, site=site, **MODEL)
-            singles = [api.patch(r["clean"], corrupt=r["corrupt"], answer=r["answer"],
-                                 wrong=r["wrong"], site=site, **MODEL).tensors["patch.effect"]
-                       for r in rows]
-            np.testing.assert_allclose(averaged.tensors["patch.effect"], np.mean(singles, 0),
-                                       atol=1e-5)
-            np.testing.assert_allclose(averaged.tensors["patch.effect_std"],
-                                       np.std(singles, 0), atol=1e-5)
-            assert averaged.n_pairs == 3 and averaged.command == "patch"
-    finally:
-        tmp.unlink()
+    for site in ("resid_pre", "heads"):
+        averaged = api.patch(pairs=tmp, site=site, **MODEL)
+        singles = [api.patch(r["clean"], corrupt=r["corrupt"], answer=r["answer"],
+                             wrong=r["wrong"], site=site, **MODEL).tensors["patch.effect"]
+                   for r in rows]
+        np.testing.assert_allclose(averaged.tensors["patch.effect"], np.mean(singles, 0),
+                                   atol=1e-5)
+        np.testing.assert_allclose(averaged.tensors["patch.effect_std"],
+                                   np.std(singles, 0), atol=1e-5)
+        assert averaged.n_pairs == 3 and averaged.command == "patch"
 
 
 def _collect_cmd(corpus, out):
