@@ -58,3 +58,9 @@ def test_no_test_decides_its_own_skips():
                  for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if own.search(line)]
     assert not offenders, offenders
+
+
+def test_ci_sets_ci_true():
+    """.ci/run installs every optional dependency, so it runs the tests under CI=true."""
+    ci = (TESTS.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "export CI=true" in [line.strip() for line in ci]
