@@ -3,7 +3,6 @@ the document `tfx X ... --json` prints, and a loaded model gives the same result
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,26 +21,53 @@ CAPITAL, OTHER = "The capital of France is", "The capital of Italy is"
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
 SMALL_KW = dict(layers=2, d_model=32, heads=4)
 POST_LN = str(ROOT / "tests" / "post_ln_words.json")
-TRAINED = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained")
-COLLECTED = str(Path(tempfile.gettempdir()) / "tfx-test-api-collected")  # train writes a folder  # toy's encoder as one stack, with a head
+# Folders the cases write or read, in this run's own temporary folder (the `folders`
+# fixture): the names below stand for them in CASES until a test runs.
+TRAINED = "<trained>"  # train writes a folder
+COLLECTED = "<collected>"
+SAE = "<sae>"  # a random SAE (written by the fixture)
+SAE_ACTS = "<sae-acts>"  # train-sae reads it
+TRAINED_SAE = "<trained-sae>"
+FOLDERS = {"TRAINED": TRAINED, "COLLECTED": COLLECTED, "SAE": SAE, "SAE_ACTS": SAE_ACTS,
+           "TRAINED_SAE": TRAINED_SAE}
 
-SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae")  # a random SAE (written below)
-SAE_ACTS = str(Path(tempfile.gettempdir()) / "tfx-test-api-sae-acts")  # train-sae reads it
-TRAINED_SAE = str(Path(tempfile.gettempdir()) / "tfx-test-api-trained-sae")
 
-
-def _write_sae() -> None:
+def _write_sae(folder) -> None:
     """A random TopK SAE of SMALL's block 1 input, in SAELens's format."""
     import torch
     from tfx_cli.core.features import write_saelens
 
     g = torch.Generator().manual_seed(0)
-    write_saelens(SAE, activation="topk", k=4, W_enc=torch.randn(32, 64, generator=g),
+    write_saelens(folder, activation="topk", k=4, W_enc=torch.randn(32, 64, generator=g),
                   W_dec=torch.randn(64, 32, generator=g), b_enc=torch.zeros(64),
                   b_dec=torch.zeros(32), hook_name="blocks.1.hook_resid_pre", force=True)
 
 
-_write_sae()
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """placeholder -> a folder of this run (the SAE written into its own)."""
+    root = tmp_path_factory.mktemp("api")
+    real = {mark: str(root / name.lower()) for name, mark in FOLDERS.items()}
+    _write_sae(real[SAE])
+    return real
+
+
+@pytest.fixture
+def in_folders(folders, monkeypatch):
+    """The module's folder names point at this run's folders while a test runs (the
+    cases' API calls read them when called); returns the argv resolver."""
+    for name, mark in FOLDERS.items():
+        monkeypatch.setitem(globals(), name, folders[mark])
+
+    def resolve(args):
+        out = []
+        for arg in args:
+            for mark, path in folders.items():
+                arg = arg.replace(mark, path) if isinstance(arg, str) else arg
+            out.append(arg)
+        return out
+    return resolve
+
 
 def _train_sae():
     """train-sae's case: a small collect folder first (made once), then the training."""
@@ -200,8 +226,9 @@ def cli_json(args):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_api_result_is_the_cli_json(case):
+def test_api_result_is_the_cli_json(case, in_folders):
     args, call = CASES[case]
+    args = in_folders(args)
     result = call()
     assert isinstance(result, Result) and result.command == args[0]
     # through JSON text, as the CLI writes it: floats and nulls compare as printed

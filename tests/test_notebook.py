@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+from needs import need, need_import
+
+NOTEBOOK_INSTALL = "pip install 'tfx-cli[notebook]'"
+nbformat = need_import("nbformat", NOTEBOOK_INSTALL)
+nbclient = need_import("nbclient", NOTEBOOK_INSTALL)
+need("ipykernel", NOTEBOOK_INSTALL)
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "samples" / "notebook.ipynb"
 

@@ -10,12 +10,12 @@ Debian: apt-get install chromium chromium-driver; PyPI: selenium (the test extra
 import base64
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from needs import need, need_program
 from tfx_cli.cli import app
 
 pytestmark = pytest.mark.browser
@@ -26,21 +26,14 @@ LAYERS, HEADS = 3, 4
 DECIMALS = 4
 
 
+APT = "Debian: apt-get install chromium chromium-driver"
+
+
 def _browser_paths() -> tuple[str, str]:
-    chromium = (os.environ.get("TFX_CHROMIUM") or shutil.which("chromium")
-                or shutil.which("chromium-browser") or shutil.which("google-chrome"))
-    driver = os.environ.get("TFX_CHROMEDRIVER") or shutil.which("chromedriver")
-    missing = [what for what, path in (("chromium", chromium), ("chromedriver", driver))
-               if not path]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium (pip install selenium)")
-    if missing:
-        message = f"browser test needs {', '.join(missing)}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message + " (CI must run this test: see .ci/run)")
-        pytest.skip(message)
+    need("selenium", "pip install selenium")
+    chromium = need_program(("chromium", "chromium-browser", "google-chrome"), APT,
+                            env="TFX_CHROMIUM")
+    driver = need_program(("chromedriver",), APT, env="TFX_CHROMEDRIVER")
     return chromium, driver
 
 

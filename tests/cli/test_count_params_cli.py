@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from needs import need
 from tfx_cli.cli import app
 from tfx_cli.core.presets import PRESETS
 
@@ -106,7 +107,7 @@ def test_bad_option_values_exit_2():
 
 
 def test_verify_smollm2_gqa():
-    pytest.importorskip("torch")
+    need("torch", "pip install torch")
     res = run_json("count-params", "-c", "smollm2-135m", "--verify")["result"]
     check = res["verify"]
     assert check["verified"] is True and check["mismatched"] == []
@@ -116,7 +117,7 @@ def test_verify_smollm2_gqa():
 
 
 def test_verify_minilm_notes_the_pooler():
-    pytest.importorskip("torch")
+    need("torch", "pip install torch")
     res = run_json("count-params", "-c", "minilm", "--verify")["result"]
     check = res["verify"]
     assert check["verified"] is True
@@ -125,7 +126,7 @@ def test_verify_minilm_notes_the_pooler():
 
 
 def test_verify_tied_gpt2():
-    pytest.importorskip("torch")
+    need("torch", "pip install torch")
     check = run_json("count-params", "-c", "gpt2", "--verify")["result"]["verify"]
     assert check["verified"] and check["model_params"] == 124_439_808
 
@@ -184,7 +185,7 @@ def test_no_torch_import(args):
 
 
 def test_verify_mismatch_is_reported_and_exits_1(monkeypatch):
-    pytest.importorskip("torch")
+    need("torch", "pip install torch")
     import tfx_cli.core.params as params
 
     real = params.block_rows

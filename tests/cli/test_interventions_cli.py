@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from needs import need
 from tfx_cli.cli import app
 
 SMALL = ["--layers", "2", "--d-model", "32", "--heads", "4"]
@@ -92,7 +93,7 @@ def test_generate_with_an_edit_turns_the_cache_off():
 @pytest.mark.parametrize("args, name", [(PATCH, "patch.png"), (ATTRIBUTE, "parts.svg"),
                                         (PATCH + ["--site", "heads"], "heads.png")])
 def test_plots(tmp_path, args, name):
-    pytest.importorskip("matplotlib")
+    need("matplotlib", "pip install 'tfx-cli[plot]'")
     path = tmp_path / name
     run(args + ["--plot", str(path)])
     assert path.stat().st_size > 1000

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from needs import need
 from tfx_cli import api
 from tfx_cli.cli import app
 
@@ -79,11 +80,11 @@ def test_candidates_and_top_k_mean_one_thing_everywhere():
 
 
 def test_report_json_ffn_plot_and_count_params_of_a_checkpoint(tmp_path):
+    need("matplotlib", "pip install 'tfx-cli[plot]'")  # the ffn --plot line
     doc = json.loads(ok("report", "Hello there", *SMALL, "--json").stdout)
     assert doc["command"] == "report" and "blocks.1.attn.pattern" in doc["tensors"]
     assert doc["result"]["norms"][0]["name"] == "blocks.0.ln1"
     assert len(doc["result"]["next_tokens"][0]) == 5
-    pytest.importorskip("matplotlib")
     ok("ffn", "Hello there", *SMALL, "--plot", tmp_path / "ffn.png")
     assert (tmp_path / "ffn.png").read_bytes()[:4] == b"\x89PNG"
     counted = json.loads(ok("count-params", "-w", "minilm", "--json").stdout)

@@ -4,22 +4,18 @@ transformers builds random GPT-2, Llama and BERT models and saves them as HF fol
 the same tensors are rewritten as a nanoGPT ckpt.pt or, with llama.cpp's row order for
 Q and K, as a GGUF file through the gguf package's writer.
 """
-import importlib.util
 import math
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
-
-def need(module: str, install: str) -> None:
-    """Skip locally when an optional package is missing; CI installs them, so fail there."""
-    if importlib.util.find_spec(module) is None:
-        message = f"{module} is not installed ({install})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+TESTS = str(Path(__file__).resolve().parents[1])  # needs.py; bench/ imports this file too
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+from needs import need  # noqa: E402,F401  the one skip rule; the tests import it from here
 
 
 def byte_tokenizer_json(folder, vocab_size: int) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from needs import need_import
 from tfx_cli import api
 
 MODEL = dict(config="gpt124m", layers=2, d_model=64, heads=4, seed=3)
@@ -103,6 +104,8 @@ def test_scan_equals_metrics_from_trace(tmp_path):
 
 
 def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
+    pd = need_import("pandas", "pip install pandas")  # the tokens table, read without tfx
+    duckdb = need_import("duckdb", "pip install duckdb")
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(json.dumps({"body": d, "n": i}) + "\n" for i, d in enumerate(DOCS)))
     out = tmp_path / "acts"
@@ -124,13 +127,10 @@ def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
             np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
         first += n
     # the tokens table, read without tfx: pandas, DuckDB
-    import pandas as pd
-
     table = pd.read_parquet(out / "tokens.parquet")
     assert list(table.columns) == ["doc", "position", "token", "text", "shard", "row"]
     assert len(table) == result.tokens and table["doc"].max() == len(DOCS) - 1
     assert table["shard"].tolist() == [i // 7 for i in range(len(table))]
-    duckdb = pytest.importorskip("duckdb")
     count = duckdb.sql(f"select count(*) from '{out / 'tokens.parquet'}' where doc = 1").fetchall()[0]
     assert count[0] == len(m.tokenizer.encode(DOCS[1]))
     from safetensors.numpy import load_file
@@ -154,24 +154,21 @@ def test_collect_rows_equal_trace_and_top_is_the_true_top_k(tmp_path):
     assert e.context.values[e.context.at] == e.value
 
 
-def test_patch_pairs_is_the_mean_of_single_patches():
+def test_patch_pairs_is_the_mean_of_single_patches(tmp_path):
     pairs = ROOT / "samples" / "ioi_pairs.jsonl"
     rows = [json.loads(line) for line in pairs.read_text().splitlines()][:3]
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"pairs-{os.getpid()}.jsonl"
+    tmp = tmp_path / "pairs.jsonl"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    try:
-        for site in ("resid_pre", "heads"):
-            averaged = api.patch(pairs=tmp, site=site, **MODEL)
-            singles = [api.patch(r["clean"], corrupt=r["corrupt"], answer=r["answer"],
-                                 wrong=r["wrong"], site=site, **MODEL).tensors["patch.effect"]
-                       for r in rows]
-            np.testing.assert_allclose(averaged.tensors["patch.effect"], np.mean(singles, 0),
-                                       atol=1e-5)
-            np.testing.assert_allclose(averaged.tensors["patch.effect_std"],
-                                       np.std(singles, 0), atol=1e-5)
-            assert averaged.n_pairs == 3 and averaged.command == "patch"
-    finally:
-        tmp.unlink()
+    for site in ("resid_pre", "heads"):
+        averaged = api.patch(pairs=tmp, site=site, **MODEL)
+        singles = [api.patch(r["clean"], corrupt=r["corrupt"], answer=r["answer"],
+                             wrong=r["wrong"], site=site, **MODEL).tensors["patch.effect"]
+                   for r in rows]
+        np.testing.assert_allclose(averaged.tensors["patch.effect"], np.mean(singles, 0),
+                                   atol=1e-5)
+        np.testing.assert_allclose(averaged.tensors["patch.effect_std"],
+                                   np.std(singles, 0), atol=1e-5)
+        assert averaged.n_pairs == 3 and averaged.command == "patch"
 
 
 def _collect_cmd(corpus, out):
@@ -301,11 +298,11 @@ def test_scan_and_top_killed_mid_run_resume_to_the_same_bytes(tmp_path, command)
 
 
 def test_repeated_tokens_and_readers(tmp_path):
+    pa = need_import("pyarrow", "pip install pyarrow")  # the .parquet corpus
     r = api.scan("repeated-tokens", max_docs=3, **MODEL)
     assert r.documents == 3 and r.tokens == 3 * 96
     # every second-half query has an earlier copy of its token, the first halves none
     assert r.queries["induction"] >= 3 * 47
-    pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": DOCS[:3], "other": [1, 2, 3]}), tmp_path / "d.parquet")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from needs import need
 from tfx_cli.core.presets import PRESETS
 from tfx_cli.core.config import ModelConfig
 from tfx_cli.core.spec import resolve_config, with_overrides
@@ -131,7 +132,7 @@ def test_params_module_does_not_import_torch():
 @pytest.mark.parametrize("name", PRESETS)
 def test_named_counts_match_built_model(name):
     # Built on torch's meta device: every shape, no weight memory.
-    pytest.importorskip("torch")
+    need("torch", "pip install torch")
     from tfx_cli.core.model import build_model
 
     built = {k: v.numel() for k, v in build_model(PRESETS[name], device="meta").named_parameters()}

@@ -148,6 +148,7 @@ def test_decoding_and_counting_match_transformers(folder):
     assert counted.total == hf.num_parameters()
 
 
+@pytest.mark.parametrize("folder", ["saved"], indirect=True)  # one layout is enough
 @pytest.mark.parametrize("command", ["route", "attend", "attribute", "patch"])
 def test_commands_run_on_latent_attention(folder, command):
     from typer.testing import CliRunner
@@ -155,8 +156,6 @@ def test_commands_run_on_latent_attention(folder, command):
     from tfx_cli.cli import app
 
     layout, path, _ = folder
-    if layout != "saved":
-        pytest.skip("one layout is enough")
     extra = {"attribute": ["--answer", "a", "--per-head"],
              "patch": ["--corrupt", "Hello where", "--answer", "a", "--wrong", "b",
                        "--site", "ffn_out"],

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if not os.environ.get("CI"):  # CI installs the ray extra and must run these
-    pytest.importorskip("ray")
-import ray  # noqa: E402
+from needs import need_import
+
+ray = need_import("ray", "pip install 'tfx-cli[ray]'")
 
 from tfx_cli import api  # noqa: E402
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from needs import need
 from tfx_cli.cli import app
 from tfx_cli.core.results import (AttendResult, InputInfo, LayerNormResult, LensResult,
                                   ModelInfo, PosencResult, TraceResult)
@@ -16,7 +17,7 @@ from tfx_cli.errors import MissingPackageError, OutputFileError, SelectError, Us
 from tfx_cli.render import plot
 from tfx_cli.render.plot import check_output_path, grid_shape, plot_result
 
-pytest.importorskip("matplotlib")
+need("matplotlib", "pip install 'tfx-cli[plot]'")
 
 TOKENS = ["When", " you", " play", " game", " of", " th", "rones", " $x$"]
 SMALL = ["--layers", "2", "--heads", "8", "--d-model", "64"]
