@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._model import _model
-from ._options import checked
+from ._options import _finite, checked
 
 if TYPE_CHECKING:
     from ..core.results import FeaturesResult, TrainSAEResult
@@ -37,7 +37,7 @@ def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int
                                   truncate=truncate)
 
 
-@checked
+@checked(lr=_finite)
 def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | None = None,
               latents: int | None = None, expansion: float | None = None,
               l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
@@ -70,4 +70,5 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
                b_dec_init=b_dec_init,
                dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
-               progress=progress, checkpoint_every=checkpoint_every)
+               progress=progress,
+               checkpoint_every=500 if checkpoint_every is None else checkpoint_every)

@@ -45,6 +45,19 @@ def _floats(value, option):
     return as_float(value, option, finite=True)
 
 
+def _finite(value, option):
+    """A number that is neither infinite nor NaN (a rate, a fraction, a width factor)."""
+    return as_float(value, option, finite=True)
+
+
+def _hook(value, option):
+    """A function tfx calls back (progress, notice), or None for none."""
+    if value is None or callable(value):
+        return value
+    raise UsageError(f"{option.lstrip('-')} takes a function (or None), not "
+                     f"{type(value).__name__} {value!r:.60}")
+
+
 def _seed(value, option):
     return as_int(value, option, minimum=0, maximum=2**64 - 1)
 
@@ -89,8 +102,11 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
     "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
     "per_token": _whole, "latents": _whole, "aux_k": _whole, "dead_after": _whole,
-    "skip_first": _whole, "gpus_per_worker": _number, "expansion": _number, "l1": _number,
-    "holdout": _number, "aux_coef": _number, "epochs": _number, "verbose": as_flag,
+    "skip_first": _whole, "gpus_per_worker": _finite, "expansion": _finite, "l1": _finite,
+    "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "verbose": as_flag,
+    "checkpoint_every": _positive,
+    # the API's hooks: functions, or None
+    "progress": _hook, "notice": _hook,
 }
 _ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN"}  # positional on the CLI
 

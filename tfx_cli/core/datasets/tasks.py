@@ -50,7 +50,13 @@ def forward(loaded, ids: np.ndarray, lengths: np.ndarray, select: Iterable[str],
         T = ids.shape[1]
         real = torch.arange(T)[None, :] < torch.from_numpy(lengths)[:, None]  # (B, S)
         keep = real[:, None, None, :].expand(-1, 1, T, T).to(model.device)
-    with model.record(select, trace=BatchTrace(consume)), torch.inference_mode():
+    B = ids.shape[0]
+
+    def per_row(name: str, value: torch.Tensor) -> None:
+        # a site shared by the batch (learned positions: (1, T, C)) counts for every row
+        consume(name, value.expand(B, *value.shape[1:]) if len(value) == 1 < B else value)
+
+    with model.record(select, trace=BatchTrace(per_row)), torch.inference_mode():
         model(batch, keep=keep, stop_after=stop, head=head)
 
 

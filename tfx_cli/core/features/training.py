@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ...errors import OutputFileError, RangeError, SelectError, UsageError
+from ...errors import NonFiniteError, OutputFileError, RangeError, SelectError, UsageError
 from ..progress import counting
 from . import metrics
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS
@@ -38,6 +39,10 @@ STATE_JSON, STATE_TENSORS = "train-state.json", "train-state.safetensors"
 STATE_SCHEMA = "tfx-train-sae/1"
 B_DEC_INITS = ("median", "mean", "zeros")
 DEFAULT_LATENTS, DEFAULT_K, DEFAULT_STEPS = 4096, 32, 1000
+# Past any SAE trained so far (OpenAI's largest had 16M latents; 100M steps of one token
+# would be days): larger numbers are typos, and would not fit the tensors they size.
+MAX_LATENTS, MAX_STEPS = 2**24, 10**8
+NEVER = 2**62  # a count of tokens no run reaches (--dead-after past it: never dead)
 MEDIAN_ROWS = 8192  # rows the geometric median of b_dec's start is taken over
 CHECKPOINT_SECONDS = 60.0
 LOSS_POINTS = 100  # the loss curve in the result: means over this many spans
@@ -54,10 +59,16 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
         if not expansion > 0:
             raise RangeError(f"--expansion {expansion} must be above 0 (latents = expansion × "
                              f"d_in, d_in {d_in})")
+        if not expansion * d_in <= MAX_LATENTS:
+            raise RangeError(f"--expansion {expansion} gives more than {MAX_LATENTS:,} latents "
+                             f"(d_in {d_in}); give a smaller one")
         latents = int(round(expansion * d_in))
     latents = DEFAULT_LATENTS if latents is None else latents
     if latents < 1:
         raise RangeError(f"--latents {latents} must be at least 1")
+    if latents > MAX_LATENTS:
+        raise RangeError(f"--latents {latents:,} is more than {MAX_LATENTS:,}; give a smaller "
+                         "width")
     relu = l1 is not None
     if relu:
         if k is not None:
@@ -84,10 +95,15 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
     if epochs is not None:
         if not epochs > 0:
             raise RangeError(f"--epochs {epochs} must be above 0")
+        if not epochs * per_epoch <= MAX_STEPS:
+            raise RangeError(f"--epochs {epochs} is more than {MAX_STEPS:,} steps of "
+                             f"--batch-size {batch_size:,}; give fewer epochs")
         steps = max(1, int(math.ceil(epochs * per_epoch)))
     steps = DEFAULT_STEPS if steps is None else steps
     if steps < 1:
         raise RangeError(f"--steps {steps} must be at least 1")
+    if steps > MAX_STEPS:
+        raise RangeError(f"--steps {steps:,} is more than {MAX_STEPS:,}; give fewer steps")
     if b_dec_init not in B_DEC_INITS:
         raise UsageError(f"--b-dec-init {b_dec_init!r} is not one of {', '.join(B_DEC_INITS)}")
     dead_after = min(10_000_000, train_tokens) if dead_after is None else dead_after
@@ -109,6 +125,7 @@ class RunFolder:
     def __init__(self, path: Path, identity: dict, force: bool):
         self.path, self.identity = path, identity
         self.resume = None  # the checkpoint's tensors, when continuing
+        self.created = not path.exists()  # this run makes the folder: a refusal removes it
         if path.exists() and not path.is_dir():
             raise OutputFileError(f"-o {path} is a file; give a folder for the SAE")
         if not path.exists():
@@ -225,7 +242,8 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     scale = float(math.sqrt(width) / train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
     trainer = Trainer(width, opts["latents"], activation="relu" if l1 is not None else "topk",
                       k=opts["k"], l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"],
-                      aux_coef=aux_coef, dead_after=opts["dead_after"], scale=scale, seed=seed,
+                      aux_coef=aux_coef, dead_after=min(opts["dead_after"], NEVER), scale=scale,
+                      seed=seed,
                       b_dec=_b_dec_start(train, scale, b_dec_init, seed))
     total = opts["steps"]
     losses = torch.full((total,), float("nan"))
@@ -251,10 +269,11 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         for step in range(start, total):
             epoch, j = divmod(step, per_epoch)
             if epoch != epoch_of_perm:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+                # within the generator's 64 bits, whatever the seed (0 to 2**64 - 1)
+                g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
             x = train[perm[j * B:(j + 1) * B]] * scale
-            losses[step] = trainer.step(x)
+            losses[step] = _finite_loss(trainer.step(x), step, lr, folder)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
                     time.perf_counter() - saved_at > CHECKPOINT_SECONDS:
@@ -264,6 +283,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     if start < total:
         save(total)
     judged = evaluate(trainer, test)
+    _finite_loss(judged["fvu"], total - 1, lr, folder, "the held-out FVU")
     weights = trainer.weights()
     cfg, tensors = saelens_files(
         activation="relu" if l1 is not None else "topk", hook_name=hook_name(site),
@@ -287,6 +307,22 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                                    "complete": True, "heldout": judged})
     (folder.path / STATE_TENSORS).unlink(missing_ok=True)
     return result
+
+
+def _finite_loss(loss: float, step: int, lr: float, folder: RunFolder,
+                 what: str = "the loss") -> float:
+    """The step's loss (or the held-out FVU); a NaN or infinite one ends the run, leaving
+    no SAE that looks usable: the folder goes when this run made it, else the run's state
+    files do."""
+    if math.isfinite(loss):
+        return loss
+    if folder.created:
+        shutil.rmtree(folder.path, ignore_errors=True)
+    else:
+        for name in (STATE_JSON, STATE_TENSORS):
+            (folder.path / name).unlink(missing_ok=True)
+    raise NonFiniteError(f"train-sae diverged: {what} became {loss} at step {step + 1}; "
+                         f"lower --lr (now {lr:g})")
 
 
 def _b_dec_start(train: torch.Tensor, scale: float, how: str, seed: int) -> torch.Tensor:
