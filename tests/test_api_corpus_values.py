@@ -137,3 +137,24 @@ def test_collect_a_site_shared_by_the_batch(corpus, tmp_path):
     assert len(rows) == len(where) == 40
     pos = api.load(**SMALL).trace("x" * 32, select="embed.pos").tensors["embed.pos"]
     np.testing.assert_allclose(rows, pos[where], rtol=1e-6, atol=1e-6 * np.abs(pos).max())
+
+
+@pytest.mark.parametrize("model, norm", [(SMALL, "layernorm"),
+                                         (dict(config="tiny-moe"), "rmsnorm")])
+def test_norm_statistics_are_read_for_every_window(corpus, tmp_path, model, norm):
+    """A norm's variance is computed lazily for one text when its rows are not recorded;
+    over a corpus every window's is collected (it was a RuntimeError), and an RMSNorm,
+    which takes no mean, offers none (its mean was a KeyError)."""
+    api.collect(corpus, select="blocks.0.ln1.*", output=tmp_path / "a", batch_size=2,
+                **model)
+    acts = api.activations(tmp_path / "a")
+    x = acts["blocks.0.ln1.in"].astype(np.float64)
+    expected = x.var(axis=1) if norm == "layernorm" else (x ** 2).mean(axis=1)
+    np.testing.assert_allclose(acts["blocks.0.ln1.var"][:, 0], expected, rtol=1e-5,
+                               atol=1e-6 * expected.max())
+    assert ("blocks.0.ln1.mean" in json.loads((tmp_path / "a" / "manifest.json").read_text(
+        ))["options"]["select"]) == (norm == "layernorm")
+    top = api.top(corpus, site="blocks.0.ln1.var", k=2, **model)
+    best = max(expected)
+    assert top.to_dict()["result"]["units"][0]["examples"][0]["value"] == pytest.approx(
+        best, rel=1e-5)

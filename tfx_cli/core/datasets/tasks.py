@@ -44,6 +44,10 @@ def forward(loaded, ids: np.ndarray, lengths: np.ndarray, select: Iterable[str],
     if not layers and not tail:
         stop = -1  # the embedding alone
     head = "all" if any(n.startswith("logits") for n in names) else "none"
+    # a norm's mean and variance are computed lazily, for one text, unless its normalised
+    # rows are recorded too: record those as well, and hand over only what was asked for
+    wanted = set(names)
+    normed = [n.rsplit(".", 1)[0] + ".normed" for n in names if n.endswith((".mean", ".var"))]
     batch = torch.from_numpy(ids)
     keep = "auto"
     if not cfg.causal:
@@ -54,9 +58,10 @@ def forward(loaded, ids: np.ndarray, lengths: np.ndarray, select: Iterable[str],
 
     def per_row(name: str, value: torch.Tensor) -> None:
         # a site shared by the batch (learned positions: (1, T, C)) counts for every row
-        consume(name, value.expand(B, *value.shape[1:]) if len(value) == 1 < B else value)
+        if name in wanted:
+            consume(name, value.expand(B, *value.shape[1:]) if len(value) == 1 < B else value)
 
-    with model.record(select, trace=BatchTrace(per_row)), torch.inference_mode():
+    with model.record(select + normed, trace=BatchTrace(per_row)), torch.inference_mode():
         model(batch, keep=keep, stop_after=stop, head=head)
 
 
@@ -76,6 +81,8 @@ def row_sites(model) -> dict[str, tuple[tuple[str, ...], int]]:
         dims = tuple(tap.dims)
         if "T" not in dims or "S" in dims or name == "tokens.ids" or name.startswith(
                 ("encoder.", "decoder.")):
+            continue
+        if name.endswith(".mean") and cfg.norm == "rmsnorm":  # an RMSNorm takes no mean
             continue
         width = 1
         for d in dims:
