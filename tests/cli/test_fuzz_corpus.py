@@ -436,8 +436,9 @@ PENDING = {
     _cfg_pending(c.get("edit")),
     "9 api.activations": lambda c, why: c["command"] == "activations" and (
         "TypeError" in why or "KeyError" in why),
-    "9 api.top(units=...)": lambda c, why: c["command"] == "top" and isinstance(
-        c.get("units"), (list, tuple, dict)) and "ValueError" in why,
+    "9 api.top(units=...)": lambda c, why: c["command"] == "top" and not isinstance(
+        c.get("units"), (str, bytes, type(None))) and ("ValueError" in why or
+                                                       "TypeError" in why),
     "9 api.features(sae=3)": lambda c, why: c["command"] == "features" and not isinstance(
         c.get("sae"), (str, bytes, os.PathLike, type(None))) and "TypeError" in why,
 }
