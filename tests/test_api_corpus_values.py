@@ -158,3 +158,17 @@ def test_norm_statistics_are_read_for_every_window(corpus, tmp_path, model, norm
     best = max(expected)
     assert top.to_dict()["result"]["units"][0]["examples"][0]["value"] == pytest.approx(
         best, rel=1e-5)
+
+
+def test_scan_leaves_out_a_metric_no_query_qualifies_for(tmp_path):
+    """No byte repeats in 'abcdefg': duplicate_token and induction have no query. They
+    are left out (they were all-NaN tensors in an exit-0 answer), their 0 counted."""
+    path = tmp_path / "once.txt"
+    path.write_text("abcdefg", encoding="utf-8")
+    result = api.scan(path, **SMALL)
+    assert result.queries["induction"] == result.queries["duplicate_token"] == 0
+    assert result.metrics == ["entropy", "sink", "prev_token"]
+    assert sorted(k for k in result.tensors if k.startswith("scan.") and
+                  k.split(".")[1] in ("duplicate_token", "induction")) == []
+    text = json.dumps(result.to_dict(), allow_nan=False)
+    assert '"nan"' not in text and "NaN" not in text

@@ -111,13 +111,17 @@ def scan(loaded, corpus: Corpus, *, ctx=None, batch_size=8, max_tokens=None, out
         engine=engine, progress=progress)
     s = summary(cp.state)
     tr = Trace()
+    # a metric no query qualified for (no token repeats: duplicate_token, induction) has
+    # no mean: it is left out, never a NaN; `queries` shows its 0
+    measured = [metric for metric, n in zip(METRICS, cp.state.counts) if n]
     for m, metric in enumerate(METRICS):
-        tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
+        if metric in measured:
+            tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
     tr.add("scan.resid_norm_mean", s["resid_mean"], ("L",))
     tr.add("scan.resid_norm_max", s["resid_max"], ("L",))
     tr.add("scan.ffn_active", s["active"], ("L", "F"))
     result = ScanResult(
-        **_common(loaded, corpus, plan, seen, engine, output), metrics=list(METRICS),
+        **_common(loaded, corpus, plan, seen, engine, output), metrics=measured,
         queries={metric: int(n) for metric, n in zip(METRICS, cp.state.counts)},
         strongest=s["strongest"], dead_neurons=s["dead"], ffn_width=cfg.d_ff, tensors=tr)
     cp.finish(result)
