@@ -34,6 +34,8 @@ from tfx_cli import api
 from tfx_cli.cli import app
 from tfx_cli.errors import TfxError
 
+from fuzz_corpus_places import CONFIG_EDITS, GPT_KW, SITE, config_text, make_places
+
 TOTAL = int(os.environ.get("TFX_FUZZ_EXAMPLES", "500"))
 SEED = int(os.environ.get("TFX_FUZZ_SEED", "25"))
 STRICT = os.environ.get("TFX_FUZZ_STRICT") == "1"
@@ -44,16 +46,6 @@ NAN_WORD = re.compile(r"(?<![\w-])(nan|inf)(?![\w-])")
 
 GPT = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2", "-t", "byte",
        "--context", "32"]
-GPT_KW = dict(config="gpt124m", layers=1, d_model=16, heads=2, tokenizer="byte", context=32)
-LLAMA_LIKE = {"vocab_size": 256, "context_length": 32, "d_model": 8, "n_heads": 2,
-              "n_kv_heads": 1, "n_layers": 1, "d_ff": 12, "norm": "rmsnorm",
-              "positional": "rope", "activation": "swiglu", "tokenizer": "byte"}
-HF_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
-          "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 96,
-          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "max_position_embeddings": 128, "num_local_experts": 4, "num_experts_per_tok": 2,
-          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False}
-SITE = "blocks.0.resid_out"
 
 
 # Half the invocations are sane throughout (so that many run to the end and their answers
@@ -101,8 +93,9 @@ SITES = mix(pick(["blocks.0.ffn.act", SITE, "blocks.0.attn.context", "embed.out"
                   "blocks.0.attn.pattern", "blocks.0.ln1.var"]))
 UNITS = mix(pick(["0", "0,1", "0:4", "3"]),
             pick(["", "x", "-1", "0:0", "5:2", "1.5", "99999", "0:100000000", ",", "0,0"]))
+SEVEN = ",".join(f"blocks.2.moe.expert:e={e}" for e in range(7))  # of tiny-moe's 8
 ABLATE = mix(pick(["blocks.0.attn.out", "blocks.0.ffn.out:p=0", "blocks.1.moe.expert:e=0",
-                   "blocks.0.moe.expert:e=3"]),
+                   "blocks.0.moe.expert:e=3", SEVEN, SEVEN + ",blocks.2.moe.expert:e=7"]),
              pick(["", "bogus", "blocks.0.moe.expert:e=99", "blocks.0.moe.expert:e=-1",
                    "blocks.0.moe.expert", "blocks.0.moe.expert:e=x", "features.3"]))
 TEXTS = mix(pick(["hello", "you win or you die", "a b c"]),
@@ -173,8 +166,9 @@ def corpus_command(draw):
     args += options(draw, DATASET) + engine(draw) + (["--force"] if draw(st.booleans()) else [])
     if command == "scan":
         args += output(draw) + options(draw, PRECISION + [("--full", None)], 2)
-        if rare(draw, 10):
-            args += ["--plot", draw(pick(["OUT/FRESH.png", "OUT/FRESH.svg", "OUT/FRESH.txt"]))]
+        if rare(draw, 3):
+            args += ["--plot", draw(mix(pick(["OUT/FRESH.png", "OUT/FRESH.svg"]),
+                                        pick(["OUT/FRESH.txt", "OUT/missing/p.png"])))]
     elif command == "top":
         if rare(draw, 4):
             args += ["--sae", draw(SAES)] + (["--sae-site", draw(SAE_SITES)]
@@ -258,34 +252,6 @@ def train_sae_command(draw):
     return args + (["--json"] if draw(st.booleans()) else [])
 
 
-# count-params --config: an HF config.json changed at one key (kind, key, value)
-CONFIG_EDITS = st.one_of(
-    st.tuples(st.just("set"), pick(sorted(HF_MOE)), pick(
-        [0, -1, 1, 3, 1.5, "x", "linear", None, [], {}, True, 10**30, "NaN", "Infinity",
-         "-Infinity"])),
-    st.tuples(st.just("set"), pick(["rope_scaling"]), pick(
-        ["linear", {"type": "linear", "factor": 2.0}, {"type": "x"}, {"factor": 0},
-         {"type": "yarn", "factor": "Infinity"}, 3])),
-    st.tuples(st.just("drop"), pick(sorted(HF_MOE)), st.none()),
-    st.tuples(st.just("nest"), st.just(""), pick([10, 1000, 100000])),
-    st.tuples(st.just("none"), st.just(""), st.none()))
-
-
-def config_text(edit) -> str:
-    kind, key, value = edit
-    if kind == "nest":
-        return "[" * value + "]" * value
-    cfg = dict(HF_MOE)
-    if kind == "set":
-        cfg[key] = value
-    elif kind == "drop":
-        cfg.pop(key)
-    text = json.dumps(cfg)
-    for word in ("NaN", "Infinity", "-Infinity"):  # JSON5-ish constants Python reads
-        text = text.replace(f'"{word}"', word)
-    return text
-
-
 @st.composite
 def count_params_command(draw):
     edit = draw(CONFIG_EDITS)
@@ -314,59 +280,12 @@ def cli_invocations(draw):
     return draw(count_params_command())
 
 
-# -- the places the commands read and write ---------------------------------------------
-LINES = ["you win or you die", "the cat sat on the mat", "hello world, hello again",
-         "When you play the game of thrones", "a b c d e f g h i j", "one two three four",
-         "Mary and John went to the store", "the quick brown fox jumps over the dog"] * 3
-PAIRS = [{"clean": "a cat", "corrupt": "a hat", "answer": "s", "wrong": "x"},
-         {"clean": "a bat", "corrupt": "a rat", "answer": "s", "wrong": "e"}]
-
-
-def _make_places(root: Path) -> dict:
-    out = root / "out"
-    out.mkdir()
-    (root / "corpus.txt").write_text("\n".join(LINES), encoding="utf-8")
-    (root / "corpus.jsonl").write_text(
-        "\n".join(json.dumps({"text": t, "body": 3}) for t in LINES), encoding="utf-8")
-    (root / "odd.jsonl").write_text('[1, 2]\n{"text": 5}\n{"text": null}\n"x"\n{"te',
-                                    encoding="utf-8")
-    (root / "bom.txt").write_bytes("\ufeffyou win\n".encode("utf-8"))
-    (root / "empty.txt").write_text("", encoding="utf-8")
-    (root / "binary.txt").write_bytes(bytes(range(256)) * 4)
-    (root / "docs").mkdir()
-    for i, line in enumerate(LINES[:4]):
-        (root / "docs" / f"{i}.txt").write_text(line, encoding="utf-8")
-    (root / "pairs.jsonl").write_text("\n".join(map(json.dumps, PAIRS)), encoding="utf-8")
-    (root / "badpairs.jsonl").write_text(
-        '{"clean": "ab", "corrupt": "abc", "answer": "x", "wrong": "y"}\n'
-        '{"clean": "ab", "corrupt": "cd", "answer": "xyz", "wrong": 3}\n[]\n', encoding="utf-8")
-    (root / "llama.json").write_text(json.dumps(LLAMA_LIKE), encoding="utf-8")
-    (root / "bad.json").write_text('{"d_model": 8,', encoding="utf-8")
-    (root / "taken").mkdir()
-    (root / "taken" / "mine.txt").write_text("the user's own file", encoding="utf-8")
-    (root / "afile.txt").write_text("a file, not a folder", encoding="utf-8")
-    (root / "badsae").mkdir()
-    (root / "badsae" / "cfg.json").write_text('{"d_in": 16, "d_sae": 0}', encoding="utf-8")
-    (root / "badsae" / "sae_weights.safetensors").write_bytes(b"\x08\x00\x00\x00garbage")
-    api.collect(str(root / "corpus.txt"), select=[SITE], output=str(root / "acts"), **GPT_KW)
-    api.train_sae(str(root / "acts"), site=SITE, output=str(root / "sae"), latents=16, k=2,
-                  steps=2, batch_size=8)
-    return {"CORPUS": root / "corpus.txt", "JSONL": root / "corpus.jsonl",
-            "ODDJSONL": root / "odd.jsonl", "BOMTXT": root / "bom.txt",
-            "EMPTY": root / "empty.txt", "BINARY": root / "binary.txt",
-            "FOLDER": root / "docs", "PAIRS": root / "pairs.jsonl",
-            "BADPAIRS": root / "badpairs.jsonl", "LLAMA_CONFIG": root / "llama.json",
-            "BADJSON": root / "bad.json", "TAKEN": root / "taken", "AFILE": root / "afile.txt",
-            "BADSAE": root / "badsae", "ACTS": root / "acts", "SAE": root / "sae",
-            "OUT": out}
-
-
 PENDING_HITS: list = []
 
 
 @pytest.fixture(scope="module")
 def places(tmp_path_factory):
-    made = {k: str(v) for k, v in _make_places(tmp_path_factory.mktemp("fuzzc")).items()}
+    made = {k: str(v) for k, v in make_places(tmp_path_factory.mktemp("fuzzc")).items()}
     yield made
     if PENDING_HITS:
         log = os.environ.get("TFX_FUZZ_PENDING_LOG")
@@ -426,7 +345,7 @@ PENDING = {
     "savefig" in why,
     "6 _repr_html_": lambda c, why: "_repr_html_" in why,
     "7 route, experts removed": lambda c, why: c["command"] == "route" and
-    "moe.expert" in str(c.get("ablate")) and ("damaged checkpoint" in why or "nan" in why),
+    "moe.expert" in str(c.get("ablate")) and ("damaged checkpoint" in why or "'load'" in why),
     "8 count-params --config values": lambda c, why: c["command"] in ("count-params",
                                                               "count_params") and
     _cfg_pending(c.get("edit")),
@@ -470,7 +389,11 @@ def check_cli(args: list, result, before: dict) -> None:
         return
     assert len(err.splitlines()) <= 3, (args, err)
     if "--json" in args:
-        assert _finite(json.loads(result.stdout, parse_constant=_no_constants)), args
+        doc = json.loads(result.stdout, parse_constant=_no_constants)
+        assert _finite(doc), args
+        if args[0] == "route":
+            assert_removed_unused([a for i, a in enumerate(args) if args[i - 1] == "--ablate"],
+                                  doc["result"])
     elif not NAN_WORD.search(" ".join(args)):
         assert not NAN_WORD.search(result.stdout), (args, result.stdout[-2000:])
 
@@ -645,7 +568,17 @@ def _finite(value, in_data: bool = False) -> bool:
     return True
 
 
-def check_api_result(name: str, result) -> None:
+def assert_removed_unused(ablate, routed: dict) -> None:
+    """An expert removed with --ablate blocks.L.moe.expert:e=E is never chosen in L."""
+    sites = [ablate] if isinstance(ablate, str) else list(ablate or [])
+    for part in (p.strip() for site in sites if isinstance(site, str) for p in site.split(",")):
+        found = re.fullmatch(r"blocks\.(\d+)\.moe\.expert:e=(\d+)", part)
+        for layer in routed["routing"] if found else []:
+            if layer["layer"] == int(found[1]):
+                assert layer["load"][int(found[2])] == 0, (part, layer)
+
+
+def check_api_result(name: str, result, kwargs: dict) -> None:
     if name == "activations":  # a Mapping of sites to arrays
         sites = list(result)
         assert dict(result).keys() == set(sites) and all(s in result for s in sites)
@@ -653,6 +586,8 @@ def check_api_result(name: str, result) -> None:
         return
     doc = result.to_dict()
     assert _finite(doc), doc
+    if name == "route":
+        assert_removed_unused(kwargs.get("ablate"), doc["result"])
     json.dumps(doc, allow_nan=False)
     if name in ("route", "patch", "features"):
         try:
@@ -689,7 +624,7 @@ def test_fuzz_api_corpus_sae_moe_config(places, tmp_path_factory, drawn):
             raise AssertionError(f"{type(exc).__name__}: {exc}") from exc
         event(f"api.{name} ok")
         try:
-            check_api_result(name, result)
+            check_api_result(name, result, kwargs)
         except AssertionError:
             raise
         except Exception as exc:
