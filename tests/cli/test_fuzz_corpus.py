@@ -343,7 +343,8 @@ def _cfg_pending(edit) -> bool:
 PENDING = {
     "5 scan --plot": lambda c, why: c["command"] == "scan" and c.get("plot") and
     "savefig" in why,
-    "6 _repr_html_": lambda c, why: "_repr_html_" in why,
+    "6 _repr_html_": lambda c, why: c["command"] in ("route", "patch") and
+    "_repr_html_" in why,
     "7 route, experts removed": lambda c, why: c["command"] == "route" and
     "moe.expert" in str(c.get("ablate")) and ("damaged checkpoint" in why or "'load'" in why),
     "8 count-params --config values": lambda c, why: c["command"] in ("count-params",
