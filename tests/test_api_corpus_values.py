@@ -172,3 +172,15 @@ def test_scan_leaves_out_a_metric_no_query_qualifies_for(tmp_path):
                   k.split(".")[1] in ("duplicate_token", "induction")) == []
     text = json.dumps(result.to_dict(), allow_nan=False)
     assert '"nan"' not in text and "NaN" not in text
+
+
+def test_none_is_the_default_for_every_keyword(corpus, tmp_path, acts):
+    """None means "not given" (the CLI's absent option) even where the default is not
+    None: k=None was a TypeError, engine=None an AttributeError deep in the run."""
+    top = api.top(corpus, site="blocks.0.ffn.act", k=None, around=None, engine=None,
+                  field=None, batch_size=None, units="0", **SMALL)
+    assert top.k == 10 and top.context == 8
+    api.collect(corpus, select=SITE, output=tmp_path / "a", batch_size=None, **SMALL)
+    sae = train(acts, tmp_path / "sae", lr=None, seed=None, holdout=None, skip_first=None,
+                b_dec_init=None, aux_coef=None)
+    assert sae.lr == 4e-4 and sae.holdout == 0.05 and sae.b_dec_init == "median"

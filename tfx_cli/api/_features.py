@@ -70,5 +70,4 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
                b_dec_init=b_dec_init,
                dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
-               progress=progress,
-               checkpoint_every=500 if checkpoint_every is None else checkpoint_every)
+               progress=progress, checkpoint_every=checkpoint_every)

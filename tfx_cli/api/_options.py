@@ -5,9 +5,9 @@ the checks that refuse a bad value before any model is built or loaded.
 `@checked` wraps every API function and Model method: each argument whose name is in
 OPTION_KINDS is read by that kind's checker (tfx_cli/values.py) before the function runs,
 so `ablate="blocks.0.attn.out"` is one site, `select="blocks.*.attn.pattern"` one glob,
-`scale="4"` the number 4, `b"hello"` the text "hello", `device=None` the default, and
-`ablate=3`, `scale="x"` or `truncate="yes"` raise the tfx_cli.errors class (and message)
-the command line gives for the same value. A command's parameters that need more than
+`scale="4"` the number 4, `b"hello"` the text "hello", None (`device=None`, `k=None`)
+the parameter's default, and `ablate=3`, `scale="x"` or `truncate="yes"` raise the
+tfx_cli.errors class (and message) the command line gives for the same value. A command's parameters that need more than
 their name says pass their own: `@checked(text=as_path)`.
 """
 from __future__ import annotations
@@ -137,6 +137,9 @@ def checked(fn: Callable | None = None, **kinds: Callable[[Any, str], Any]):
                     bound.arguments[name] = {k: read_option(k, v, kinds)
                                              for k, v in value.items()}
                 elif name != "self":
+                    if value is None and param.default is not None and \
+                            param.default is not param.empty:
+                        value = param.default  # None is "not given": the default
                     bound.arguments[name] = read_option(name, value, kinds)
             return fn(*bound.args, **bound.kwargs)
 
