@@ -184,3 +184,10 @@ def test_none_is_the_default_for_every_keyword(corpus, tmp_path, acts):
     sae = train(acts, tmp_path / "sae", lr=None, seed=None, holdout=None, skip_first=None,
                 b_dec_init=None, aux_coef=None)
     assert sae.lr == 4e-4 and sae.holdout == 0.05 and sae.b_dec_init == "median"
+
+
+@pytest.mark.parametrize("collect, error", [(None, "COLLECT_DIR is missing"),
+                                            (3, "takes a path"), ([], "takes a path")])
+def test_train_sae_reads_its_folder_like_any_path(tmp_path, collect, error):
+    with pytest.raises(UsageError, match=error):
+        api.train_sae(collect, site=SITE, output=tmp_path / "sae")

@@ -108,7 +108,8 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
 }
-_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN"}  # positional on the CLI
+_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN",  # positional on the CLI
+              "collect": "COLLECT_DIR"}
 
 
 def option_name(keyword: str) -> str:
