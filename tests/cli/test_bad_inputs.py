@@ -24,6 +24,9 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
+from collect_folders import hand_collected  # noqa: E402
+
 from tfx_cli import cli, errors
 from tfx_cli._clicks import CLICK_ERROR
 from tfx_cli.cli import app
@@ -372,22 +375,8 @@ def _sae(name: str, hook: str, d_in: int = 6, d_sae: int = 8,
 
 # -- the cases ------------------------------------------------------------------------
 def _collected(d: Path) -> None:
-    """A small collect folder written by hand: 64 tokens of blocks.0.resid_out (8 wide)."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    folder = d / "acts"
-    folder.mkdir()
-    rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
-    save_file({"blocks.0.resid_out": rows}, str(folder / "shard-00000.safetensors"))
-    sha = hashlib.sha256((folder / "shard-00000.safetensors").read_bytes()).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps({
-        "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
-        "options": {"dtype": "float32"}, "model": {"config": "gpt2"},
-        "sites": [{"name": "blocks.0.resid_out", "dims": ["T", "C"], "shape": [64, 8],
-                   "dtype": "F32"}],
-        "shards": [{"file": "shard-00000.safetensors", "first_token": 0, "tokens": 64,
-                    "sha256": sha}]}))
+    """A small collect folder written by hand (tests/collect_folders.py) at d/acts."""
+    hand_collected(d / "acts")
 
 
 def _other_sae_run(d: Path) -> None:
@@ -1271,6 +1260,31 @@ CASES = [
          ["trace", SENTENCE, *WORDY, "--select", "ln_f.*", "--steer-feature", "sae:3",
           "--scale", "1e30"], "NonFiniteError", "use a smaller --scale",
          files=(_sae("sae", "blocks.0.hook_resid_post"),)),
+    # hostile values for the corpus and SAE commands (found by tests/cli/test_fuzz_corpus.py)
+    Case("train-sae-lr-inf", "train-sae --lr inf",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--lr", "inf",
+          "--batch-size", "32"], "UsageError", "must be a finite number", files=(_collected,)),
+    Case("train-sae-diverged", "train-sae with a learning rate that makes it diverge",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--lr", "1e30",
+          "--batch-size", "32", "--steps", "3", "--latents", "64"], "NonFiniteError",
+         "lower --lr", files=(_collected,)),
+    Case("train-sae-steps-huge", "train-sae --steps 10**30",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--steps",
+          str(10**30), "--batch-size", "32"], "RangeError", "give fewer steps",
+         files=(_collected,)),
+    Case("train-sae-latents-huge", "train-sae --expansion 1e30",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--expansion",
+          "1e30", "--batch-size", "32"], "RangeError", "give a smaller one",
+         files=(_collected,)),
+    Case("top-k-huge", "top -k 10**30",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "-k", str(10**30),
+          "--max-docs", "2"], "UsageError", "examples per unit"),
+    Case("top-around-huge", "top --around past the model's context",
+         ["top", "python-docs", *TINY, "--site", "blocks.0.ffn.act", "--around", "100000",
+          "--max-docs", "2"], "UsageError", "no window holds more"),
+    Case("collect-shard-huge", "collect --shard-tokens 10**30",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts",
+          "--shard-tokens", str(10**30), "--max-docs", "2"], "UsageError", "between 1 and"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from unittest import mock
 
+from collect_folders import hand_collected
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
@@ -76,19 +77,10 @@ def test_an_unsaid_full_disk_is_still_named(tmp_path):
     assert result.stderr.startswith(f"tfx: error: cannot write {tmp_path / 'x.bin'}: disk full")
 
 
-def _collected(folder: Path) -> None:
-    """The catalogue's small collect folder (64 tokens of blocks.0.resid_out, sha256 in
-    its manifest), made at `folder`."""
-    from test_bad_inputs import _collected as make  # pytest puts this folder on sys.path
-
-    make(folder.parent)
-    assert folder.name == "acts"
-
-
 def test_train_sae_run_again_after_it_finished_is_a_no_op(tmp_path):
     """As collect and scan: the same command on a finished run exits 0 with the run's
     result and leaves the SAE as it was; another run into the folder is still refused."""
-    _collected(tmp_path / "acts")
+    hand_collected(tmp_path / "acts")
     sae = tmp_path / "sae"
     args = ["train-sae", tmp_path / "acts", "--site", "blocks.0.resid_out", "-o", sae,
             "--latents", "16", "--k", "4", "--batch-size", "16", "--steps", "12", "--json"]

@@ -192,9 +192,9 @@ def test_a_diverging_train_sae_writes_no_sae(collected, tmp_path):
               "--batch-size", "8", "--steps", "3", "--lr", "1e30")
     assert out.exit_code == 2, out.stderr
     assert "lower --lr (now 1e+30)" in _one_line(out.stderr)
-    assert not (sae / "cfg.json").exists() and not (sae / "sae_weights.safetensors").exists()
+    assert not sae.exists()  # the run made the folder, so a refusal takes it away
     features = run("features", "hello there", *ARGS, "--sae", sae)
-    assert features.exit_code == 2 and "holds no SAE" in features.stderr
+    assert features.exit_code == 2, features.stderr
     # the same folder, a sane rate, --force: an SAE that reads
     ok = run("train-sae", collected, "--site", SITE, "-o", sae, "--latents", "8", "--k", "2",
              "--batch-size", "8", "--steps", "3", "--force")

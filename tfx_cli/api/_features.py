@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._model import _model
-from ._options import checked
+from ..values import as_path
+from ._options import _finite, checked
 
 if TYPE_CHECKING:
     from ..core.results import FeaturesResult, TrainSAEResult
@@ -37,7 +38,7 @@ def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int
                                   truncate=truncate)
 
 
-@checked
+@checked(lr=_finite, collect=as_path)
 def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | None = None,
               latents: int | None = None, expansion: float | None = None,
               l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
@@ -57,6 +58,8 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
     from ..core.features.training import train_sae as run
     from ..errors import InputTextError, UsageError
 
+    if collect is None:
+        raise UsageError("COLLECT_DIR is missing: give the folder tfx collect wrote")
     if output is None or not str(output).strip():
         raise UsageError("-o SAE_DIR is missing: train-sae writes a folder, e.g. -o my-sae")
     if site is None or not str(site).strip():

@@ -5,9 +5,9 @@ the checks that refuse a bad value before any model is built or loaded.
 `@checked` wraps every API function and Model method: each argument whose name is in
 OPTION_KINDS is read by that kind's checker (tfx_cli/values.py) before the function runs,
 so `ablate="blocks.0.attn.out"` is one site, `select="blocks.*.attn.pattern"` one glob,
-`scale="4"` the number 4, `b"hello"` the text "hello", `device=None` the default, and
-`ablate=3`, `scale="x"` or `truncate="yes"` raise the tfx_cli.errors class (and message)
-the command line gives for the same value. A command's parameters that need more than
+`scale="4"` the number 4, `b"hello"` the text "hello", None (`device=None`, `k=None`)
+the parameter's default, and `ablate=3`, `scale="x"` or `truncate="yes"` raise the
+tfx_cli.errors class (and message) the command line gives for the same value. A command's parameters that need more than
 their name says pass their own: `@checked(text=as_path)`.
 """
 from __future__ import annotations
@@ -44,6 +44,19 @@ def _floats(value, option):
     if isinstance(value, (list, tuple)):
         return [as_float(v, option, finite=True) for v in value]
     return as_float(value, option, finite=True)
+
+
+def _finite(value, option):
+    """A number that is neither infinite nor NaN (a rate, a fraction, a width factor)."""
+    return as_float(value, option, finite=True)
+
+
+def _hook(value, option):
+    """A function tfx calls back (progress, notice), or None for none."""
+    if value is None or callable(value):
+        return value
+    raise UsageError(f"{option.lstrip('-')} takes a function (or None), not "
+                     f"{type(value).__name__} {value!r:.60}")
 
 
 def _seed(value, option):
@@ -98,8 +111,11 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
     "units": as_units, "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
     "per_token": _whole, "latents": _whole, "aux_k": _whole, "dead_after": _whole,
-    "skip_first": _whole, "gpus_per_worker": _number, "expansion": _number, "l1": _number,
-    "holdout": _number, "aux_coef": _number, "epochs": _number, "verbose": as_flag,
+    "skip_first": _whole, "gpus_per_worker": _finite, "expansion": _finite, "l1": _finite,
+    "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "verbose": as_flag,
+    "checkpoint_every": _positive,
+    # the API's hooks: functions, or None
+    "progress": _hook, "notice": _hook,
 }
 # positional on the CLI (and api.activations' folder)
 _ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN", "collect": "COLLECT_DIR",
@@ -132,6 +148,9 @@ def checked(fn: Callable | None = None, **kinds: Callable[[Any, str], Any]):
                     bound.arguments[name] = {k: read_option(k, v, kinds)
                                              for k, v in value.items()}
                 elif name != "self":
+                    if value is None and param.default is not None and \
+                            param.default is not param.empty:
+                        value = param.default  # None is "not given": the default
                     bound.arguments[name] = read_option(name, value, kinds)
             return fn(*bound.args, **bound.kwargs)
 

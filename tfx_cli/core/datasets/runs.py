@@ -116,17 +116,24 @@ def scan(loaded, corpus: Corpus, *, ctx=None, batch_size=8, max_tokens=None, out
             engine=engine, progress=progress) as (cp, seen):
         s = summary(cp.state)
         tr = Trace()
+        # a metric no query qualified for (no token repeats: duplicate_token, induction)
+        # has no mean: it is left out, never a NaN; `queries` shows its 0
+        measured = [metric for metric, n in zip(METRICS, cp.state.counts) if n]
         for m, metric in enumerate(METRICS):
-            tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
+            if metric in measured:
+                tr.add(f"scan.{metric}", s["means"][m], ("L", "H"))
         tr.add("scan.resid_norm_mean", s["resid_mean"], ("L",))
         tr.add("scan.resid_norm_max", s["resid_max"], ("L",))
         tr.add("scan.ffn_active", s["active"], ("L", "F"))
         result = ScanResult(
-            **_common(loaded, corpus, plan, seen, engine, output), metrics=list(METRICS),
+            **_common(loaded, corpus, plan, seen, engine, output), metrics=measured,
             queries={metric: int(n) for metric, n in zip(METRICS, cp.state.counts)},
             strongest=s["strongest"], dead_neurons=s["dead"], ffn_width=cfg.d_ff, tensors=tr)
         cp.finish(result)
     return result
+
+
+MAX_EXAMPLES = 100_000  # -k: past it the heaps of every unit would not fit in memory
 
 
 # -- top ----------------------------------------------------------------------------------
@@ -138,10 +145,15 @@ def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, co
     features are the units (at its site, or `sae_site`/`site`)."""
     from ..results import TopResult
 
-    if k < 1:
-        raise UsageError(f"-k {k} must be at least 1")
-    if context < 0:
-        raise UsageError(f"--around {context} must be 0 or more")
+    if not 1 <= k <= MAX_EXAMPLES:
+        raise UsageError(f"-k {k} must be between 1 and {MAX_EXAMPLES:,} (examples per unit)")
+    if not 0 <= context <= loaded.cfg.context_length:
+        raise UsageError(f"--around {context} must be between 0 and the model's context "
+                         f"({loaded.cfg.context_length} tokens): no window holds more")
+    if unit_map is not None and not (callable(unit_map) and hasattr(unit_map, "labels")):
+        raise UsageError(f"unit_map must be a callable with .labels (as "
+                         f"core.datasets.top.SliceUnits), not {type(unit_map).__name__} "
+                         f"{unit_map!r:.40}")
     info = None
     if sae is not None:
         name, dims, unit_map, info = _sae_units(loaded, sae, sae_site, site, units)
@@ -225,8 +237,8 @@ def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=No
         raise UsageError("--select is missing; name the sites to collect, e.g. --select "
                          "'blocks.*.resid_out'")
     names = check_sites(loaded.model, list(select), "--select")
-    if shard_tokens is not None and shard_tokens < 1:
-        raise UsageError(f"--shard-tokens {shard_tokens} must be at least 1")
+    if shard_tokens is not None and not 1 <= shard_tokens <= 2**40:
+        raise UsageError(f"--shard-tokens {shard_tokens} must be between 1 and 2**40")
     corpus = prepare(loaded, corpus, "collect")
     sites = row_sites(loaded.model)
     dtype_name = loaded.spec.dtype

@@ -44,13 +44,24 @@ def forward(loaded, ids: np.ndarray, lengths: np.ndarray, select: Iterable[str],
     if not layers and not tail:
         stop = -1  # the embedding alone
     head = "all" if any(n.startswith("logits") for n in names) else "none"
+    # a norm's mean and variance are computed lazily, for one text, unless its normalised
+    # rows are recorded too: record those as well, and hand over only what was asked for
+    wanted = set(names)
+    normed = [n.rsplit(".", 1)[0] + ".normed" for n in names if n.endswith((".mean", ".var"))]
     batch = torch.from_numpy(ids)
     keep = "auto"
     if not cfg.causal:
         T = ids.shape[1]
         real = torch.arange(T)[None, :] < torch.from_numpy(lengths)[:, None]  # (B, S)
         keep = real[:, None, None, :].expand(-1, 1, T, T).to(model.device)
-    with model.record(select, trace=BatchTrace(consume)), torch.inference_mode():
+    B = ids.shape[0]
+
+    def per_row(name: str, value: torch.Tensor) -> None:
+        # a site shared by the batch (learned positions: (1, T, C)) counts for every row
+        if name in wanted:
+            consume(name, value.expand(B, *value.shape[1:]) if len(value) == 1 < B else value)
+
+    with model.record(select + normed, trace=BatchTrace(per_row)), torch.inference_mode():
         model(batch, keep=keep, stop_after=stop, head=head)
 
 
@@ -70,6 +81,8 @@ def row_sites(model) -> dict[str, tuple[tuple[str, ...], int]]:
         dims = tuple(tap.dims)
         if "T" not in dims or "S" in dims or name == "tokens.ids" or name.startswith(
                 ("encoder.", "decoder.")):
+            continue
+        if name.endswith(".mean") and cfg.norm == "rmsnorm":  # an RMSNorm takes no mean
             continue
         width = 1
         for d in dims:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,10 @@ STATE_JSON, STATE_TENSORS = "train-state.json", "train-state.safetensors"
 STATE_SCHEMA = "tfx-train-sae/1"
 B_DEC_INITS = ("median", "mean", "zeros")
 DEFAULT_LATENTS, DEFAULT_K, DEFAULT_STEPS = 4096, 32, 1000
+# Past any SAE trained so far (OpenAI's largest had 16M latents; 100M steps of one token
+# would be days): larger numbers are typos, and would not fit the tensors they size.
+MAX_LATENTS, MAX_STEPS = 2**24, 10**8
+NEVER = 2**62  # a count of tokens no run reaches (--dead-after past it: never dead)
 MEDIAN_ROWS = 8192  # rows the geometric median of b_dec's start is taken over
 CHECKPOINT_SECONDS = 60.0
 LOSS_POINTS = 100  # the loss curve in the result: means over this many spans
@@ -57,10 +62,16 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
         if not expansion > 0:
             raise RangeError(f"--expansion {expansion} must be above 0 (latents = expansion × "
                              f"d_in, d_in {d_in})")
+        if not expansion * d_in <= MAX_LATENTS:
+            raise RangeError(f"--expansion {expansion} gives more than {MAX_LATENTS:,} latents "
+                             f"(d_in {d_in}); give a smaller one")
         latents = int(round(expansion * d_in))
     latents = DEFAULT_LATENTS if latents is None else latents
     if latents < 1:
         raise RangeError(f"--latents {latents} must be at least 1")
+    if latents > MAX_LATENTS:
+        raise RangeError(f"--latents {latents:,} is more than {MAX_LATENTS:,}; give a smaller "
+                         "width")
     relu = l1 is not None
     if relu:
         if k is not None:
@@ -87,10 +98,15 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
     if epochs is not None:
         if not epochs > 0:
             raise RangeError(f"--epochs {epochs} must be above 0")
+        if not epochs * per_epoch <= MAX_STEPS:
+            raise RangeError(f"--epochs {epochs} is more than {MAX_STEPS:,} steps of "
+                             f"--batch-size {batch_size:,}; give fewer epochs")
         steps = max(1, int(math.ceil(epochs * per_epoch)))
     steps = DEFAULT_STEPS if steps is None else steps
     if steps < 1:
         raise RangeError(f"--steps {steps} must be at least 1")
+    if steps > MAX_STEPS:
+        raise RangeError(f"--steps {steps:,} is more than {MAX_STEPS:,}; give fewer steps")
     if b_dec_init not in B_DEC_INITS:
         raise UsageError(f"--b-dec-init {b_dec_init!r} is not one of {', '.join(B_DEC_INITS)}")
     dead_after = min(10_000_000, train_tokens) if dead_after is None else dead_after
@@ -139,7 +155,8 @@ class RunFolder:
     def __exit__(self, kind, *_) -> None:
         """Let the folder go; a run that failed leaves no folder it created and never
         wrote into."""
-        if kind is not None and self.created and not any(self.path.iterdir()):
+        if kind is not None and self.created and self.path.is_dir() and \
+                not any(self.path.iterdir()):
             self.path.rmdir()
         self.hold.release()
 
@@ -266,7 +283,8 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         trainer = Trainer(width, opts["latents"],
                           activation="relu" if l1 is not None else "topk", k=opts["k"],
                           l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"], aux_coef=aux_coef,
-                          dead_after=opts["dead_after"], scale=scale, seed=seed,
+                          dead_after=min(opts["dead_after"], NEVER), scale=scale,
+                          seed=seed,
                           b_dec=_b_dec_start(train, scale, b_dec_init, seed))
         losses, start, seconds = _train(folder, trainer, train, opts, seed=seed,
                                         progress=progress, checkpoint_every=checkpoint_every)
@@ -325,10 +343,11 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict,
         for step in range(start, total):
             epoch, j = divmod(step, per_epoch)
             if epoch != epoch_of_perm:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+                # within the generator's 64 bits, whatever the seed (0 to 2**64 - 1)
+                g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
             x = train[perm[j * B:(j + 1) * B]] * trainer.scale
-            losses[step] = trainer.step(x)
+            losses[step] = _finite_loss(trainer.step(x), step, opts["lr"], folder)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
                     time.perf_counter() - saved_at > CHECKPOINT_SECONDS:
@@ -343,8 +362,8 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict,
 def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, lr, *,
                hook_name: str, k, activation: str, model_name) -> None:
     """The trained SAE into SAE_DIR, once every number about it is known finite: a run
-    whose training diverged writes no SAE (only its checkpoint stays), so nothing reads a
-    NaN SAE as a trained one. cfg.json lands after the weights, and the state says
+    whose training diverged writes no SAE and leaves no state of its own, so nothing reads
+    a NaN SAE as a trained one. cfg.json lands after the weights, and the state says
     complete last."""
     weights = trainer.weights()
     broken = [name for name, t in weights.items()
@@ -353,9 +372,9 @@ def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, l
     if broken or any(v is not None and not math.isfinite(v) for v in numbers):
         what = f"its {broken[0]} holds NaN or infinite values" if broken else \
             "its loss or held-out FVU is not a finite number"
+        _forget_run(folder)
         raise NonFiniteError(f"the SAE's training diverged: {what}, so no SAE is written to "
-                             f"{folder.path}; train with a lower --lr (now {lr:g}), and "
-                             "--force to start over")
+                             f"{folder.path}; train with a lower --lr (now {lr:g})")
     cfg, tensors = saelens_files(activation=activation, hook_name=hook_name, k=k,
                                  model_name=model_name, **weights)
     folder.write_tensors(SAELENS_WEIGHTS, tensors)
@@ -368,6 +387,28 @@ def _recorded(result) -> dict:
 
     skip = {"model", "input", "tensors", "stack", "interventions", "seconds", "tokens_per_s"}
     return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in skip}
+
+
+def _finite_loss(loss: float, step: int, lr: float, folder: RunFolder,
+                 what: str = "the loss") -> float:
+    """The step's loss (or the held-out FVU); a NaN or infinite one ends the run, leaving
+    no SAE that looks usable: the folder goes when this run made it, else the run's state
+    files do."""
+    if math.isfinite(loss):
+        return loss
+    _forget_run(folder)
+    raise NonFiniteError(f"train-sae diverged: {what} became {loss} at step {step + 1}; "
+                         f"lower --lr (now {lr:g})")
+
+
+def _forget_run(folder: RunFolder) -> None:
+    """A diverged run leaves nothing that looks usable: the folder goes when this run made
+    it, else the run's own state files do (the user's other files stay)."""
+    if folder.created:
+        shutil.rmtree(folder.path, ignore_errors=True)
+    else:
+        for name in (STATE_JSON, STATE_TENSORS):
+            (folder.path / name).unlink(missing_ok=True)
 
 
 def _b_dec_start(train: torch.Tensor, scale: float, how: str, seed: int) -> torch.Tensor:

@@ -41,6 +41,10 @@ def scan_view(result, console: Console, opts: ViewOptions) -> None:
                  f"{result.queries[metric]:,} queries)")
         console.print(TensorView(name, result.tensors.array(name), result.tensors.dims(name),
                                  precision=p, full=opts.full, title=title))
+    unmeasured = [m for m, n in result.queries.items() if not n]
+    if unmeasured:
+        console.print(Text(f"not measured (no query qualified: no token repeats in a "
+                           f"window): {', '.join(unmeasured)}", style="dim"))
     table = Table(title=Text("strongest heads", style="bold"), title_justify="left",
                   box=None, padding=(0, 1), header_style="dim")
     table.add_column("metric", no_wrap=True)
