@@ -388,7 +388,7 @@ def make_bad(kind: str, tmp: Path, gpt2_dir, llama) -> tuple[str, str]:
         gguf_from_llama(llama[1], path)
         if kind == "truncated-gguf":
             truncate(path, 0.6)
-            return str(path), "truncated or corrupted"
+            return str(path), "is truncated (tensor"
         data = bytearray(path.read_bytes())
         data[24:32] = b"\xff" * 8  # the first key's length: far past the end of the file
         path.write_bytes(bytes(data))

@@ -72,9 +72,11 @@ class FolderHold:
             return
         self.fd = fd
 
-    def release(self) -> None:
+    def release(self, _close=os.close) -> None:
+        # os.close bound at definition: a hold let go at interpreter exit, when module
+        # globals are already gone, still closes
         if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor releases the flock
+            _close(self.fd)  # closing the descriptor releases the flock
             self.fd = None
 
     def __enter__(self) -> "FolderHold":
