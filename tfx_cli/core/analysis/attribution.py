@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError, UsageError
+from ..config import ModelConfig
 from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..model import finite
@@ -63,8 +64,8 @@ class _Layout:
     """Where one stack's parts are read: its prefix, the taps of its embeddings, the
     sublayers of a block and the norm after each, how the norms sit."""
 
-    cfg: object  # the ModelConfig
-    stack: object  # the model (one stack) or its decoder
+    cfg: ModelConfig
+    stack: torch.nn.Module  # the model (one stack) or its decoder
     p: str  # "" or "decoder."
     seq2seq: bool
     per_head: bool

@@ -15,7 +15,7 @@ the decoder from its layer on CORRUPT's memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -24,12 +24,15 @@ from ...words import counted
 from ..config_moe import ffn_out_label, ffn_out_name
 from ..model import finite
 from ..progress import after
-from ..results import PatchResult, PatchTable
+from ..results import InputInfo, PatchResult, PatchTable, TokenRef
 from ..trace import Trace
-from .common import encode, input_info, read_seq, seq_info
+from .common import Seq, encode, input_info, read_seq, seq_info
 from .fillmask import need_causal
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name
+
+if TYPE_CHECKING:  # loaded only when an SAE is given
+    from .features import FeatureSweep
 
 PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")  # the layer sweeps
 # and the features of an SAE (--sae; core/analysis/features.py), features × positions
@@ -243,13 +246,13 @@ class _Pair:
     """CLEAN and CORRUPT read for patching: their ids and shown inputs, the decoder's
     sequence (an encoder–decoder's target), the answer and wrong tokens."""
 
-    seq: object  # common.Seq
+    seq: Seq
     ids: list[int]
     bad_ids: list[int]
-    clean_info: object  # InputInfo
-    corrupt_info: object
-    good: object  # TokenInfo of --answer
-    bad: object  # TokenInfo of --wrong
+    clean_info: InputInfo
+    corrupt_info: InputInfo
+    good: TokenRef  # --answer
+    bad: TokenRef  # --wrong
 
 
 def _pair(loaded, clean_text: str, corrupt: str, answer: str, wrong: str,
@@ -275,7 +278,8 @@ def _pair(loaded, clean_text: str, corrupt: str, answer: str, wrong: str,
     return _Pair(seq, ids, bad_ids, clean_info, corrupt_info, good, bad)
 
 
-def _run_sweep(loaded, pair: _Pair, site: str, batch: int | None, sae):
+def _run_sweep(loaded, pair: _Pair, site: str, batch: int | None,
+               sae) -> Sweep | Seq2SeqSweep | FeatureSweep:
     """The sweep `site` asks for: over an SAE's features, both stacks of an
     encoder–decoder, or one stack's layers; its numbers checked finite, m_clean and
     m_corrupt apart."""
@@ -317,7 +321,8 @@ class _Effects:
     patched: str
 
 
-def _effects(loaded, done, site: str, sae) -> _Effects:
+def _effects(loaded, done: Sweep | Seq2SeqSweep | FeatureSweep, site: str,
+             sae) -> _Effects:
     gap = done.m_clean - done.m_corrupt
     cols = "H" if site == "heads" else "T"
     rows = "F" if site == "features" else "L"  # features × positions, or layers × ...
