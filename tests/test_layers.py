@@ -103,11 +103,11 @@ def test_no_function_is_longer_than_one_screen():
 
 def test_function_length_counts_decorators_signature_and_nested_functions():
     body = "".join(f"    x{i} = {i}\n" for i in range(77))
-    fits = f"@decorated\ndef f(\n    a,\n):\n{body}"  # 1 + 3 + 77 = 81 lines
-    assert long_functions(fits) == {"f": 81}
-    assert long_functions(fits, limit=81) == {}
-    nested = "class C:\n    def m(self):\n" + "".join(
-        f"        def g():\n" if i == 0 else f"            y{i} = {i}\n" for i in range(82))
+    too_long = f"@decorated\ndef f(\n    a,\n):\n{body}"  # 1 + 3 + 77 = 81 lines
+    assert long_functions(too_long) == {"f": 81}
+    assert long_functions(too_long, limit=81) == {}
+    inner = "        def g():\n" + "".join(f"            y{i} = {i}\n" for i in range(81))
+    nested = "class C:\n    def m(self):\n" + inner  # g: 82 lines, m: 83
     assert long_functions(nested) == {"C.m": 83, "C.m.g": 82}
 
 
