@@ -1,7 +1,9 @@
 """The layout holds: import-linter's contracts (pyproject.toml) pass, they fail when code
-crosses a layer, and no module grows past one concern's length."""
+crosses a layer, no module grows past one concern's length and no function past one
+screen's."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -10,6 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 700
+MAX_FUNCTION_LINES = 80
+# the folders whose functions are held to MAX_FUNCTION_LINES (the command modules join
+# once their options come in groups)
+SHORT_FUNCTION_FOLDERS = ["tfx_cli/core"]
 
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess:
@@ -60,6 +66,49 @@ def test_no_module_is_longer_than_one_concern():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "tfx_cli").rglob("*.py")
             if (n := p.read_bytes().count(b"\n")) > MAX_LINES}
     assert not long, f"split these by concern: {long}"
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """Each function (or method, or nested function) of `source` longer than `limit`
+    lines, counted by the AST from its first decorator to its last line, the signature
+    and docstring included: qualified name -> lines."""
+    found = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                    if (n := child.end_lineno - first + 1) > limit:
+                        found[name] = n
+                name += "."
+            visit(child, name)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_no_function_is_longer_than_one_screen():
+    """A function past 80 lines does several steps that want names of their own."""
+    long = {}
+    for folder in SHORT_FUNCTION_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for name, n in long_functions(path.read_text(encoding="utf-8")).items():
+                long[f"{path.relative_to(ROOT)}::{name}"] = n
+    assert not long, "split these into named steps: " + ", ".join(
+        f"{name} ({n} lines)" for name, n in sorted(long.items(), key=lambda kv: -kv[1]))
+
+
+def test_function_length_counts_decorators_signature_and_nested_functions():
+    body = "".join(f"    x{i} = {i}\n" for i in range(77))
+    too_long = f"@decorated\ndef f(\n    a,\n):\n{body}"  # 1 + 3 + 77 = 81 lines
+    assert long_functions(too_long) == {"f": 81}
+    assert long_functions(too_long, limit=81) == {}
+    inner = "        def g():\n" + "".join(f"            y{i} = {i}\n" for i in range(81))
+    nested = "class C:\n    def m(self):\n" + inner  # g: 82 lines, m: 83
+    assert long_functions(nested) == {"C.m": 83, "C.m.g": 82}
 
 
 def test_every_folder_says_what_lives_there_and_what_it_may_import():

@@ -2,6 +2,7 @@
 W_O; and one query's arithmetic number by number (--explain)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -95,6 +96,103 @@ def one_head(tr: Trace, head: int) -> Trace:
     return out
 
 
+@dataclass
+class _Texts:
+    """What attend's layer reads: the text's ids (and --kv's), T queries against S keys,
+    the mask asked for, and whether --valid-lens pads an encoder–decoder's source."""
+
+    ids: list[int]
+    kv_ids: list[int] | None
+    T: int
+    S: int
+    causal: bool
+    source_padding: bool
+
+
+def _texts(loaded: Loaded, seq: Seq, text: str, kv: str | None, mask: str | None,
+           cross: bool, truncate: bool) -> _Texts:
+    """The ids of TEXT and --kv, their counts of queries and keys, and the mask: each
+    combination that cannot be one attention refused."""
+    cfg = loaded.cfg
+    ids = encode(loaded, text, truncate=truncate)
+    kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
+    if kv_ids is not None and seq.stack == "decoder":
+        raise UsageError("--kv makes a one-off cross-attention from a self-attention layer; "
+                         "the decoder has its own: use --cross instead of --kv")
+    decoder = seq.stack == "decoder"
+    T = len(seq.target) if decoder else len(ids)
+    S = len(kv_ids) if kv_ids is not None else len(ids) if cross else T
+    if cross and mask == "causal":
+        raise UsageError("--mask causal does not apply to cross-attention: every target "
+                         "word may read the whole source; drop --mask")
+    if mask is None:  # cross-attention reads the whole other text (seed 001's decoder)
+        causal = (cfg.causal or decoder) and kv_ids is None and not cross
+    else:
+        causal = mask == "causal"
+    if (kv_ids is not None or cross) and causal and T != S:
+        raise RangeError(f"a causal mask needs as many queries as keys, but there are {T} "
+                         f"queries and {S} keys; pass --mask none for cross-attention")
+    return _Texts(ids, kv_ids, T, S, causal,
+                  source_padding=cfg.is_encoder_decoder and seq.target is not None)
+
+
+def _check_valid_lens(valid_lens: int | None, texts: _Texts) -> None:
+    if valid_lens is not None:
+        keys = len(texts.ids) if texts.source_padding else texts.S
+        if not 1 <= valid_lens <= keys:
+            what = "the source has" if texts.source_padding else "the keys have"
+            raise RangeError(f"--valid-lens {valid_lens} is out of range: {what} {keys} "
+                             f"tokens (1 to {keys})")
+
+
+def _query_pos(explain: bool, query_pos: int | None, T: int) -> int | None:
+    """The query --explain takes apart (the last by default)."""
+    if explain:
+        query_pos = T - 1 if query_pos is None else query_pos
+        check_range("query position", query_pos, T, "--query-pos")
+    elif query_pos is not None:
+        raise RangeError("--query-pos only applies with --explain")
+    return query_pos
+
+
+def _record_layer(loaded: Loaded, seq: Seq, texts: _Texts, layer: int, select: list[str],
+                  valid_lens: int | None, cross: bool) -> tuple[Trace, torch.Tensor | None]:
+    """Run up to the layer and record `select`; the trace and the (T, S) mask used."""
+    # (T, S) or None: no mask. With a target, --valid-lens pads the source: the encoder's
+    # keys and the cross-attention's; the decoder's own mask stays causal.
+    keep = loaded.model.mask(texts.T, texts.S, causal=texts.causal,
+                             valid_len=valid_lens if not texts.source_padding or cross
+                             else None)
+    extra = {"source_len": valid_lens} if texts.source_padding else {}
+    if texts.kv_ids is not None:
+        tr = _cross_attention(loaded, texts.ids, texts.kv_ids, layer, keep, select, seq)
+    else:
+        tr = run(loaded, texts.ids, select, keep=keep if not cross else "auto",
+                 stop_after=layer, validate=False, seq=seq, **extra)
+    return tr, keep
+
+
+def _explain(cfg: ModelConfig, tr: Trace, where: str, head: int | None, seen, query_pos: int,
+             source, decoder: bool, cross: bool, module) -> ExplainRow:
+    """--explain: one query of one head (the first unless --head), number by number."""
+    h = head if head is not None else 0
+    local = 0 if head is not None else h  # index into the (possibly sliced) H axis
+    rot = "_rot" if cfg.positional == "rope" and not cross else ""
+    bias = where + "position_bias"
+    q_tokens = source.target.tokens if decoder else source.tokens
+    k_tokens = source.kv.tokens if source.kv is not None else \
+        source.tokens if cross else q_tokens
+    return explain_row(
+        tr.array(where + "q" + rot)[local], tr.array(where + "k" + rot)[local],
+        tr.array(where + "v")[local], None if seen is None else seen.cpu().numpy(),
+        query_pos, attn_scale(cfg), tr.array(where + "pattern")[local],
+        head=h, tokens=q_tokens, kv_tokens=k_tokens,
+        scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
+        f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap,
+        bias=tr.array(bias)[local][query_pos] if bias in tr else None,
+        sink=_sink_logit(module, h) if cfg.attn_sinks and not cross else None)
+
+
 def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None,
            mask: str | None = None, kv: str | None = None, valid_lens: int | None = None,
            explain: bool = False, query_pos: int | None = None,
@@ -116,79 +214,29 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
     if cross:  # no rotation and no relative bias between the target and the source
         stages = [s_ for s_ in stages if not s_.endswith("_rot") and s_ != "position_bias"]
     show = check_show(show, stages)
-    ids = encode(loaded, text, truncate=truncate)
-    kv_ids = encode(loaded, kv, truncate=truncate) if kv is not None else None
-    if kv_ids is not None and seq.stack == "decoder":
-        raise UsageError("--kv makes a one-off cross-attention from a self-attention layer; "
-                         "the decoder has its own: use --cross instead of --kv")
-    decoder = seq.stack == "decoder"
-    T = len(seq.target) if decoder else len(ids)
-    S = len(kv_ids) if kv_ids is not None else len(ids) if cross else T
-    if cross and mask == "causal":
-        raise UsageError("--mask causal does not apply to cross-attention: every target "
-                         "word may read the whole source; drop --mask")
-    if mask is None:  # cross-attention reads the whole other text (seed 001's decoder)
-        causal = (cfg.causal or decoder) and kv_ids is None and not cross
-    else:
-        causal = mask == "causal"
-    if (kv_ids is not None or cross) and causal and T != S:
-        raise RangeError(f"a causal mask needs as many queries as keys, but there are {T} "
-                         f"queries and {S} keys; pass --mask none for cross-attention")
-    source_padding = cfg.is_encoder_decoder and seq.target is not None
-    if valid_lens is not None:
-        keys = len(ids) if source_padding else S
-        if not 1 <= valid_lens <= keys:
-            what = "the source has" if source_padding else "the keys have"
-            raise RangeError(f"--valid-lens {valid_lens} is out of range: {what} {keys} "
-                             f"tokens (1 to {keys})")
-    if explain:
-        query_pos = T - 1 if query_pos is None else query_pos
-        check_range("query position", query_pos, T, "--query-pos")
-    elif query_pos is not None:
-        raise RangeError("--query-pos only applies with --explain")
-    # (T, S) or None: no mask. With a target, --valid-lens pads the source: the encoder's
-    # keys and the cross-attention's; the decoder's own mask stays causal.
-    keep = model.mask(T, S, causal=causal,
-                      valid_len=valid_lens if not source_padding or cross else None)
+    texts = _texts(loaded, seq, text, kv, mask, cross, truncate)
+    _check_valid_lens(valid_lens, texts)
+    query_pos = _query_pos(explain, query_pos, texts.T)
     # record what is shown (all by default: one layer, so memory stays bounded)
     wanted = stages if not show or explain else show
     where = f"{seq.prefix}blocks.{layer}." + ("cross." if cross else "attn.")
-    select = [where + s_ for s_ in wanted]
-    extra = {"source_len": valid_lens} if source_padding else {}
-    if kv_ids is not None:
-        tr = _cross_attention(loaded, ids, kv_ids, layer, keep, select, seq)
-    else:
-        tr = run(loaded, ids, select, keep=keep if not cross else "auto", stop_after=layer,
-                 validate=False, seq=seq, **extra)
+    tr, keep = _record_layer(loaded, seq, texts, layer, [where + s_ for s_ in wanted],
+                             valid_lens, cross)
     if head is not None:
         tr = one_head(tr, head)
-    source = seq_info(loaded, text, ids, seq)
-    if kv_ids is not None:
-        source.kv = input_info(loaded, kv, kv_ids)
+    source = seq_info(loaded, text, texts.ids, seq)
+    if texts.kv_ids is not None:
+        source.kv = input_info(loaded, kv, texts.kv_ids)
     explained = None
     module = seq.module.blocks[layer].cross if cross else seq.module.blocks[layer].attn
-    window = module.window if kv_ids is None else None
+    window = module.window if texts.kv_ids is None else None
     seen = keep  # what the layer's queries see: the mask, narrowed to a sliding window
     if window is not None:
-        inside = module.window_keep(T, S, 0, device=model.device)
+        inside = module.window_keep(texts.T, texts.S, 0, device=model.device)
         seen = inside if keep is None else keep & inside
     if explain:
-        h = head if head is not None else 0
-        local = 0 if head is not None else h  # index into the (possibly sliced) H axis
-        rot = "_rot" if cfg.positional == "rope" and not cross else ""
-        bias = where + "position_bias"
-        q_tokens = source.target.tokens if decoder else source.tokens
-        k_tokens = source.kv.tokens if source.kv is not None else \
-            source.tokens if cross else q_tokens
-        explained = explain_row(
-            tr.array(where + "q" + rot)[local], tr.array(where + "k" + rot)[local],
-            tr.array(where + "v")[local], None if seen is None else seen.cpu().numpy(),
-            query_pos, attn_scale(cfg), tr.array(where + "pattern")[local],
-            head=h, tokens=q_tokens, kv_tokens=k_tokens,
-            scale_label="sqrt(d_k)" if cfg.attn_scalar is None else
-            f"sqrt({cfg.attn_scalar:g})", softcap=cfg.attn_softcap,
-            bias=tr.array(bias)[local][query_pos] if bias in tr else None,
-            sink=_sink_logit(module, h) if cfg.attn_sinks and not cross else None)
+        explained = _explain(cfg, tr, where, head, seen, query_pos, source,
+                             seq.stack == "decoder", cross, module)
         if show:
             tr = tr.subset([where + s_ for s_ in show if where + s_ in tr])
     return AttendResult(
@@ -196,7 +244,7 @@ def attend(loaded: Loaded, text: str, *, layer: int = 0, head: int | None = None
         heads=[head] if head is not None else list(range(cfg.n_heads)),
         n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
         scale=attn_scale(cfg),
-        mask=("causal" if causal else "none") + (f" + window {window}" if window else ""),
+        mask=("causal" if texts.causal else "none") + (f" + window {window}" if window else ""),
         valid_lens=valid_lens, cross_attention=kv is not None or cross,
         # gpt-oss: the pattern's rows sum to less than 1; the sink's share is the rest
         shown=show or (["pattern", "sink"] if cfg.attn_sinks and not cross else ["pattern"]),

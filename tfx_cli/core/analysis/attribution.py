@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from ...errors import InputTextError, UsageError
+from ..config import ModelConfig
 from ..config_moe import ffn_out_name
 from ..results import AttributeResult, Part
 from ..model import finite
@@ -58,6 +59,193 @@ class Attribution:
     logit_diff: float  # the model's own, from its logits
 
 
+@dataclass
+class _Layout:
+    """Where one stack's parts are read: its prefix, the taps of its embeddings, the
+    sublayers of a block and the norm after each, how the norms sit."""
+
+    cfg: ModelConfig
+    stack: torch.nn.Module  # the model (one stack) or its decoder
+    p: str  # "" or "decoder."
+    seq2seq: bool
+    per_head: bool
+    embeds: list[str]
+    out: str  # the logits tap the parts sum to
+    post: bool
+    sandwich: bool
+    sublayers: tuple[str, ...]
+    norms: tuple[str, ...]
+
+    def ffn_name(self, i: int) -> str:  # an MoE layer's output is blocks.{i}.moe.out
+        return f"{self.p}blocks.{i}.ffn.out" if self.seq2seq else ffn_out_name(self.cfg, i)
+
+    def tap_names(self, sae) -> list[str]:
+        """Every tap the parts are read from, the norms' var taps included."""
+        cfg, p = self.cfg, self.p
+        names = list(self.embeds) + [self.out] + ([p + "embed.ln.var"] if cfg.embed_norm
+                                                  else [])
+        for i in range(len(self.stack.blocks)):
+            for sub in self.sublayers:
+                names.append(self.ffn_name(i) if sub == "ffn" else f"{p}blocks.{i}.{sub}."
+                             + ("context" if self.per_head else "out"))
+            if self.post:
+                names += [f"{p}blocks.{i}.{norm}.var" for norm in self.norms]
+            if self.sandwich:
+                names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
+        if self.stack.ln_f is not None:
+            names.append(p + "ln_f.var")
+        if sae is not None:
+            names += [sae.site, sae.site_out]
+        return names
+
+
+def _layout(model, seq2seq: bool, per_head: bool) -> _Layout:
+    cfg = model.cfg
+    stack, p = (model.decoder, "decoder.") if seq2seq else (model, "")
+    return _Layout(
+        cfg=cfg, stack=stack, p=p, seq2seq=seq2seq, per_head=per_head,
+        embeds=[p + n for n in ("embed.tok", "embed.pos", "embed.token_type")
+                if p + n in model.taps],
+        # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
+        # logits before the cap
+        out="logits_uncapped" if "logits_uncapped" in model.taps else "logits",
+        post=cfg.norm_position == "post", sandwich=cfg.sandwich_norm,
+        sublayers=("attn", "cross", "ffn") if seq2seq else ("attn", "ffn"),
+        norms=("ln1", "ln2", "ln3") if seq2seq else ("ln1", "ln2"))
+
+
+def _direction(model, answer: int, wrong: int | None) -> tuple[torch.Tensor, float]:
+    """W_U[answer] - W_U[wrong] as the stream is read (T5: × d_model^-0.5), and the fixed
+    logits bias's share of the difference (Marian, BART)."""
+    cfg = model.cfg
+    # a streamed model reads each part's weights again while they are used here
+    with model.holding("head"):
+        direction = _host(model.lm_head.weight[answer])
+        if wrong is not None:
+            direction = direction - _host(model.lm_head.weight[wrong])
+        if cfg.unembed_scale:  # T5: the head reads the stream × d_model^-0.5
+            direction = direction * cfg.d_model ** -0.5
+        fixed = 0.0  # Marian, BART: a bias on the logits, the same whatever the stream
+        if cfg.logits_bias:
+            bias = _host(model.final_logits_bias)
+            fixed = float(bias[answer] - (bias[wrong] if wrong is not None else 0.0))
+    return direction, fixed
+
+
+class _Parts:
+    """The last position's stream built part by part in forward order: each part's
+    vector (float64, on the CPU) carried through the frozen norms it passes, and the
+    remainder (biases and shifts) beside them."""
+
+    def __init__(self, model, layout: _Layout, tr: Trace, sae) -> None:
+        self.model, self.layout, self.tr, self.sae = model, layout, tr, sae
+        self.labels: list[str] = []
+        self.vectors: list[torch.Tensor] = []  # each part at the last position, (C,)
+        self.rest = torch.zeros(model.cfg.d_model, dtype=torch.float64)  # biases, shifts
+        self.features = None  # the SAE's parts of its site, at the last position
+        if sae is not None:
+            from .features import feature_parts, site_values
+
+            x_in, x_out = site_values(sae, tr)
+            self.features = feature_parts(sae, x_in[-1], x_out[-1])
+
+    def add(self, label: str, vector: torch.Tensor) -> None:
+        self.labels.append(label)
+        self.vectors.append(_host(vector))
+
+    def through(self, norm, prefix: str, since: int = 0) -> None:
+        """Carry the parts from index `since` on, and the remainder, through a frozen
+        norm (since > 0: a sandwich norm, which sees only its own sublayer's parts)."""
+        scale = _norm_scale(self.tr, prefix, norm.eps)
+        stacked = _frozen_norm(torch.stack(self.vectors[since:] + [self.rest]), norm, scale)
+        self.vectors[since:] = list(stacked[:-1])
+        self.rest = stacked[-1] + (_host(norm.shift) if norm.shift is not None else 0.0)
+
+    def embeddings(self) -> None:
+        """The embedding's terms (Gemma's token rows scaled), through an embedding norm."""
+        cfg, p = self.model.cfg, self.layout.p
+        for name in self.layout.embeds:
+            vector = self.tr.raw(name)[-1].double()
+            if name == p + "embed.tok" and cfg.embed_scale:
+                vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
+            self.add(name, vector)
+        if cfg.embed_norm:
+            with self.model.holding(p + "embed"):
+                self.through(self.layout.stack.embed.ln, p + "embed.ln")
+        self.stream_is("embed.out")
+
+    def attention(self, i: int, sub: str, attn) -> None:
+        """A self- or cross-attention's output at the last position, or its heads'
+        (context × the head's slice of W_O; the output bias joins the remainder)."""
+        where = f"{self.layout.p}blocks.{i}.{sub}"
+        if not self.layout.per_head:
+            self.sublayer(f"{where}.out", self.tr.raw(f"{where}.out")[-1], attn.out_proj)
+            return
+        context = _host(self.tr.raw(f"{where}.context")[:, -1])  # (H, D)
+        W_O = _host(attn.out_proj.weight)  # (C, H·D)
+        D = self.model.cfg.v_dim  # a value head's width (latent attention's differs)
+        for h in range(self.model.cfg.n_heads):
+            self.add(f"{where}.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
+        if attn.out_proj.bias is not None:
+            self.rest = self.rest + _host(attn.out_proj.bias)
+
+    def stream_is(self, name: str) -> None:
+        """At the point where the stream is `name`'s value: an SAE of it replaces
+        every part so far (and the remainder) by its own parts."""
+        if self.sae is not None and self.sae.site_out == name:
+            self.labels.clear()
+            self.vectors.clear()
+            self.rest = torch.zeros_like(self.rest)
+            for label, vector in self.features:
+                self.add(label, vector)
+
+    def sublayer(self, name: str, value, out_proj=None) -> None:
+        """A sublayer's output part, or the SAE's parts of it (through W_O for an SAE
+        of attention's context, whose output bias joins the remainder)."""
+        sae = self.sae
+        if sae is None or sae.site_out not in (name, name.replace(".out", ".context")):
+            self.add(name, value)
+            return
+        W = _host(out_proj.weight) if sae.site_out.endswith(".context") else None
+        for label, vector in self.features:
+            self.add(label, vector if W is None else W @ vector)
+        if W is not None and out_proj.bias is not None:
+            self.rest = self.rest + _host(out_proj.bias)
+
+    def block(self, i: int, block) -> None:
+        """Block i's attention (or its heads), cross-attention (a decoder's) and FFN
+        outputs, through its norms."""
+        lay = self.layout
+        for sub, norm in zip(lay.sublayers, lay.norms):
+            first, before = len(self.vectors), self.rest
+            if lay.sandwich:
+                self.rest = torch.zeros_like(self.rest)  # the sublayer's own bias, normed
+            if sub == "ffn":
+                self.sublayer(lay.ffn_name(i), self.tr.raw(lay.ffn_name(i))[-1])
+            else:
+                self.attention(i, sub, getattr(block, sub))
+            if lay.sandwich:
+                post_norm = "ln_post_ffn" if sub == "ffn" else "ln_post_attn"
+                self.through(getattr(block, post_norm), f"blocks.{i}.{post_norm}",
+                             since=first)
+                self.rest = before + self.rest
+            if lay.post:
+                self.through(getattr(block, norm), f"{lay.p}blocks.{i}.{norm}")
+            if not lay.seq2seq:
+                self.stream_is(f"blocks.{i}.resid_out" if sub == "ffn"
+                               else f"blocks.{i}.resid_mid")
+
+    def build(self) -> None:
+        """Every part, in forward order, through the final norm."""
+        self.embeddings()
+        for i, block in enumerate(self.layout.stack.blocks):
+            with self.model.holding(f"{self.layout.p}blocks.{i}"):
+                self.block(i, block)
+        if self.layout.stack.ln_f is not None:
+            with self.model.holding("head"):
+                self.through(self.layout.stack.ln_f, self.layout.p + "ln_f")
+
+
 def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None = None, *,
                       per_head: bool = False, target: Sequence[int] | None = None,
                       sae=None) -> Attribution:
@@ -82,162 +270,27 @@ def logit_attribution(model, ids: Sequence[int], answer: int, wrong: int | None 
     and every later one), a T5 head's d_model^-0.5 folded into the direction and a fixed
     logits bias (Marian, BART) in the remainder.
     """
-    cfg = model.cfg
     seq2seq = target is not None
-    stack, p = (model.decoder, "decoder.") if seq2seq else (model, "")
-    embeds = [p + n for n in ("embed.tok", "embed.pos", "embed.token_type")
-              if p + n in model.taps]
-    post = cfg.norm_position == "post"
-    sandwich = cfg.sandwich_norm
-    # soft-capped logits (Gemma 2) are not linear in the stream: the parts sum to the
-    # logits before the cap
-    out = "logits_uncapped" if "logits_uncapped" in model.taps else "logits"
-    names = list(embeds) + [out] + ([p + "embed.ln.var"] if cfg.embed_norm else [])
-    sublayers = ("attn", "cross", "ffn") if seq2seq else ("attn", "ffn")
-
-    def ffn_name(i: int) -> str:  # an MoE layer's output is blocks.{i}.moe.out
-        return f"{p}blocks.{i}.ffn.out" if seq2seq else ffn_out_name(cfg, i)
-
-    norms = ("ln1", "ln2", "ln3") if seq2seq else ("ln1", "ln2")
-    for i in range(len(stack.blocks)):
-        for sub in sublayers:
-            names.append(ffn_name(i) if sub == "ffn" else f"{p}blocks.{i}.{sub}."
-                         + ("context" if per_head else "out"))
-        if post:
-            names += [f"{p}blocks.{i}.{norm}.var" for norm in norms]
-        if sandwich:
-            names += [f"blocks.{i}.ln_post_attn.var", f"blocks.{i}.ln_post_ffn.var"]
-    if stack.ln_f is not None:
-        names.append(p + "ln_f.var")
+    layout = _layout(model, seq2seq, per_head)
     if sae is not None:
         if seq2seq:
             raise UsageError("tfx attribute --sae reads a single-stack model's residual "
                              "stream; an encoder–decoder's SAE sites are not split yet: "
                              "drop --sae")
         check_sae_site(sae, per_head)
-        names += [sae.site, sae.site_out]
-    with model.record(names) as tr, torch.inference_mode():
+    with model.record(layout.tap_names(sae)) as tr, torch.inference_mode():
         if seq2seq:
             model(torch.tensor([list(ids)]), target=torch.tensor([list(target)]), head="last")
         else:
             model(torch.tensor([list(ids)]), head="last")
-    logits = tr.raw(out)[-1].double()  # (V,)
-    # a streamed model reads each part's weights again while they are used here
-    with model.holding("head"):
-        direction = _host(model.lm_head.weight[answer])
-        if wrong is not None:
-            direction = direction - _host(model.lm_head.weight[wrong])
-        if cfg.unembed_scale:  # T5: the head reads the stream × d_model^-0.5
-            direction = direction * cfg.d_model ** -0.5
-        fixed = 0.0  # Marian, BART: a bias on the logits, the same whatever the stream
-        if cfg.logits_bias:
-            bias = _host(model.final_logits_bias)
-            fixed = float(bias[answer] - (bias[wrong] if wrong is not None else 0.0))
+    logits = tr.raw(layout.out)[-1].double()  # (V,)
+    direction, fixed = _direction(model, answer, wrong)
     logit_diff = float(logits[answer] - (logits[wrong] if wrong is not None else 0.0))
-
-    labels: list[str] = []
-    vectors: list[torch.Tensor] = []  # each part at the last position, (C,) float64
-    rest = torch.zeros(cfg.d_model, dtype=torch.float64)  # biases and shifts
-
-    def add(label: str, vector: torch.Tensor) -> None:
-        labels.append(label)
-        vectors.append(_host(vector))
-
-    def through(norm, prefix: str, since: int = 0) -> None:
-        """Carry the parts from index `since` on, and the remainder, through a frozen
-        norm (since > 0: a sandwich norm, which sees only its own sublayer's parts)."""
-        nonlocal rest
-        scale = _norm_scale(tr, prefix, norm.eps)
-        stacked = _frozen_norm(torch.stack(vectors[since:] + [rest]), norm, scale)
-        vectors[since:] = list(stacked[:-1])
-        rest = stacked[-1] + (_host(norm.shift) if norm.shift is not None else 0.0)
-
-    for name in embeds:
-        vector = tr.raw(name)[-1].double()
-        if name == p + "embed.tok" and cfg.embed_scale:
-            vector = vector * math.sqrt(cfg.d_model)  # Gemma scales the token rows only
-        add(name, vector)
-    if cfg.embed_norm:
-        with model.holding(p + "embed"):
-            through(stack.embed.ln, p + "embed.ln")
-
-    def attention_parts(i: int, sub: str, attn) -> None:
-        """A self- or cross-attention's output at the last position, or its heads'
-        (context × the head's slice of W_O; the output bias joins the remainder)."""
-        nonlocal rest
-        where = f"{p}blocks.{i}.{sub}"
-        if not per_head:
-            sublayer(f"{where}.out", tr.raw(f"{where}.out")[-1], attn.out_proj)
-            return
-        context = _host(tr.raw(f"{where}.context")[:, -1])  # (H, D)
-        W_O = _host(attn.out_proj.weight)  # (C, H·D)
-        D = cfg.v_dim  # a value head's width (latent attention's differs from D)
-        for h in range(cfg.n_heads):
-            add(f"{where}.out:h={h}", W_O[:, h * D:(h + 1) * D] @ context[h])
-        if attn.out_proj.bias is not None:
-            rest = rest + _host(attn.out_proj.bias)
-
-    features = None  # the SAE's parts of its site, at the last position
-    if sae is not None:
-        from .features import feature_parts, site_values
-
-        x_in, x_out = site_values(sae, tr)
-        features = feature_parts(sae, x_in[-1], x_out[-1])
-
-    def stream_is(name: str) -> None:
-        """At the point where the stream is `name`'s value: an SAE of it replaces
-        every part so far (and the remainder) by its own parts."""
-        nonlocal rest
-        if sae is not None and sae.site_out == name:
-            labels.clear()
-            vectors.clear()
-            rest = torch.zeros_like(rest)
-            for label, vector in features:
-                add(label, vector)
-
-    def sublayer(name: str, value, out_proj=None) -> None:
-        """A sublayer's output part, or the SAE's parts of it (through W_O for an SAE
-        of attention's context, whose output bias joins the remainder)."""
-        nonlocal rest
-        if sae is None or sae.site_out not in (name, name.replace(".out", ".context")):
-            add(name, value)
-            return
-        W = _host(out_proj.weight) if sae.site_out.endswith(".context") else None
-        for label, vector in features:
-            add(label, vector if W is None else W @ vector)
-        if W is not None and out_proj.bias is not None:
-            rest = rest + _host(out_proj.bias)
-
-    stream_is("embed.out")
-
-    def block_parts(i: int, block) -> None:
-        """Block i's attention (or its heads), cross-attention (a decoder's) and FFN
-        outputs, through its norms."""
-        nonlocal rest
-        for sub, norm in zip(sublayers, norms):
-            first, before = len(vectors), rest
-            if sandwich:
-                rest = torch.zeros_like(rest)  # the sublayer's own bias, normed with it
-            if sub == "ffn":
-                sublayer(ffn_name(i), tr.raw(ffn_name(i))[-1])
-            else:
-                attention_parts(i, sub, getattr(block, sub))
-            if sandwich:
-                post_norm = "ln_post_ffn" if sub == "ffn" else "ln_post_attn"
-                through(getattr(block, post_norm), f"blocks.{i}.{post_norm}", since=first)
-                rest = before + rest
-            if post:
-                through(getattr(block, norm), f"{p}blocks.{i}.{norm}")
-            if not seq2seq:
-                stream_is(f"blocks.{i}.resid_out" if sub == "ffn" else f"blocks.{i}.resid_mid")
-    for i, block in enumerate(stack.blocks):
-        with model.holding(f"{p}blocks.{i}"):
-            block_parts(i, block)
-    if stack.ln_f is not None:
-        with model.holding("head"):
-            through(stack.ln_f, p + "ln_f")
-    values = [float(v @ direction) for v in vectors] + [float(rest @ direction) + fixed]
-    return Attribution(labels + ["remainder"], values, logit_diff)
+    parts = _Parts(model, layout, tr, sae)
+    parts.build()
+    values = [float(v @ direction) for v in parts.vectors] + \
+        [float(parts.rest @ direction) + fixed]
+    return Attribution(parts.labels + ["remainder"], values, logit_diff)
 
 
 # the sites whose value attribution can split by feature: the residual stream at a

@@ -83,6 +83,77 @@ GENERATE_FIX = ("raise --max-memory, ask for fewer tokens (--max-new-tokens), re
                 "tensors (--select), or give a shorter prompt")
 
 
+def _check_memory(loaded, ids: list[int], start: list[int] | None, select: Sequence[str],
+                  use_cache: bool, max_new_tokens: int) -> None:
+    """The run fits the memory budget: the prompt's forward, the KV cache and the
+    recorded tensors of every step."""
+    # the cache holds the text so far: the prompt and the new tokens, or an
+    # encoder–decoder's target so far (its source is read once, as memory)
+    so_far = (len(start) if start is not None else len(ids)) + max_new_tokens
+    check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
+              kv_len=min(loaded.cfg.context_length, so_far)
+              if use_cache and (loaded.cfg.causal or loaded.cfg.is_encoder_decoder)
+              else 0, target=min(so_far, loaded.cfg.context_length) if start else 0,
+              steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
+
+
+def _streaming_notice(loaded) -> None:
+    if loaded.model.residency.streamed and loaded.notice is not None:
+        blocks = (f"the decoder's {counted(loaded.cfg.n_decoder_layers, 'block')} and the "
+                  "head (the encoder runs once)") if loaded.cfg.is_encoder_decoder else \
+            f"all {loaded.cfg.n_layers} blocks"
+        loaded.notice(f"decoding a streamed model reads {blocks} from disk again for every "
+                      "new token (only the KV cache stays in memory); the progress shows "
+                      "each token's reads")
+
+
+class _Continuation:
+    """The text decoding writes, streamed to `on_text` as it grows: it ends at an
+    end-of-sequence token (which is no text) or at a stop text."""
+
+    def __init__(self, loaded, ids: list[int], start: list[int] | None,
+                 stops: Sequence[str], eos: Sequence[int],
+                 on_text: Callable[[str], None] | None) -> None:
+        # the text so far (an encoder–decoder's target words, without the start token)
+        before = list(start[1:]) if start else ids
+        self.tracker = TextTracker(lambda new: loaded.tokenizer.continuation(before, new),
+                                   len(start) if start else len(ids), stops)
+        self.eos, self.on_text = eos, on_text
+        self.ended: list[str] = []
+
+    def on_step(self, step: Step, ids_now: list[int]) -> None:
+        if step.id in self.eos:
+            self.ended.append("eos")
+            ids_now = ids_now[:-1]  # the end-of-sequence token is no text
+        chunk = self.tracker.update(ids_now)
+        if chunk and self.on_text is not None:
+            self.on_text(chunk)
+
+    def should_stop(self, _ids: list[int]) -> str | None:
+        return "eos" if self.ended else "stop" if self.tracker.stopped else None
+
+    def flush(self) -> None:
+        rest = self.tracker.flush()
+        if rest and self.on_text is not None:
+            self.on_text(rest)
+
+
+def _whole_text(loaded, text: str, ids: list[int], start: list[int] | None, decoded,
+                tracker: TextTracker, eos: Sequence[int],
+                stops: Sequence[str]) -> tuple[str, int]:
+    """The whole text after decoding and where the new ids begin: the prompt and its
+    completion, or an encoder–decoder's target words (cut at a stop text)."""
+    if start is None:
+        return text + tracker.text, len(ids)
+    # the target: its words so far (no start token) and what decoding added
+    whole = loaded.tokenizer.decode([i for i in decoded.ids[1:] if i not in eos])
+    if tracker.stopped:  # cut at the stop text, as the completion is
+        done = len(loaded.tokenizer.decode(start[1:]))
+        cuts = [whole.find(stop, done) for stop in stops if whole.find(stop, done) >= 0]
+        whole = whole[:min(cuts)] if cuts else whole
+    return whole, len(start)
+
+
 def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
@@ -108,49 +179,19 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     if loaded.cfg.is_encoder_decoder:
         seq = read_seq(loaded, truncate=truncate, target=target or "")  # the start id at least
     start = seq.target  # the decoder's ids so far (encoder–decoder), else None
-    # the cache holds the text so far: the prompt and the new tokens, or an
-    # encoder–decoder's target so far (its source is read once, as memory)
-    so_far = (len(start) if start is not None else len(ids)) + max_new_tokens
-    check_run(loaded, min(len(ids), loaded.cfg.context_length), select,
-                     kv_len=min(loaded.cfg.context_length, so_far)
-                     if use_cache and (loaded.cfg.causal or loaded.cfg.is_encoder_decoder)
-                     else 0, target=min(so_far, loaded.cfg.context_length) if start else 0,
-                     steps=max_new_tokens, logits_rows=1, fix=GENERATE_FIX)
-    if loaded.model.residency.streamed and loaded.notice is not None:
-        blocks = (f"the decoder's {counted(loaded.cfg.n_decoder_layers, 'block')} and the "
-                  "head (the encoder runs once)") if loaded.cfg.is_encoder_decoder else \
-            f"all {loaded.cfg.n_layers} blocks"
-        loaded.notice(f"decoding a streamed model reads {blocks} from disk again for every "
-                      "new token (only the KV cache stays in memory); the progress shows "
-                      "each token's reads")
+    _check_memory(loaded, ids, start, select, use_cache, max_new_tokens)
+    _streaming_notice(loaded)
     seed = loaded.spec.seed
     # Sampling draws from its own generator, seeded after the weights were built, so the
     # weights never depend on whether (or how much) we sample.
     generator = torch.Generator().manual_seed(seed)
-    # the text so far (an encoder–decoder's target words, without the start token)
-    before = list(start[1:]) if start else ids
-    tracker = TextTracker(lambda new: loaded.tokenizer.continuation(before, new),
-                          len(start) if start else len(ids), stops)
     eos = () if ignore_eos else loaded.cfg.eos_ids
-    ended: list[str] = []
-
-    def on_step(step: Step, ids_now: list[int]) -> None:
-        if step.id in eos:
-            ended.append("eos")
-            ids_now = ids_now[:-1]  # the end-of-sequence token is no text
-        chunk = tracker.update(ids_now)
-        if chunk and on_text is not None:
-            on_text(chunk)
-
-    def should_stop(_ids: list[int]) -> str | None:
-        return "eos" if ended else "stop" if tracker.stopped else None
-
+    written = _Continuation(loaded, ids, start, stops, eos, on_text)
     decoded = decode(loaded.model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
                      generator=generator, use_cache=use_cache, n_candidates=n_candidates,
-                     select=select, should_stop=should_stop, on_step=on_step, target=start)
-    rest = tracker.flush()
-    if rest and on_text is not None:
-        on_text(rest)
+                     select=select, should_stop=written.should_stop,
+                     on_step=written.on_step, target=start)
+    written.flush()
 
     def piece(i: int) -> str:
         return loaded.tokenizer.pieces([i])[0]
@@ -161,18 +202,11 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
         decoding="greedy" if sampling.greedy else "sample", seed=seed, stop=list(stops),
         eos_ids=list(loaded.cfg.eos_ids), ignore_eos=ignore_eos, cache=decoded.cache_used,
         candidates=n_candidates, context_length=loaded.cfg.context_length)
-    if start is None:
-        whole, before = text + tracker.text, len(ids)
-    else:  # the target: its words so far (no start token) and what decoding added
-        before = len(start)
-        whole = loaded.tokenizer.decode([i for i in decoded.ids[1:] if i not in eos])
-        if tracker.stopped:  # cut at the stop text, as the completion is
-            after = len(loaded.tokenizer.decode(start[1:]))
-            cuts = [whole.find(stop, after) for stop in stops if whole.find(stop, after) >= 0]
-            whole = whole[:min(cuts)] if cuts else whole
+    whole, before = _whole_text(loaded, text, ids, start, decoded, written.tracker, eos,
+                                stops)
     return GenerateResult(
         model=loaded.info, input=seq_info(loaded, text, ids, seq), stack=seq.stack,
-        tensors=decoded.trace, text=whole, completion=tracker.text, ids=decoded.ids,
+        tensors=decoded.trace, text=whole, completion=written.tracker.text, ids=decoded.ids,
         prompt_ids=ids if start is None else start, new_ids=decoded.ids[before:],
         stopped=decoded.stopped, settings=settings,
         steps=[step_info(s, piece) for s in decoded.steps])

@@ -17,6 +17,7 @@ float64, with the model's own Taps recording every stage.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -34,12 +35,31 @@ INPUT_KEYS = {"x": "x", "x_kv": "x_kv", "w_q": "w_q", "w_query": "w_q", "w_k": "
 VALID_KEYS = "x, x_kv, w_q, w_k, w_v, w_o, scale, mask, valid_lens, tokens, kv_tokens, comment"
 
 
-def read_inputs(path) -> dict:
-    """Parse and check an --inputs file; every problem is one InputTextError line."""
-    import json
-    from pathlib import Path
+@dataclass
+class AttentionInputs:
+    """An --inputs file, checked: float64 matrices (the heads' stacked, (H, d, d_k)), the
+    scale, the (T, S) keep-mask and how it was given, the rows' labels."""
 
-    path = Path(path)
+    x: torch.Tensor  # (T, d)
+    x_kv: torch.Tensor  # (S, d'): x itself unless the file gives x_kv
+    w_q: torch.Tensor  # (H, d, d_k)
+    w_k: torch.Tensor  # (H, d', d_k)
+    w_v: torch.Tensor  # (H, d', d_v)
+    w_o: torch.Tensor | None  # ((H·d_v), d_out), when given
+    scale: float
+    mask: torch.Tensor | None  # (T, S) bool, None: every key visible
+    mask_kind: str
+    valid_lens: object  # as the file gives it: None, a number or a list
+    tokens: list[str]
+    kv_tokens: list[str]
+    cross: bool  # the file gives x_kv
+
+
+def _read_keys(path) -> dict:
+    """The file's JSON object with each key under its canonical name; unknown, repeated
+    and missing keys refused."""
+    import json
+
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -68,19 +88,22 @@ def read_inputs(path) -> dict:
     if missing:
         raise InputTextError(f"--inputs {path}: missing key {missing[0]!r}; an inputs file "
                              "needs x (T×d), w_q, w_k (d×d_k) and w_v (d×d_v)")
-    out = {"x": _matrix(path, "x", got["x"])}
-    out["x_kv"] = _matrix(path, "x_kv", got["x_kv"]) if got.get("x_kv") is not None \
-        else out["x"]
-    heads = {name: _heads(path, name, got[name]) for name in ("w_q", "w_k", "w_v")}
+    return got
+
+
+def _check_heads(path, heads: dict[str, list[torch.Tensor]], x: torch.Tensor,
+                 x_kv: torch.Tensor, cross: bool) -> None:
+    """As many heads in w_q, w_k and w_v, each reading its input's width, every head of
+    one shape, and q·k defined."""
     counts = {name: len(mats) for name, mats in heads.items()}
     if len(set(counts.values())) > 1:
         raise InputTextError(f"--inputs {path}: w_q, w_k and w_v give {counts['w_q']}, "
                              f"{counts['w_k']} and {counts['w_v']} heads; give each one "
                              "matrix per head")
-    T, d = out["x"].shape
-    S, d_kv = out["x_kv"].shape
-    source = {"w_q": ("x", d), "w_k": ("x_kv" if "x_kv" in got else "x", d_kv),
-              "w_v": ("x_kv" if "x_kv" in got else "x", d_kv)}
+    T, d = x.shape
+    S, d_kv = x_kv.shape
+    source = {"w_q": ("x", d), "w_k": ("x_kv" if cross else "x", d_kv),
+              "w_v": ("x_kv" if cross else "x", d_kv)}
     for name, mats in heads.items():
         reads, rows = source[name]
         for h, m in enumerate(mats):
@@ -97,23 +120,38 @@ def read_inputs(path) -> dict:
     if heads["w_q"][0].shape[1] != heads["w_k"][0].shape[1]:
         raise InputTextError(f"--inputs {path}: w_q is {_dims(heads['w_q'][0])} and w_k is "
                              f"{_dims(heads['w_k'][0])}; q·k needs the same number of columns")
-    out.update({name: torch.stack(mats) for name, mats in heads.items()})  # (H, d, d_k)
+
+
+def read_inputs(path) -> AttentionInputs:
+    """Parse and check an --inputs file; every problem is one InputTextError line."""
+    from pathlib import Path
+
+    path = Path(path)
+    got = _read_keys(path)
+    x = _matrix(path, "x", got["x"])
+    x_kv = _matrix(path, "x_kv", got["x_kv"]) if got.get("x_kv") is not None else x
+    cross = "x_kv" in got
+    heads = {name: _heads(path, name, got[name]) for name in ("w_q", "w_k", "w_v")}
+    _check_heads(path, heads, x, x_kv, cross)
+    T, S = x.shape[0], x_kv.shape[0]
+    stacked = {name: torch.stack(mats) for name, mats in heads.items()}  # (H, d, d_k)
     H, d_v = len(heads["w_v"]), heads["w_v"][0].shape[1]
+    w_o = None
     if got.get("w_o") is not None:
-        out["w_o"] = _matrix(path, "w_o", got["w_o"])
-        if out["w_o"].shape[0] != H * d_v:
+        w_o = _matrix(path, "w_o", got["w_o"])
+        if w_o.shape[0] != H * d_v:
             joined = f"{H} heads × {d_v} columns" if H > 1 else f"{d_v} columns"
             raise InputTextError(f"--inputs {path}: w_v gives {joined} but w_o is "
-                                 f"{_dims(out['w_o'])}; w_o needs {H * d_v} rows")
-    out["scale"] = _scale(path, got.get("scale", "sqrt_dk"), out["w_q"].shape[2])
-    out["mask"] = _keep(path, got.get("mask"), got.get("valid_lens"), T, S)
-    out["mask_kind"] = _mask_kind(got.get("mask"), got.get("valid_lens"))
-    out["valid_lens"] = got.get("valid_lens")
-    out["tokens"] = _labels(path, "tokens", got.get("tokens"), T, "x", "x")
-    out["kv_tokens"] = _labels(path, "kv_tokens", got.get("kv_tokens"), S, "x_kv", "k") \
-        if "x_kv" in got else out["tokens"]
-    out["cross"] = "x_kv" in got
-    return out
+                                 f"{_dims(w_o)}; w_o needs {H * d_v} rows")
+    scale = _scale(path, got.get("scale", "sqrt_dk"), stacked["w_q"].shape[2])
+    mask = _keep(path, got.get("mask"), got.get("valid_lens"), T, S)
+    tokens = _labels(path, "tokens", got.get("tokens"), T, "x", "x")
+    return AttentionInputs(
+        x=x, x_kv=x_kv, **stacked, w_o=w_o, scale=scale, mask=mask,
+        mask_kind=_mask_kind(got.get("mask"), got.get("valid_lens")),
+        valid_lens=got.get("valid_lens"), tokens=tokens,
+        kv_tokens=_labels(path, "kv_tokens", got.get("kv_tokens"), S, "x_kv", "k")
+        if cross else tokens, cross=cross)
 
 
 def _labels(path, key: str, value, n: int, rows_of: str, prefix: str) -> list[str]:
@@ -218,89 +256,103 @@ def _keep(path, mask, valid_lens, T: int, S: int):
     return keep
 
 
-def attend_inputs(path, *, head: int | None = None, explain: bool = False,
-                  query_pos: int | None = None,
-                  show: Iterable[str] | None = None) -> AttendInputsResult:
-    """Attention on matrices from a JSON file (seed 000's worked example, seed 001's
-    two-head masked example, d2l's queries against key-value pairs), through
-    model.explicit_attention, the formula the model itself uses, in float64."""
+def _attention_trace(path, data: AttentionInputs) -> Trace:
+    """The inputs through model.explicit_attention, every stage recorded by the model's
+    own Taps; products that overflow float64 refused."""
     from types import SimpleNamespace
 
     from ..model import Tap, explicit_attention
 
-    data = read_inputs(path)
-    stages = ["q", "k", "v", "scores", "scaled", "masked", "pattern", "context", "concat"]
-    if "w_o" in data:
-        stages.append("out")
-    show = check_show(show, stages)
-    H = data["w_q"].shape[0]
-    check_range("head", head, H, "--head")
-    T = data["x"].shape[0]
+    T = data.x.shape[0]
     tr = Trace()
-    tr.add("x", data["x"], ("T", "C"))
-    if data["cross"]:
-        tr.add("x_kv", data["x_kv"], ("S", "C"))
+    tr.add("x", data.x, ("T", "C"))
+    if data.cross:
+        tr.add("x_kv", data.x_kv, ("S", "C"))
 
     def tap(name: str, *dims: str) -> Tap:
         t = Tap(*dims)
         t.name, t.trace = f"attn.{name}", tr
         return t
 
-    x, x_kv = data["x"][None, None], data["x_kv"][None, None]  # (1, 1, T, d): batch, head
-    q = tap("q", "H", "T", "D")(x @ data["w_q"][None])  # (1, H, T, d_k)
-    k = tap("k", "H", "S", "D")(x_kv @ data["w_k"][None])  # (1, H, S, d_k)
-    v = tap("v", "H", "S", "D")(x_kv @ data["w_v"][None])  # (1, H, S, d_v)
+    x, x_kv = data.x[None, None], data.x_kv[None, None]  # (1, 1, T, d): batch, head
+    q = tap("q", "H", "T", "D")(x @ data.w_q[None])  # (1, H, T, d_k)
+    k = tap("k", "H", "S", "D")(x_kv @ data.w_k[None])  # (1, H, S, d_k)
+    v = tap("v", "H", "S", "D")(x_kv @ data.w_v[None])  # (1, H, S, d_v)
     taps = SimpleNamespace(scores=tap("scores", "H", "T", "S"),
                            scaled=tap("scaled", "H", "T", "S"),
                            masked=tap("masked", "H", "T", "S"),
                            pattern=tap("pattern", "H", "T", "S"))
     context = tap("context", "H", "T", "D")(
-        explicit_attention(q, k, v, data["mask"], data["scale"], taps=taps))
+        explicit_attention(q, k, v, data.mask, data.scale, taps=taps))
     concat = tap("concat", "T", "C")(context.transpose(1, 2).reshape(1, T, -1))
     if not (torch.isfinite(q).all() and torch.isfinite(k).all() and torch.isfinite(v).all()
             and torch.isfinite(tr.raw("attn.pattern")).all()
             and torch.isfinite(context).all()):
         raise InputTextError(f"--inputs {path}: the products overflow float64 (entries near "
-                             f"{float(data['x'].abs().max()):.3g} in x); scale the matrices "
+                             f"{float(data.x.abs().max()):.3g} in x); scale the matrices "
                              "down")
-    if "w_o" in data:
-        tap("out", "T", "C")(concat @ data["w_o"])
+    if data.w_o is not None:
+        tap("out", "T", "C")(concat @ data.w_o)
+    return tr
+
+
+def _weights(data: AttentionInputs) -> dict[str, list]:
+    """The matrices as the result shows them (one head's without its head axis)."""
+    H = data.w_q.shape[0]
+    weights = {name: (m[0] if H == 1 else m).tolist()
+               for name, m in (("w_q", data.w_q), ("w_k", data.w_k), ("w_v", data.w_v))}
+    if data.w_o is not None:
+        weights["w_o"] = data.w_o.tolist()
+    return weights
+
+
+def attend_inputs(path, *, head: int | None = None, explain: bool = False,
+                  query_pos: int | None = None,
+                  show: Iterable[str] | None = None) -> AttendInputsResult:
+    """Attention on matrices from a JSON file (seed 000's worked example, seed 001's
+    two-head masked example, d2l's queries against key-value pairs), through
+    model.explicit_attention, the formula the model itself uses, in float64."""
+    data = read_inputs(path)
+    stages = ["q", "k", "v", "scores", "scaled", "masked", "pattern", "context", "concat"]
+    if data.w_o is not None:
+        stages.append("out")
+    show = check_show(show, stages)
+    H = data.w_q.shape[0]
+    check_range("head", head, H, "--head")
+    T = data.x.shape[0]
+    tr = _attention_trace(path, data)
     if explain:
         query_pos = T - 1 if query_pos is None else query_pos
         check_range("query position (row of x)", query_pos, T, "--query-pos",
                     plural="query positions (rows of x)")
     elif query_pos is not None:
         raise RangeError("--query-pos only applies with --explain")
-    d_k = data["w_q"].shape[2]
-    label = "sqrt(d_k)" if abs(data["scale"] - d_k ** 0.5) < 1e-12 else "scale"
+    d_k = data.w_q.shape[2]
+    label = "sqrt(d_k)" if abs(data.scale - d_k ** 0.5) < 1e-12 else "scale"
     explained = None
     h = head if head is not None else 0
     if explain:
         explained = explain_row(
             tr.array("attn.q")[h], tr.array("attn.k")[h], tr.array("attn.v")[h],
-            None if data["mask"] is None else data["mask"].numpy(), query_pos, data["scale"],
-            tr.array("attn.pattern")[h], head=h, tokens=data["tokens"],
-            kv_tokens=data["kv_tokens"], scale_label=label)
+            None if data.mask is None else data.mask.numpy(), query_pos, data.scale,
+            tr.array("attn.pattern")[h], head=h, tokens=data.tokens,
+            kv_tokens=data.kv_tokens, scale_label=label)
     if show:
-        tr = tr.subset(["x"] + (["x_kv"] if data["cross"] else []) +
+        tr = tr.subset(["x"] + (["x_kv"] if data.cross else []) +
                        [f"attn.{s}" for s in show])
     if head is not None:
         tr = one_head(tr, head)
-    weights = {name: (data[name][0] if H == 1 else data[name]).tolist()
-               for name in ("w_q", "w_k", "w_v")}
-    if "w_o" in data:
-        weights["w_o"] = data["w_o"].tolist()
-    source = InputInfo(file=str(path), tokens=data["tokens"])
-    if data["cross"]:
-        source.kv = InputInfo(tokens=data["kv_tokens"])
+    source = InputInfo(file=str(path), tokens=data.tokens)
+    if data.cross:
+        source.kv = InputInfo(tokens=data.kv_tokens)
     return AttendInputsResult(
         input=source, tensors=tr, source=str(path), n_heads=H, head_dim=d_k,
-        scale=data["scale"], scale_label=label, mask=data["mask_kind"],
-        valid_lens=data["valid_lens"], cross_attention=data["cross"],
+        scale=data.scale, scale_label=label, mask=data.mask_kind,
+        valid_lens=data.valid_lens, cross_attention=data.cross,
         heads=[head] if head is not None else list(range(H)),
         shown=show or ["pattern"], show_given=bool(show),
         formula="tfx_cli.core.model.explicit_attention (the model's own)",
-        weights=weights, explain=explained)
+        weights=_weights(data), explain=explained)
 
 
-__all__ = ["read_inputs", "attend_inputs"]
+__all__ = ["read_inputs", "attend_inputs", "AttentionInputs"]

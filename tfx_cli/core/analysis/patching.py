@@ -15,7 +15,7 @@ the decoder from its layer on CORRUPT's memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -24,12 +24,15 @@ from ...words import counted
 from ..config_moe import ffn_out_label, ffn_out_name
 from ..model import finite
 from ..progress import after
-from ..results import PatchResult, PatchTable
+from ..results import InputInfo, PatchResult, PatchTable, TokenRef
 from ..trace import Trace
-from .common import encode, input_info, read_seq, seq_info
+from .common import Seq, encode, input_info, read_seq, seq_info
 from .fillmask import need_causal
 from .generate import check_vocab, need_head
 from .sites import Edit, _metric, editing, one_token, resid_pre_name
+
+if TYPE_CHECKING:  # loaded only when an SAE is given
+    from .features import FeatureSweep
 
 PATCH_SITES = ("resid_pre", "attn_out", "ffn_out", "heads")  # the layer sweeps
 # and the features of an SAE (--sae; core/analysis/features.py), features × positions
@@ -238,23 +241,23 @@ def sweep_seq2seq(model, clean: Sequence[int], corrupt: Sequence[int],
     return Seq2SeqSweep(tables, float(m_clean[0]), float(m_corrupt[0]), runs)
 
 
-def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
-          site: str = "resid_pre", batch: int | None = None,
-          truncate: bool = False, target: str | None = None, sae=None) -> PatchResult:
-    """`tfx patch`: the sweep over every layer and position (or head) of `site`; an
-    encoder–decoder's over both stacks, CLEAN and CORRUPT its sources and `target` the
-    decoder's input (its start token alone when None); with site "features", over the
-    features of `sae` (a core.features.SAE) × positions."""
-    check_site(site, sae is not None)
-    if site not in ALL_SITES:
-        raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(ALL_SITES)}")
-    if sae is not None and loaded.cfg.is_encoder_decoder:
-        raise UsageError("--site features patches a single-stack model's SAE; an "
-                         "encoder–decoder's features are not patched yet: use another --site")
-    need_head(loaded.cfg, "patch")
-    need_causal(loaded.cfg, "patch")
-    check_vocab(loaded)
+@dataclass
+class _Pair:
+    """CLEAN and CORRUPT read for patching: their ids and shown inputs, the decoder's
+    sequence (an encoder–decoder's target), the answer and wrong tokens."""
+
+    seq: Seq
+    ids: list[int]
+    bad_ids: list[int]
+    clean_info: InputInfo
+    corrupt_info: InputInfo
+    good: TokenRef  # --answer
+    bad: TokenRef  # --wrong
+
+
+def _pair(loaded, clean_text: str, corrupt: str, answer: str, wrong: str,
+          target: str | None, truncate: bool) -> _Pair:
+    """The two texts, which must line up token by token, and two different answers."""
     seq = read_seq(loaded, target=target)
     if loaded.cfg.is_encoder_decoder:
         seq = read_seq(loaded, target=target or "")  # the start token at least
@@ -272,36 +275,58 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
     if good.id == bad.id:
         raise InputTextError(f"--answer and --wrong are the same token ({good.token!r}); "
                              "the logit difference would be 0 in every run")
-    if batch is not None and batch < 1:
-        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
-    L = loaded.cfg.n_layers
-    cells = L * (loaded.cfg.n_heads if site == "heads" else len(ids))
+    return _Pair(seq, ids, bad_ids, clean_info, corrupt_info, good, bad)
+
+
+def _run_sweep(loaded, pair: _Pair, site: str, batch: int | None,
+               sae) -> Sweep | Seq2SeqSweep | FeatureSweep:
+    """The sweep `site` asks for: over an SAE's features, both stacks of an
+    encoder–decoder, or one stack's layers; its numbers checked finite, m_clean and
+    m_corrupt apart."""
+    ids, bad_ids, good, bad = pair.ids, pair.bad_ids, pair.good.id, pair.bad.id
+    cells = loaded.cfg.n_layers * (loaded.cfg.n_heads if site == "heads" else len(ids))
     with after(loaded.progress, f"patching {cells:,} cells") as update:
         if sae is not None:
-            from .features import feature_sweep, sae_info
+            from .features import feature_sweep
 
-            done = feature_sweep(loaded.model, sae, ids, bad_ids, good.id, bad.id,
+            done = feature_sweep(loaded.model, sae, ids, bad_ids, good, bad,
                                  batch=batch or default_batch(len(ids)))
-        elif seq.target is not None:
-            done = sweep_seq2seq(loaded.model, ids, bad_ids, seq.target, good.id, bad.id,
+        elif pair.seq.target is not None:
+            done = sweep_seq2seq(loaded.model, ids, bad_ids, pair.seq.target, good, bad,
                                  site, batch=batch)
         else:
-            done = sweep(loaded.model, ids, bad_ids, good.id, bad.id, site, batch=batch,
+            done = sweep(loaded.model, ids, bad_ids, good, bad, site, batch=batch,
                          update=update)
     finite.require(loaded.model, [done.m_clean, done.m_corrupt], "the logit difference m")
     for name, metric in (done.tables.items() if isinstance(done, Seq2SeqSweep)
                          else [("", done.metric)]):
         finite.require(loaded.model, metric, f"patch.{name + '.' if name else ''}metric")
-    gap = done.m_clean - done.m_corrupt
-    if gap == 0:
+    if done.m_clean - done.m_corrupt == 0:
         raise InputTextError(
             f"CLEAN and CORRUPT give the same logit difference ({done.m_clean:.6g}), so the "
             "effect (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose texts whose "
             "answers differ")
+    return done
+
+
+@dataclass
+class _Effects:
+    """A sweep's numbers as the result shows them: the effect and metric tensors, an
+    encoder–decoder's tables, the cell count, the widest row and what was patched."""
+
+    tensors: Trace
+    tables: list[PatchTable] | None
+    n_cells: int
+    widest: int
+    patched: str
+
+
+def _effects(loaded, done: Sweep | Seq2SeqSweep | FeatureSweep, site: str,
+             sae) -> _Effects:
+    gap = done.m_clean - done.m_corrupt
     cols = "H" if site == "heads" else "T"
     rows = "F" if site == "features" else "L"  # features × positions, or layers × ...
     tr = Trace()
-    tables = None
     if isinstance(done, Seq2SeqSweep):
         tables = [PatchTable(part=part, patched=template, cells="heads" if site == "heads"
                              else "source" if part == "encoder" else "target")
@@ -312,30 +337,62 @@ def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
             tr.add(f"patch.{table.part}.effect", (metric - done.m_corrupt) / gap + 0.0,
                    ("L", cols))
             tr.add(f"patch.{table.part}.metric", metric, ("L", cols))
-        n_cells = sum(int(t.numel()) for t in done.tables.values())
-        widest = max(int(t.shape[1]) for t in done.tables.values())
-        patched = ", ".join(t.patched for t in tables)
-    else:
-        effect = (done.metric - done.m_corrupt) / gap + 0.0
-        tr.add("patch.effect", effect, (rows, cols))
-        tr.add("patch.metric", done.metric, (rows, cols))
-        n_cells = int(effect.numel())
-        widest = getattr(done, "cells_run", None) or int(effect.shape[1])
-        patched = f"features.{{k}} at {sae.spec}" if sae is not None else \
-            ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
+        return _Effects(tr, tables, sum(int(t.numel()) for t in done.tables.values()),
+                        max(int(t.shape[1]) for t in done.tables.values()),
+                        ", ".join(t.patched for t in tables))
+    effect = (done.metric - done.m_corrupt) / gap + 0.0
+    tr.add("patch.effect", effect, (rows, cols))
+    tr.add("patch.metric", done.metric, (rows, cols))
+    patched = f"features.{{k}} at {sae.spec}" if sae is not None else \
+        ffn_out_label(loaded.cfg) if site == "ffn_out" else PATCHED[site]
+    return _Effects(tr, None, int(effect.numel()),
+                    getattr(done, "cells_run", None) or int(effect.shape[1]), patched)
+
+
+def patch(loaded, clean_text: str, *, corrupt: str, answer: str, wrong: str,
+          site: str = "resid_pre", batch: int | None = None,
+          truncate: bool = False, target: str | None = None, sae=None) -> PatchResult:
+    """`tfx patch`: the sweep over every layer and position (or head) of `site`; an
+    encoder–decoder's over both stacks, CLEAN and CORRUPT its sources and `target` the
+    decoder's input (its start token alone when None); with site "features", over the
+    features of `sae` (a core.features.SAE) × positions."""
+    check_site(site, sae is not None)
+    if site not in ALL_SITES:
+        raise UsageError(f"--site {site!r} is not a patching site; valid: "
+                         f"{', '.join(ALL_SITES)}")
+    if sae is not None and loaded.cfg.is_encoder_decoder:
+        raise UsageError("--site features patches a single-stack model's SAE; an "
+                         "encoder–decoder's features are not patched yet: use another --site")
+    need_head(loaded.cfg, "patch")
+    need_causal(loaded.cfg, "patch")
+    check_vocab(loaded)
+    pair = _pair(loaded, clean_text, corrupt, answer, wrong, target, truncate)
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
+    done = _run_sweep(loaded, pair, site, batch, sae)
+    shown = _effects(loaded, done, site, sae)
+    ids, bad_ids, seq, good, bad = pair.ids, pair.bad_ids, pair.seq, pair.good, pair.bad
     where = "the target's last position" if seq.target is not None else "the last position"
     return PatchResult(
-        model=loaded.info, input=clean_info, tensors=tr, corrupt=corrupt_info, site=site,
-        patched=patched, answer=good, wrong=bad, tables=tables,
+        model=loaded.info, input=pair.clean_info, tensors=shown.tensors,
+        corrupt=pair.corrupt_info, site=site, patched=shown.patched, answer=good,
+        wrong=bad, tables=shown.tables,
         metric=f"m = logit({good.token!r}) - logit({bad.token!r}) at {where}",
         m_clean=done.m_clean, m_corrupt=done.m_corrupt,
         effect="(m_patched - m_corrupt) / (m_clean - m_corrupt)",
         differing_positions=[i for i, (a, b) in enumerate(zip(ids, bad_ids)) if a != b],
-        n_cells=n_cells,
-        batch=min(batch or default_batch(max(len(ids), len(seq.target or ()))), widest),
+        n_cells=shown.n_cells,
+        batch=min(batch or default_batch(max(len(ids), len(seq.target or ()))),
+                  shown.widest),
         batched_runs=done.batched_runs,
-        sae=None if sae is None else sae_info(sae),
+        sae=None if sae is None else _sae_info(sae),
         features=getattr(done, "features", None))
+
+
+def _sae_info(sae):
+    from .features import sae_info
+
+    return sae_info(sae)
 
 
 __all__ = ["PATCH_SITES", "ALL_SITES", "check_site", "patch", "sweep", "Sweep",
