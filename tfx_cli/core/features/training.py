@@ -231,6 +231,20 @@ def _difference(old: dict, new: dict) -> str:
 
 
 # -- the run -------------------------------------------------------------------------------
+def _kept_rows(acts, skip_first):
+    """The rows trained and judged: None for every row, else the indices of those past
+    each window's first `skip_first` positions."""
+    if int(skip_first) != skip_first or skip_first < 0:
+        raise RangeError(f"--skip-first {skip_first} must be a whole number of positions, 0 "
+                         "or more")
+    if not skip_first:
+        return None
+    # a window's first token is at a document position that is a multiple of ctx
+    ctx = int((acts.manifest.get("options") or {}).get("ctx") or 0)
+    positions = acts.tokens().column("position").to_numpy()
+    return np.flatnonzero((positions % ctx if ctx else positions) >= skip_first)
+
+
 def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, l1=None,
               lr=4e-4, batch_size=4096, steps=None, epochs=None, seed=0, holdout=0.05,
               skip_first=0, b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
@@ -244,15 +258,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     if not 0 < holdout < 1:
         raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
                          "last 5% of the tokens)")
-    if int(skip_first) != skip_first or skip_first < 0:
-        raise RangeError(f"--skip-first {skip_first} must be a whole number of positions, 0 "
-                         "or more")
-    keep = None  # the rows kept: every row, or those past each window's first positions
-    if skip_first:
-        # a window's first token is at a document position that is a multiple of ctx
-        ctx = int((acts.manifest.get("options") or {}).get("ctx") or 0)
-        positions = acts.tokens().column("position").to_numpy()
-        keep = np.flatnonzero((positions % ctx if ctx else positions) >= skip_first)
+    keep = _kept_rows(acts, skip_first)
     n = acts.n_tokens if keep is None else len(keep)
     held = max(1, int(round(n * holdout)))
     n_train = n - held
