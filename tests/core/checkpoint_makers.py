@@ -4,9 +4,12 @@ transformers builds random GPT-2, Llama and BERT models and saves them as HF fol
 the same tensors are rewritten as a nanoGPT ckpt.pt or, with llama.cpp's row order for
 Q and K, as a GGUF file through the gguf package's writer.
 """
+import hashlib
 import importlib.util
 import math
 import os
+from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -20,6 +23,42 @@ def need(module: str, install: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+_READERS: OrderedDict = OrderedDict()  # (size, sha256) -> gguf.GGUFReader, newest last
+READERS_KEPT = 2
+
+
+@contextmanager
+def gguf_parsed_once():
+    """While open, transformers' GGUF loading (the reference the real-model tests compare
+    with) parses each file once per session. It builds a new gguf.GGUFReader for the
+    config, for the tokenizer and for the tensors, and parsing the metadata of a large
+    vocabulary costs 5-20 s each time (every token string is a numpy view). A reader is
+    read-only (a memory map opened "r"), so one per file content (size and SHA-256: the
+    tests join the same published files into different folders) serves them all; the
+    READERS_KEPT most recent are kept."""
+    import gguf
+
+    made = gguf.GGUFReader
+
+    def reader(path, mode="r"):
+        if mode != "r":
+            return made(path, mode)
+        with open(path, "rb") as f:
+            key = (os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest())
+        if key not in _READERS:
+            _READERS[key] = made(path, mode)
+            while len(_READERS) > READERS_KEPT:
+                _READERS.popitem(last=False)
+        _READERS.move_to_end(key)
+        return _READERS[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = made
 
 
 def byte_tokenizer_json(folder, vocab_size: int) -> None:
