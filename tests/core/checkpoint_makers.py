@@ -26,39 +26,57 @@ def need(module: str, install: str) -> None:
 
 
 _READERS: OrderedDict = OrderedDict()  # (size, sha256) -> gguf.GGUFReader, newest last
+_METADATA: OrderedDict = OrderedDict()  # (size, sha256) -> load_gguf_checkpoint's metadata
 READERS_KEPT = 2
+
+
+def _content_key(path) -> tuple:
+    with open(path, "rb") as f:
+        return os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _kept(memo: OrderedDict, key, make):
+    if key not in memo:
+        memo[key] = make()
+        while len(memo) > READERS_KEPT:
+            memo.popitem(last=False)
+    memo.move_to_end(key)
+    return memo[key]
 
 
 @contextmanager
 def gguf_parsed_once():
     """While open, transformers' GGUF loading (the reference the real-model tests compare
     with) parses each file once per session. It builds a new gguf.GGUFReader for the
-    config, for the tokenizer and for the tensors, and parsing the metadata of a large
-    vocabulary costs 5-20 s each time (every token string is a numpy view). A reader is
-    read-only (a memory map opened "r"), so one per file content (size and SHA-256: the
-    tests join the same published files into different folders) serves them all; the
-    READERS_KEPT most recent are kept."""
-    import gguf
+    config, for the tokenizer and for the tensors, and turns every metadata field into
+    Python values for each; for a large vocabulary each of those costs 5-20 s (every
+    token string is a numpy view). A reader is read-only (a memory map opened "r"), so
+    one per file content (size and SHA-256: the tests join the same published files into
+    different folders) serves them all, and the metadata alone (config and tokenizer,
+    no tensors) is read once and handed out as a deep copy; the READERS_KEPT most recent
+    files are kept."""
+    import copy
 
-    made = gguf.GGUFReader
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    made, load = gguf.GGUFReader, hf_gguf.load_gguf_checkpoint
 
     def reader(path, mode="r"):
         if mode != "r":
             return made(path, mode)
-        with open(path, "rb") as f:
-            key = (os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest())
-        if key not in _READERS:
-            _READERS[key] = made(path, mode)
-            while len(_READERS) > READERS_KEPT:
-                _READERS.popitem(last=False)
-        _READERS.move_to_end(key)
-        return _READERS[key]
+        return _kept(_READERS, _content_key(path), lambda: made(path, mode))
 
-    gguf.GGUFReader = reader
+    def metadata(path, return_tensors=False, *args, **kwargs):
+        if return_tensors or args or kwargs:
+            return load(path, return_tensors, *args, **kwargs)
+        return copy.deepcopy(_kept(_METADATA, _content_key(path), lambda: load(path)))
+
+    gguf.GGUFReader, hf_gguf.load_gguf_checkpoint = reader, metadata
     try:
         yield
     finally:
-        gguf.GGUFReader = made
+        gguf.GGUFReader, hf_gguf.load_gguf_checkpoint = made, load
 
 
 def byte_tokenizer_json(folder, vocab_size: int) -> None:
