@@ -4,9 +4,12 @@ transformers builds random GPT-2, Llama and BERT models and saves them as HF fol
 the same tensors are rewritten as a nanoGPT ckpt.pt or, with llama.cpp's row order for
 Q and K, as a GGUF file through the gguf package's writer.
 """
+import hashlib
 import math
 import os
 import sys
+from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,60 @@ TESTS = str(Path(__file__).resolve().parents[1])  # needs.py; bench/ imports thi
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 from needs import need  # noqa: E402,F401  the one skip rule; the tests import it from here
+
+
+_READERS: OrderedDict = OrderedDict()  # (size, sha256) -> gguf.GGUFReader, newest last
+_METADATA: OrderedDict = OrderedDict()  # (size, sha256) -> load_gguf_checkpoint's metadata
+READERS_KEPT = 2
+
+
+def _content_key(path) -> tuple:
+    with open(path, "rb") as f:
+        return os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _kept(memo: OrderedDict, key, make):
+    if key not in memo:
+        memo[key] = make()
+        while len(memo) > READERS_KEPT:
+            memo.popitem(last=False)
+    memo.move_to_end(key)
+    return memo[key]
+
+
+@contextmanager
+def gguf_parsed_once():
+    """While open, transformers' GGUF loading (the reference the real-model tests compare
+    with) parses each file once per session. It builds a new gguf.GGUFReader for the
+    config, for the tokenizer and for the tensors, and turns every metadata field into
+    Python values for each; for a large vocabulary each of those costs 5-20 s (every
+    token string is a numpy view). A reader is read-only (a memory map opened "r"), so
+    one per file content (size and SHA-256: the tests join the same published files into
+    different folders) serves them all, and the metadata alone (config and tokenizer,
+    no tensors) is read once and handed out as a deep copy; the READERS_KEPT most recent
+    files are kept."""
+    import copy
+
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    made, load = gguf.GGUFReader, hf_gguf.load_gguf_checkpoint
+
+    def reader(path, mode="r"):
+        if mode != "r":
+            return made(path, mode)
+        return _kept(_READERS, _content_key(path), lambda: made(path, mode))
+
+    def metadata(path, return_tensors=False, *args, **kwargs):
+        if return_tensors or args or kwargs:
+            return load(path, return_tensors, *args, **kwargs)
+        return copy.deepcopy(_kept(_METADATA, _content_key(path), lambda: load(path)))
+
+    gguf.GGUFReader, hf_gguf.load_gguf_checkpoint = reader, metadata
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, hf_gguf.load_gguf_checkpoint = made, load
 
 
 def byte_tokenizer_json(folder, vocab_size: int) -> None:

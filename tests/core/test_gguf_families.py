@@ -14,7 +14,7 @@ import json
 
 import pytest
 import torch
-from checkpoint_makers import gguf_from_hf, need
+from checkpoint_makers import gguf_from_hf, gguf_parsed_once, need
 
 IDS = [5, 17, 99, 3, 250, 42, 7, 7, 123, 201, 64, 33]
 
@@ -141,8 +141,9 @@ def real(request, tmp_path_factory):
     from tfx_cli.core.checkpoints.assets import gguf_path
 
     path = gguf_path(alias)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                              dtype=torch.float32).eval()
+    with gguf_parsed_once():
+        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                  dtype=torch.float32).eval()
     yield alias, hf
     os.environ.pop("XDG_CACHE_HOME", None)
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint_makers import need
+from checkpoint_makers import gguf_parsed_once, need
 from tfx_cli.core.checkpoints.assets import GEMMA_INSTALL, QWEN_INSTALL, gguf_path
 from tfx_cli.core.tokenizers import SentencePieceBPE, get_tokenizer, gguf_metadata
 
@@ -98,8 +98,9 @@ def reference(path, model_type):
     # tokenizer_type skips AutoConfig, which parses the whole tensor table with the gguf
     # package (10-15 s per file); the tokenizer is built from the file's metadata the same
     # way either way (the two give identical tokenizer.json).
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
-                                         tokenizer_type=model_type)
+    with gguf_parsed_once():
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
+                                             tokenizer_type=model_type)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from checkpoint_makers import need
+from checkpoint_makers import gguf_parsed_once, need
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
@@ -40,8 +40,9 @@ def hf(gguf_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval()
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    with gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval()
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     return model, tok
 
 

