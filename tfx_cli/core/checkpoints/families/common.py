@@ -32,5 +32,11 @@ LN = {"weight": "scale", "bias": "shift", "gamma": "scale", "beta": "shift"}
 SCALE, SHIFT = "(?:weight|gamma)", "(?:bias|beta)"
 
 
+def norm_rules(theirs: str, ours: str) -> list[tuple[str, str]]:
+    """Rename rules for a norm's scale and shift: `theirs` a pattern of the checkpoint's
+    module, `ours` tfx's (groups of the one usable in the other)."""
+    return [(rf"{theirs}\.{SCALE}", f"{ours}.scale"), (rf"{theirs}\.{SHIFT}", f"{ours}.shift")]
+
+
 def ln_leaf(leaf: str) -> str:
     return LN.get(leaf, leaf)  # an unknown leaf keeps its name and is reported unexpected

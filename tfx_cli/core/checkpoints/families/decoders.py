@@ -29,7 +29,7 @@ import re
 from functools import partial
 
 from ....errors import WeightsError
-from .common import unprefixed
+from .common import norm_rules, unprefixed
 from .registry import Family, Renames, TensorMap, register
 from .values import SIZE_KEYS
 
@@ -258,11 +258,9 @@ def map_decoder(family: str, state: dict, cfg) -> tuple[dict, dict]:
 
 _NEOX = Renames([
     (r"embed_in\.weight", "embed.tok_emb.weight"), (r"embed_out\.weight", "lm_head.weight"),
-    (r"final_layer_norm\.weight", "ln_f.scale"), (r"final_layer_norm\.bias", "ln_f.shift"),
-    (r"layers\.(\d+)\.input_layernorm\.weight", r"blocks.\1.ln1.scale"),
-    (r"layers\.(\d+)\.input_layernorm\.bias", r"blocks.\1.ln1.shift"),
-    (r"layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.ln2.scale"),
-    (r"layers\.(\d+)\.post_attention_layernorm\.bias", r"blocks.\1.ln2.shift"),
+    *norm_rules(r"final_layer_norm", "ln_f"),
+    *norm_rules(r"layers\.(\d+)\.input_layernorm", r"blocks.\1.ln1"),
+    *norm_rules(r"layers\.(\d+)\.post_attention_layernorm", r"blocks.\1.ln2"),
     (r"layers\.(\d+)\.attention\.dense\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
     (r"layers\.(\d+)\.mlp\.dense_h_to_4h\.(\w+)", r"blocks.\1.ffn.fc1.\2"),
     (r"layers\.(\d+)\.mlp\.dense_4h_to_h\.(\w+)", r"blocks.\1.ffn.fc2.\2"),

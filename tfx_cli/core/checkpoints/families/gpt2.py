@@ -6,7 +6,7 @@ positions."""
 from __future__ import annotations
 
 from ....errors import WeightsError
-from .common import SCALE, SHIFT, activation, ln_leaf, strip_prefix
+from .common import activation, ln_leaf, norm_rules, strip_prefix
 from .registry import Family, Renames, TensorMap, register
 
 
@@ -30,10 +30,8 @@ def gpt2_config(hf: dict, where: str) -> dict:
 # checkpoint's non-parameters (causal-mask buffers, position ids, rotary tables).
 _GPT2_NAMES = Renames([
     (r"wte\.weight", "embed.tok_emb.weight"), (r"wpe\.weight", "embed.pos_emb.weight"),
-    (rf"ln_f\.{SCALE}", "ln_f.scale"), (rf"ln_f\.{SHIFT}", "ln_f.shift"),
-    (r"lm_head\.weight", "lm_head.weight"),
-    (rf"h\.(\d+)\.ln_([12])\.{SCALE}", r"blocks.\1.ln\2.scale"),
-    (rf"h\.(\d+)\.ln_([12])\.{SHIFT}", r"blocks.\1.ln\2.shift"),
+    *norm_rules(r"ln_f", "ln_f"), (r"lm_head\.weight", "lm_head.weight"),
+    *norm_rules(r"h\.(\d+)\.ln_([12])", r"blocks.\1.ln\2"),
     (r"h\.\d+\.attn\.(?:bias|masked_bias)", None),  # old saves: the causal mask, a buffer
 ])
 # Conv1D linears, (in, out): transposed to tfx's (out, in)

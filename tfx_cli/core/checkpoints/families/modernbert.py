@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ....errors import WeightsError
-from .common import SCALE, SHIFT, unprefixed
+from .common import norm_rules, unprefixed
 from .registry import Family, Renames, TensorMap, register
 from .values import SIZE_KEYS
 from .decoders import rope_settings
@@ -98,16 +98,11 @@ def modernbert_config(hf: dict, where: str) -> dict:
 
 _NAMES = Renames([
     (r"embeddings\.tok_embeddings\.weight", "embed.tok_emb.weight"),
-    (rf"embeddings\.norm\.{SCALE}", "embed.ln.scale"),
-    (rf"embeddings\.norm\.{SHIFT}", "embed.ln.shift"),
-    (rf"final_norm\.{SCALE}", "ln_f.scale"), (rf"final_norm\.{SHIFT}", "ln_f.shift"),
-    (r"head\.dense\.(\w+)", r"mlm.dense.\1"),
-    (rf"head\.norm\.{SCALE}", "mlm.ln.scale"), (rf"head\.norm\.{SHIFT}", "mlm.ln.shift"),
+    *norm_rules(r"embeddings\.norm", "embed.ln"), *norm_rules(r"final_norm", "ln_f"),
+    (r"head\.dense\.(\w+)", r"mlm.dense.\1"), *norm_rules(r"head\.norm", "mlm.ln"),
     (r"decoder\.(\w+)", r"lm_head.\1"),
-    (rf"layers\.(\d+)\.attn_norm\.{SCALE}", r"blocks.\1.ln1.scale"),
-    (rf"layers\.(\d+)\.attn_norm\.{SHIFT}", r"blocks.\1.ln1.shift"),
-    (rf"layers\.(\d+)\.mlp_norm\.{SCALE}", r"blocks.\1.ln2.scale"),
-    (rf"layers\.(\d+)\.mlp_norm\.{SHIFT}", r"blocks.\1.ln2.shift"),
+    *norm_rules(r"layers\.(\d+)\.attn_norm", r"blocks.\1.ln1"),
+    *norm_rules(r"layers\.(\d+)\.mlp_norm", r"blocks.\1.ln2"),
     (r"layers\.(\d+)\.attn\.Wo\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
     (r"layers\.(\d+)\.mlp\.Wo\.(\w+)", r"blocks.\1.ffn.fc2.\2"),
 ])
