@@ -47,7 +47,6 @@ GEMMA3_TEXT_DEFAULTS = {
 NOT_TEXT = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
             "model.multi_modal_projector.")
 
-DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox")
 GEMMA = ("gemma2", "gemma3")
 ROPE_KEYS = ("factor", "original_max_position_embeddings", "low_freq_factor",
              "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
@@ -303,3 +302,4 @@ DECODER_FAMILIES = register(*(
         ("phi3", ("Phi3ForCausalLM",), "phi3"))),
     Family("gpt_neox", ("GPTNeoXForCausalLM",), partial(decoder_config, "gpt_neox"), map_neox,
            model_types=("gpt_neox",), causal=True, size_keys=SIZE_KEYS))
+DECODERS = tuple(family.name for family in DECODER_FAMILIES)

@@ -34,7 +34,6 @@ from .decoders import decoder_config, map_decoder
 from .registry import Family, TensorMap, register
 from .values import SIZE_KEYS
 
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 # the decoder family whose attention and norms each reads as it is
 BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3", "olmoe": "llama"}
 
@@ -133,6 +132,7 @@ MOE_FAMILIES = register(*(
            model_types=(name,), causal=True, size_keys=SIZE_KEYS)
     for name, arch in (("mixtral", "MixtralForCausalLM"), ("qwen2_moe", "Qwen2MoeForCausalLM"),
                        ("qwen3_moe", "Qwen3MoeForCausalLM"), ("olmoe", "OlmoeForCausalLM"))))
+MOE = tuple(family.name for family in MOE_FAMILIES)
 
 
 __all__ = ["MOE", "BASE", "moe_config", "map_moe", "moe_layers"]

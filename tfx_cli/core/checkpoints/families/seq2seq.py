@@ -23,8 +23,6 @@ from ....errors import WeightsError
 from .common import ln_leaf, unprefixed
 from .registry import Family, TensorMap, register
 
-SEQ2SEQ = ("marian", "bart", "mbart")
-
 
 # transformers 3's one BART class switched these; transformers 5 ignores them, so a config
 # that sets one against its family's arithmetic was written for another model. The value
@@ -213,3 +211,4 @@ MARIAN, BART, MBART = register(*(
         # BartModel: the base model, whose output is the decoder's last stream
         ("bart", ("BartForConditionalGeneration",), ("BartModel",)),
         ("mbart", ("MBartForConditionalGeneration",), ()))))
+SEQ2SEQ = tuple(family.name for family in (MARIAN, BART, MBART))

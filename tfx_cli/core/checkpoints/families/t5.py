@@ -32,7 +32,6 @@ from functools import partial
 from ....errors import WeightsError
 from .registry import Family, TensorMap, register
 
-T5_FAMILIES = ("t5", "umt5")
 # what a config.json's architecture builds: both stacks and the head, both stacks, the
 # encoder alone (model_type alone: the first)
 WITH_HEAD = ("T5ForConditionalGeneration", "MT5ForConditionalGeneration",
@@ -188,3 +187,4 @@ T5, UMT5 = register(*(
     Family(name, tuple(a for a, family in T5_ARCHITECTURES.items() if family == name),
            partial(t5_config, name), map_t5, model_types=types, token_tables=t5_tables)
     for name, types in (("t5", ("t5", "mt5")), ("umt5", ("umt5",)))))
+T5_FAMILIES = (T5.name, UMT5.name)
