@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ....errors import WeightsError
 from .common import activation, ln_leaf, unprefixed
-from .registry import Family, TensorMap, register
+from .registry import Family, TensorMap, archs_of, register
 from .values import SIZE_KEYS
 
 # architecture -> (masked LM head?, pooler?); transformers' classes build these
@@ -49,9 +49,7 @@ SET_ASIDE = ("cls.seq_relationship.", "classifier.", "qa_outputs.", "cls.species
 
 
 def _head(hf: dict) -> tuple[bool, bool]:
-    archs = hf.get("architectures") or []
-    archs = [archs] if isinstance(archs, str) else archs
-    for arch in archs:
+    for arch in archs_of(hf):
         if arch in BERT_HEADS:
             return BERT_HEADS[arch]
     return False, True  # a config.json without architectures: the base model

@@ -19,7 +19,7 @@ import re
 
 from ....errors import WeightsError
 from .common import norm_rules, unprefixed
-from .registry import Family, Renames, TensorMap, register
+from .registry import Family, Renames, TensorMap, archs_of, register
 from .values import SIZE_KEYS
 from .decoders import rope_settings
 
@@ -32,8 +32,7 @@ _MLM_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu
 
 
 def _is_mlm(hf: dict) -> bool:
-    archs = hf.get("architectures") or []
-    return "ModernBertForMaskedLM" in ([archs] if isinstance(archs, str) else archs)
+    return "ModernBertForMaskedLM" in archs_of(hf)
 
 
 def _thetas(hf: dict, where: str) -> tuple[float, float]:
