@@ -26,7 +26,9 @@ own (cls.species, cls.chain, cls.graft), set aside.
 from __future__ import annotations
 
 from ....errors import WeightsError
-from .common import activation, ln_leaf, strip_prefix
+from .common import activation, ln_leaf, unprefixed
+from .registry import Family, TensorMap, archs_of, register
+from .values import SIZE_KEYS
 
 # architecture -> (masked LM head?, pooler?); transformers' classes build these
 BERT_HEADS = {
@@ -47,9 +49,7 @@ SET_ASIDE = ("cls.seq_relationship.", "classifier.", "qa_outputs.", "cls.species
 
 
 def _head(hf: dict) -> tuple[bool, bool]:
-    archs = hf.get("architectures") or []
-    archs = [archs] if isinstance(archs, str) else archs
-    for arch in archs:
+    for arch in archs_of(hf):
         if arch in BERT_HEADS:
             return BERT_HEADS[arch]
     return False, True  # a config.json without architectures: the base model
@@ -118,7 +118,7 @@ def map_bert(state: dict, cfg) -> tuple[dict, dict]:
     checkpoint name). The head's bias is saved as cls.predictions.bias (lm_head.bias) and,
     by older versions, as the decoder's bias too: transformers ties the two, so the first
     one is read and the other set aside."""
-    out, src = {}, {}
+    out = TensorMap()
     bias = next((k for k in _BIASES if k in state), None)
     for key, t in state.items():
         if key.startswith(SET_ASIDE) or (key.startswith(("bert.pooler.", "roberta.pooler.",
@@ -127,21 +127,19 @@ def map_bert(state: dict, cfg) -> tuple[dict, dict]:
         if key in _BIASES or key.endswith("predictions.decoder.bias") or \
                 key == "lm_head.decoder.bias":
             if key == bias or (bias is None and cfg.head_bias):
-                out["lm_head.bias"], src["lm_head.bias"] = t, key
+                out.put("lm_head.bias", key, t)
                 bias = key
             continue
         module, _, leaf = key.rpartition(".")
         if module in _MLM and cfg.mlm_head:
             ours = _MLM[module]
             leaf = ln_leaf(leaf) if ours == "mlm.ln" else leaf
-            out[f"{ours}.{leaf}"], src[f"{ours}.{leaf}"] = t, key
+            out.put(f"{ours}.{leaf}", key, t)
             continue
-        name = strip_prefix({key: None}, ("bert.", "roberta."))
-        ours = _encoder_name(next(iter(name)), cfg)
-        if ours is None:
-            continue  # buffers: position ids, token type ids
-        out[ours], src[ours] = t, key
-    return out, src
+        ours = _encoder_name(unprefixed(key, ("bert.", "roberta.")), cfg)
+        if ours is not None:  # None: buffers (position ids, token type ids)
+            out.put(ours, key, t)
+    return out.result()
 
 
 def _encoder_name(key: str, cfg) -> str | None:
@@ -160,3 +158,10 @@ def _encoder_name(key: str, cfg) -> str | None:
             leaf = ln_leaf(leaf) if mod in ("ln1", "ln2") else leaf
             return f"blocks.{parts[2]}.{mod}.{leaf}"
     return key  # the pooler (counted, checked, set aside) or unexpected
+
+
+BERT, ROBERTA = register(
+    Family("bert", tuple(a for a in BERT_HEADS if not a.startswith("Roberta")), bert_config,
+           map_bert, model_types=("bert",), size_keys=SIZE_KEYS),
+    Family("roberta", tuple(a for a in BERT_HEADS if a.startswith("Roberta")),
+           roberta_config, map_bert, model_types=("roberta",), size_keys=SIZE_KEYS))

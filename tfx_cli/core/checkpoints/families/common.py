@@ -15,18 +15,27 @@ def activation(where: str, name) -> str:
     return ACTIVATIONS[name]
 
 
+def unprefixed(key: str, prefixes: tuple[str, ...]) -> str:
+    """`key` without the first of `prefixes` it starts with."""
+    for prefix in prefixes:
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
 def strip_prefix(state: dict, prefixes: tuple[str, ...]) -> dict:
-    out = {}
-    for key, value in state.items():
-        for prefix in prefixes:
-            if key.startswith(prefix):
-                key = key[len(prefix):]
-                break
-        out[key] = value
-    return out
+    return {unprefixed(key, prefixes): value for key, value in state.items()}
 
 
 LN = {"weight": "scale", "bias": "shift", "gamma": "scale", "beta": "shift"}
+# the same leaves as patterns, for registry.Renames rules
+SCALE, SHIFT = "(?:weight|gamma)", "(?:bias|beta)"
+
+
+def norm_rules(theirs: str, ours: str) -> list[tuple[str, str]]:
+    """Rename rules for a norm's scale and shift: `theirs` a pattern of the checkpoint's
+    module, `ours` tfx's (groups of the one usable in the other)."""
+    return [(rf"{theirs}\.{SCALE}", f"{ours}.scale"), (rf"{theirs}\.{SHIFT}", f"{ours}.shift")]
 
 
 def ln_leaf(leaf: str) -> str:

@@ -20,10 +20,18 @@ computes it:
             head; exact GELU; untied embed_out
 
 Config files of transformers 4 (rope_theta, rope_scaling, rotary_pct,
+sliding_window_pattern, rope_local_base_freq) and 5 (rope_parameters, layer_types) are
+both read.
 """
 from __future__ import annotations
 
+import re
+from functools import partial
+
 from ....errors import WeightsError
+from .common import norm_rules, unprefixed
+from .registry import Family, Renames, TensorMap, register
+from .values import SIZE_KEYS
 
 # A multimodal config.json stores only the text settings that differ from these
 # (transformers' Gemma3TextConfig defaults, transformers 5.x configuration_gemma3.py)
@@ -39,7 +47,6 @@ GEMMA3_TEXT_DEFAULTS = {
 NOT_TEXT = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
             "model.multi_modal_projector.")
 
-DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox")
 GEMMA = ("gemma2", "gemma3")
 ROPE_KEYS = ("factor", "original_max_position_embeddings", "low_freq_factor",
              "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
@@ -206,94 +213,93 @@ def _norms(family: str) -> dict:
     return {"input_layernorm": "ln1", "post_attention_layernorm": "ln2"}
 
 
+# the names outside the blocks, once the text model's prefix is gone
+_OUTSIDE = Renames([(r"embed_tokens\.weight", "embed.tok_emb.weight"),
+                    (r"norm\.weight", "ln_f.scale"), (r"lm_head\.weight", "lm_head.weight"),
+                    (r".*rotary_emb\.inv_freq", None)])  # recomputed from the rope settings
+TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "model.")
+
+
 def map_decoder(family: str, state: dict, cfg) -> tuple[dict, dict]:
     """Checkpoint tensors -> (tfx name -> tensor, tfx name -> checkpoint name)."""
-    if family == "gpt_neox":
-        return _map_neox(state, cfg)
-    out, src = {}, {}
+    out = TensorMap()
     norms = _norms(family)
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
     for key, t in state.items():
         if key.startswith(NOT_TEXT):
             continue  # a multimodal checkpoint's image half
-        name = key
-        for prefix in ("model.language_model.", "language_model.model.", "language_model.",
-                       "model."):
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-                break
+        name = unprefixed(key, TEXT_PREFIXES)
         parts = name.split(".")
-        if name == "embed_tokens.weight":
-            put("embed.tok_emb.weight", key, t)
-        elif name == "norm.weight":
-            put("ln_f.scale", key, t)
-        elif name == "lm_head.weight":
-            put("lm_head.weight", key, t)
-        elif name.endswith("rotary_emb.inv_freq"):
-            continue  # recomputed from the rope settings
-        elif parts[0] == "layers" and len(parts) >= 4:
-            b, module, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
-            if module in norms:
-                put(f"{b}.{norms[module]}.scale", key, t)
-            elif module.startswith("self_attn.") and module[10:] in _ATTN:
-                ours = _ATTN[module[10:]]
-                leaf = "scale" if ours.endswith("norm") else leaf
-                put(f"{b}.{ours}.{leaf}", key, t)
-            elif module.startswith("mlp.") and module[4:] in _MLP:
-                put(f"{b}.{_MLP[module[4:]]}.{leaf}", key, t)
-            elif module == "self_attn.qkv_proj":  # Phi-3: q, k, v stacked by rows
-                q, kv = cfg.attn_dim, cfg.n_kv_heads * cfg.head_dim
-                for ours, part in zip(("W_query", "W_key", "W_value"), t.split([q, kv, kv])):
-                    put(f"{b}.attn.{ours}.{leaf}", key, part)
-            elif module == "mlp.gate_up_proj":  # Phi-3: gate, then up
-                gate, up = t.split([cfg.d_ff, cfg.d_ff])
-                put(f"{b}.ffn.gate_proj.{leaf}", key, gate)
-                put(f"{b}.ffn.fc1.{leaf}", key, up)
-            else:
-                put(key, key, t)  # reported as unexpected
+        if _OUTSIDE.apply(out, name, key, t):
+            continue
+        if parts[0] != "layers" or len(parts) < 4:
+            out.keep(key, t)  # reported as unexpected
+            continue
+        b, module, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
+        if module in norms:
+            out.put(f"{b}.{norms[module]}.scale", key, t)
+        elif module.startswith("self_attn.") and module[10:] in _ATTN:
+            ours = _ATTN[module[10:]]
+            out.put(f"{b}.{ours}.{'scale' if ours.endswith('norm') else leaf}", key, t)
+        elif module.startswith("mlp.") and module[4:] in _MLP:
+            out.put(f"{b}.{_MLP[module[4:]]}.{leaf}", key, t)
+        elif module == "self_attn.qkv_proj":  # Phi-3: q, k, v stacked by rows
+            q, kv = cfg.attn_dim, cfg.n_kv_heads * cfg.head_dim
+            for ours, part in zip(("W_query", "W_key", "W_value"), t.split([q, kv, kv])):
+                out.put(f"{b}.attn.{ours}.{leaf}", key, part)
+        elif module == "mlp.gate_up_proj":  # Phi-3: gate, then up
+            gate, up = t.split([cfg.d_ff, cfg.d_ff])
+            out.put(f"{b}.ffn.gate_proj.{leaf}", key, gate)
+            out.put(f"{b}.ffn.fc1.{leaf}", key, up)
         else:
-            put(key, key, t)
-    return out, src
+            out.keep(key, t)  # reported as unexpected
+    return out.result()
 
 
-def _map_neox(state: dict, cfg) -> tuple[dict, dict]:
+_NEOX = Renames([
+    (r"embed_in\.weight", "embed.tok_emb.weight"), (r"embed_out\.weight", "lm_head.weight"),
+    *norm_rules(r"final_layer_norm", "ln_f"),
+    *norm_rules(r"layers\.(\d+)\.input_layernorm", r"blocks.\1.ln1"),
+    *norm_rules(r"layers\.(\d+)\.post_attention_layernorm", r"blocks.\1.ln2"),
+    (r"layers\.(\d+)\.attention\.dense\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
+    (r"layers\.(\d+)\.mlp\.dense_h_to_4h\.(\w+)", r"blocks.\1.ffn.fc1.\2"),
+    (r"layers\.(\d+)\.mlp\.dense_4h_to_h\.(\w+)", r"blocks.\1.ffn.fc2.\2"),
+    # causal-mask buffers and rotary tables: not parameters
+    (r"layers\.\d+\.attention\.(?:rotary_emb\.)?\w+", None),
+    (r"layers\.\d+\.[\w.]+\.masked_bias", None),
+])
+_NEOX_QKV = re.compile(r"layers\.(\d+)\.attention\.query_key_value\.(\w+)")
+
+
+def map_neox(state: dict, cfg) -> tuple[dict, dict]:
     """GPT-NeoX: query_key_value rows are per head [q_h, k_h, v_h], head after head."""
-    out, src = {}, {}
+    out = TensorMap()
     H, D = cfg.n_heads, cfg.head_dim
-    norms = {"input_layernorm": "ln1", "post_attention_layernorm": "ln2"}
-    linears = {"attention.dense": "attn.out_proj", "mlp.dense_h_to_4h": "ffn.fc1",
-               "mlp.dense_4h_to_h": "ffn.fc2"}
-    ln_leaf = {"weight": "scale", "bias": "shift"}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
     for key, t in state.items():
-        name = key[len("gpt_neox."):] if key.startswith("gpt_neox.") else key
-        parts = name.split(".")
-        if name == "embed_in.weight":
-            put("embed.tok_emb.weight", key, t)
-        elif name == "embed_out.weight":
-            put("lm_head.weight", key, t)
-        elif parts[0] == "final_layer_norm":
-            put(f"ln_f.{ln_leaf.get(parts[1], parts[1])}", key, t)
-        elif parts[0] == "layers" and len(parts) >= 4:
-            b, module, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
-            if module in norms:
-                put(f"{b}.{norms[module]}.{ln_leaf.get(leaf, leaf)}", key, t)
-            elif module in linears:
-                put(f"{b}.{linears[module]}.{leaf}", key, t)
-            elif module == "attention.query_key_value":
-                per_head = t.reshape(H, 3, D, *t.shape[1:])  # (H, q/k/v, D, ...)
-                for j, ours in enumerate(("W_query", "W_key", "W_value")):
-                    put(f"{b}.attn.{ours}.{leaf}", key, per_head[:, j].reshape(H * D, *t.shape[1:]))
-            elif module in ("attention", "attention.rotary_emb") or leaf in ("masked_bias",):
-                continue  # causal-mask buffers and rotary tables: not parameters
-            else:
-                put(key, key, t)
-        else:
-            put(key, key, t)
-    return out, src
+        name = unprefixed(key, ("gpt_neox.",))
+        qkv = _NEOX_QKV.fullmatch(name)
+        if qkv:
+            b, leaf = f"blocks.{qkv.group(1)}", qkv.group(2)
+            per_head = t.reshape(H, 3, D, *t.shape[1:])  # (H, q/k/v, D, ...)
+            for j, ours in enumerate(("W_query", "W_key", "W_value")):
+                out.put(f"{b}.attn.{ours}.{leaf}", key, per_head[:, j].reshape(H * D, *t.shape[1:]))
+        elif not _NEOX.apply(out, name, key, t):
+            out.keep(key, t)  # reported as unexpected
+    return out.result()
+
+
+DECODER_FAMILIES = register(*(
+    Family(name, archs, partial(decoder_config, name), partial(map_decoder, name),
+           model_types=(model_type,), causal=True, size_keys=SIZE_KEYS)
+    for name, archs, model_type in (
+        ("llama", ("LlamaForCausalLM",), "llama"),
+        ("mistral", ("MistralForCausalLM",), "mistral"),
+        ("qwen2", ("Qwen2ForCausalLM",), "qwen2"),
+        ("qwen3", ("Qwen3ForCausalLM",), "qwen3"),
+        ("gemma2", ("Gemma2ForCausalLM",), "gemma2"),
+        # Gemma 3 4B and up: images and text; tfx runs the text model and leaves the
+        # vision tower and its projector unread
+        ("gemma3", ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), "gemma3_text"),
+        ("phi3", ("Phi3ForCausalLM",), "phi3"))),
+    Family("gpt_neox", ("GPTNeoXForCausalLM",), partial(decoder_config, "gpt_neox"), map_neox,
+           model_types=("gpt_neox",), causal=True, size_keys=SIZE_KEYS))
+DECODERS = tuple(family.name for family in DECODER_FAMILIES)

@@ -25,9 +25,13 @@ from __future__ import annotations
 import math
 import re
 
+from functools import partial
+
 from ....errors import WeightsError
 from .decoders import map_decoder, rope_settings
 from .moe import map_moe
+from .registry import Family, TensorMap, register
+from .values import SIZE_KEYS
 
 
 def _mscale(factor: float, mscale: float = 1.0) -> float:
@@ -73,7 +77,7 @@ def deepseek_config(hf: dict, where: str) -> dict:
         d_ff=hf.get("intermediate_size", 18432), qkv_bias=bias, proj_bias=bias,
         norm="rmsnorm", ln_eps=hf.get("rms_norm_eps", 1e-6), activation="swiglu",
         positional="rope", rope_theta=theta, rope_scaling=scaling, attn_scalar=attn_scalar,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), causal=True,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         q_lora_rank=hf.get("q_lora_rank") or 0, kv_lora_rank=hf.get("kv_lora_rank", 512),
         qk_rope_dim=rope, v_head_dim=hf.get("v_head_dim", 128),
         n_experts=E, experts_per_token=hf.get("num_experts_per_tok", 8), expert_d_ff=width,
@@ -110,12 +114,9 @@ _LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
 
 def map_deepseek(state: dict, cfg) -> tuple[dict, dict]:
     """Checkpoint tensors -> (tfx name -> tensor, tfx name -> checkpoint name)."""
-    out, src, rest = {}, {}, {}
+    out, rest = TensorMap(), {}
     N, R, H = cfg.head_dim - cfg.qk_rope_dim, cfg.qk_rope_dim, cfg.n_heads
     interleaved = True  # deepseek_config refuses rope_interleave false
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
 
     for key, t in state.items():
         if key.endswith("_scale_inv"):
@@ -141,18 +142,15 @@ def map_deepseek(state: dict, cfg) -> tuple[dict, dict]:
                     t = torch_cat(t[:-R], _halves(t[-R:]), dim=0)
                 else:  # a bias: the same rows
                     t = torch_cat(t[:-R], _halves(t[-R:, None])[:, 0], dim=0)
-            put(f"{attn}.{_ATTN[parts[1]]}.{parts[2]}", key, t)
+            out.put(f"{attn}.{_ATTN[parts[1]]}.{parts[2]}", key, t)
         elif parts[0] == "self_attn" and len(parts) == 3 and parts[1] in _LATENT_NORMS:
-            put(f"{attn}.{_LATENT_NORMS[parts[1]]}.scale", key, t)
+            out.put(f"{attn}.{_LATENT_NORMS[parts[1]]}.scale", key, t)
         elif what == "mlp.gate.e_score_correction_bias" and cfg.is_moe_layer(layer):
-            put(f"blocks.{layer}.moe.score_correction", key, t)
+            out.put(f"blocks.{layer}.moe.score_correction", key, t)
         else:
             rest[key] = t
-    mapped, names = map_moe("deepseek_v3", rest, cfg,
-                            lambda s, c: map_decoder("llama", s, c))
-    out.update(mapped)
-    src.update(names)
-    return out, src
+    out.update(map_moe("deepseek_v3", rest, cfg, partial(map_decoder, "llama")))
+    return out.result()
 
 
 def torch_cat(a, b, dim: int = 1):
@@ -167,6 +165,9 @@ def _companions(key: str) -> list[str]:
 
 
 map_deepseek.companions = _companions  # checkpoints.plan reads them together
+DEEPSEEK_V3 = register(Family("deepseek_v3", ("DeepseekV3ForCausalLM",), deepseek_config,
+                              map_deepseek, model_types=("deepseek_v3",), causal=True,
+                              size_keys=SIZE_KEYS))
 
 
 __all__ = ["deepseek_config", "map_deepseek", "fp8_weight"]

@@ -6,7 +6,8 @@ positions."""
 from __future__ import annotations
 
 from ....errors import WeightsError
-from .common import activation, ln_leaf, strip_prefix
+from .common import activation, ln_leaf, norm_rules, strip_prefix
+from .registry import Family, Renames, TensorMap, register
 
 
 def gpt2_config(hf: dict, where: str) -> dict:
@@ -22,52 +23,44 @@ def gpt2_config(hf: dict, where: str) -> dict:
         d_ff=hf.get("n_inner") or 4 * d, qkv_bias=True, proj_bias=True,
         ln_eps=hf.get("layer_norm_epsilon", 1e-5),
         activation=activation(where, hf.get("activation_function", "gelu_new")),
-        positional="learned", causal=True,
-        tie_embeddings=hf.get("tie_word_embeddings", True))
-
+        positional="learned", tie_embeddings=hf.get("tie_word_embeddings", True))
 
 
 # Each mapping returns (tfx name -> tensor, tfx name -> checkpoint name) and drops the
 # checkpoint's non-parameters (causal-mask buffers, position ids, rotary tables).
+_GPT2_NAMES = Renames([
+    (r"wte\.weight", "embed.tok_emb.weight"), (r"wpe\.weight", "embed.pos_emb.weight"),
+    *norm_rules(r"ln_f", "ln_f"), (r"lm_head\.weight", "lm_head.weight"),
+    *norm_rules(r"h\.(\d+)\.ln_([12])", r"blocks.\1.ln\2"),
+    (r"h\.\d+\.attn\.(?:bias|masked_bias)", None),  # old saves: the causal mask, a buffer
+])
+# Conv1D linears, (in, out): transposed to tfx's (out, in)
+_CONV1D = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
+
+
 def map_gpt2(state: dict, cfg) -> tuple[dict, dict]:
     """HF GPT-2 stores Conv1D weights as (in, out) and fuses q, k, v in c_attn."""
     state = strip_prefix(state, ("transformer.",))
-    out, src = {}, {}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
+    out = TensorMap()
     for key, t in state.items():
+        if _GPT2_NAMES.apply(out, key, key, t):
+            continue
         parts = key.split(".")
-        if key == "wte.weight":
-            put("embed.tok_emb.weight", key, t)
-        elif key == "wpe.weight":
-            put("embed.pos_emb.weight", key, t)
-        elif key.startswith("ln_f."):
-            put(f"ln_f.{ln_leaf(parts[1])}", key, t)
-        elif key == "lm_head.weight":
-            put("lm_head.weight", key, t)
-        elif parts[0] == "h" and len(parts) >= 4:
-            i, rest, leaf = parts[1], ".".join(parts[2:-1]), parts[-1]
-            b = f"blocks.{i}"
-            if rest in ("ln_1", "ln_2"):
-                put(f"{b}.ln{rest[-1]}.{ln_leaf(leaf)}", key, t)
-            elif rest == "attn.c_attn":
-                # (C, 3C) weight or (3C,) bias: q, k, v side by side along the last axis
-                for name, part in zip(("W_query", "W_key", "W_value"),
-                                      t.chunk(3, dim=-1)):
-                    put(f"{b}.attn.{name}.{leaf}", key, part.t() if leaf == "weight" else part)
-            elif rest in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-                ours = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "ffn.fc1",
-                        "mlp.c_proj": "ffn.fc2"}[rest]
-                put(f"{b}.{ours}.{leaf}", key, t.t() if leaf == "weight" else t)
-            elif rest == "attn" and leaf in ("bias", "masked_bias"):
-                continue  # old checkpoints saved the causal mask as a buffer
-            else:
-                put(key, key, t)  # reported as unexpected
+        rest, leaf = ".".join(parts[2:-1]), parts[-1]
+        b = f"blocks.{parts[1]}" if parts[0] == "h" and len(parts) >= 4 else None
+        if b and rest == "attn.c_attn":
+            # (C, 3C) weight or (3C,) bias: q, k, v side by side along the last axis
+            for name, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=-1)):
+                out.put(f"{b}.attn.{name}.{leaf}", key, part.t() if leaf == "weight" else part)
+        elif b and rest in _CONV1D:
+            out.put(f"{b}.{_CONV1D[rest]}.{leaf}", key, t.t() if leaf == "weight" else t)
         else:
-            put(key, key, t)
-    return out, src
+            out.keep(key, t)  # reported as unexpected
+    return out.result()
+
+
+GPT2 = register(Family("gpt2", ("GPT2LMHeadModel", "GPT2Model"), gpt2_config, map_gpt2,
+                       model_types=("gpt2",), causal=True))
 
 
 # -- nanoGPT ckpt.pt ----------------------------------------------------------------

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 
 from .decoders import decoder_config, map_decoder
+from .registry import Family, TensorMap, register
+from .values import SIZE_KEYS
 
 # FP4 E2M1: the sixteen values a nibble stands for (sign bit high)
 FP4 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -39,7 +41,7 @@ def gptoss_config(hf: dict, where: str) -> dict:
                experts_per_token=hf.get("num_experts_per_tok", 4), expert_d_ff=out["d_ff"],
                router="softmax_topk", router_bias=True, expert_bias=True,
                swiglu_limit=float(hf.get("swiglu_limit", 7.0)),
-               swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)), causal=True)
+               swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)))
     return out
 
 
@@ -62,20 +64,16 @@ _EXPERTS = re.compile(r"^(?:model\.)?layers\.(\d+)\.mlp\.experts\.(\w+)$")
 
 def map_gptoss(state: dict, cfg) -> tuple[dict, dict]:
     """Checkpoint tensors -> (tfx name -> tensor, tfx name -> checkpoint name)."""
-    out, src, rest = {}, {}, {}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
+    out, rest = TensorMap(), {}
     for key, t in state.items():
         match = _EXPERTS.match(key)
         if match is None:
             m = re.match(r"^(?:model\.)?layers\.(\d+)\.(self_attn\.sinks|mlp\.router\.(\w+))$",
                          key)
             if m and m.group(2) == "self_attn.sinks":
-                put(f"blocks.{m.group(1)}.attn.sinks", key, t)
+                out.put(f"blocks.{m.group(1)}.attn.sinks", key, t)
             elif m:
-                put(f"blocks.{m.group(1)}.moe.router.{m.group(3)}", key, t)
+                out.put(f"blocks.{m.group(1)}.moe.router.{m.group(3)}", key, t)
             else:
                 rest[key] = t
             continue
@@ -83,18 +81,18 @@ def map_gptoss(state: dict, cfg) -> tuple[dict, dict]:
         E = t.shape[0]
         if what == "gate_up_proj":  # (E, C, 2F): x @ W, gate and up columns interleaved
             for e in range(E):
-                put(f"{moe}.{e}.gate_proj.weight", key, t[e, :, 0::2].T)
-                put(f"{moe}.{e}.fc1.weight", key, t[e, :, 1::2].T)
+                out.put(f"{moe}.{e}.gate_proj.weight", key, t[e, :, 0::2].T)
+                out.put(f"{moe}.{e}.fc1.weight", key, t[e, :, 1::2].T)
         elif what == "gate_up_proj_bias":
             for e in range(E):
-                put(f"{moe}.{e}.gate_proj.bias", key, t[e, 0::2])
-                put(f"{moe}.{e}.fc1.bias", key, t[e, 1::2])
+                out.put(f"{moe}.{e}.gate_proj.bias", key, t[e, 0::2])
+                out.put(f"{moe}.{e}.fc1.bias", key, t[e, 1::2])
         elif what == "down_proj":  # (E, F, C)
             for e in range(E):
-                put(f"{moe}.{e}.fc2.weight", key, t[e].T)
+                out.put(f"{moe}.{e}.fc2.weight", key, t[e].T)
         elif what == "down_proj_bias":
             for e in range(E):
-                put(f"{moe}.{e}.fc2.bias", key, t[e])
+                out.put(f"{moe}.{e}.fc2.bias", key, t[e])
         elif what in ("gate_up_proj_blocks", "down_proj_blocks"):
             scales_key = key[:-len("blocks")] + "scales"
             if scales_key not in state:
@@ -103,18 +101,16 @@ def map_gptoss(state: dict, cfg) -> tuple[dict, dict]:
             weight = mxfp4(t, state[scales_key])  # (E, rows, cols): rows the outputs
             for e in range(E):
                 if what == "down_proj_blocks":
-                    put(f"{moe}.{e}.fc2.weight", key, weight[e])
+                    out.put(f"{moe}.{e}.fc2.weight", key, weight[e])
                 else:
-                    put(f"{moe}.{e}.gate_proj.weight", key, weight[e, 0::2])
-                    put(f"{moe}.{e}.fc1.weight", key, weight[e, 1::2])
+                    out.put(f"{moe}.{e}.gate_proj.weight", key, weight[e, 0::2])
+                    out.put(f"{moe}.{e}.fc1.weight", key, weight[e, 1::2])
         elif what.endswith("_scales") and key[:-len("scales")] + "blocks" in state:
             continue  # read with its blocks
         else:
             rest[key] = t
-    mapped, names = map_decoder("llama", rest, cfg)
-    out.update(mapped)
-    src.update(names)
-    return out, src
+    out.update(map_decoder("llama", rest, cfg))
+    return out.result()
 
 
 def _companions(key: str) -> list[str]:
@@ -123,6 +119,8 @@ def _companions(key: str) -> list[str]:
 
 
 map_gptoss.companions = _companions  # checkpoints.plan reads them together
+GPT_OSS = register(Family("gpt_oss", ("GptOssForCausalLM",), gptoss_config, map_gptoss,
+                          model_types=("gpt_oss",), causal=True, size_keys=SIZE_KEYS))
 
 
 __all__ = ["gptoss_config", "map_gptoss", "mxfp4", "FP4"]

@@ -15,8 +15,12 @@ classifier.*) are set aside with the base model read.
 """
 from __future__ import annotations
 
+import re
+
 from ....errors import WeightsError
-from .common import ln_leaf
+from .common import norm_rules, unprefixed
+from .registry import Family, Renames, TensorMap, archs_of, register
+from .values import SIZE_KEYS
 from .decoders import rope_settings
 
 # the classifier classes are read as their base model, their task heads set aside
@@ -28,8 +32,7 @@ _MLM_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu
 
 
 def _is_mlm(hf: dict) -> bool:
-    archs = hf.get("architectures") or []
-    return "ModernBertForMaskedLM" in ([archs] if isinstance(archs, str) else archs)
+    return "ModernBertForMaskedLM" in archs_of(hf)
 
 
 def _thetas(hf: dict, where: str) -> tuple[float, float]:
@@ -92,52 +95,43 @@ def modernbert_config(hf: dict, where: str) -> dict:
     return out
 
 
-_LAYER = {"attn_norm": "ln1", "mlp_norm": "ln2", "attn.Wo": "attn.out_proj",
-          "mlp.Wo": "ffn.fc2"}
+_NAMES = Renames([
+    (r"embeddings\.tok_embeddings\.weight", "embed.tok_emb.weight"),
+    *norm_rules(r"embeddings\.norm", "embed.ln"), *norm_rules(r"final_norm", "ln_f"),
+    (r"head\.dense\.(\w+)", r"mlm.dense.\1"), *norm_rules(r"head\.norm", "mlm.ln"),
+    (r"decoder\.(\w+)", r"lm_head.\1"),
+    *norm_rules(r"layers\.(\d+)\.attn_norm", r"blocks.\1.ln1"),
+    *norm_rules(r"layers\.(\d+)\.mlp_norm", r"blocks.\1.ln2"),
+    (r"layers\.(\d+)\.attn\.Wo\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
+    (r"layers\.(\d+)\.mlp\.Wo\.(\w+)", r"blocks.\1.ffn.fc2.\2"),
+])
+# fused linears, split by rows: Wqkv (3 * C, C) q, k, v; Wi (2 * F, C) the activated half
+# (tfx's gate_proj), then the gate it multiplies (fc1, "up")
+_FUSED = re.compile(r"layers\.(\d+)\.(attn\.Wqkv|mlp\.Wi)\.(\w+)")
+_SPLITS = {"attn.Wqkv": ("attn.W_query", "attn.W_key", "attn.W_value"),
+           "mlp.Wi": ("ffn.gate_proj", "ffn.fc1")}
 SET_ASIDE = ("classifier.",)
 
 
 def map_modernbert(state: dict, cfg) -> tuple[dict, dict]:
     """A ModernBERT checkpoint's tensors -> (tfx name -> tensor, tfx name -> checkpoint
-    name). Wqkv's rows are q, k, v one after the other; Wi's the activated half (tfx's
-    gate_proj), then the gate it multiplies (fc1, "up")."""
-    out, src = {}, {}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
+    name)."""
+    out = TensorMap()
     for key, t in state.items():
-        name = key[len("model."):] if key.startswith("model.") else key
-        parts = name.split(".")
-        module, _, leaf = name.rpartition(".")
         if key.startswith(SET_ASIDE) or (key.startswith("head.") and not cfg.mlm_head):
             continue  # a classifier's task head: set aside
-        if name == "embeddings.tok_embeddings.weight":
-            put("embed.tok_emb.weight", key, t)
-        elif module == "embeddings.norm":
-            put(f"embed.ln.{ln_leaf(leaf)}", key, t)
-        elif module == "final_norm":
-            put(f"ln_f.{ln_leaf(leaf)}", key, t)
-        elif module in ("head.dense", "head.norm"):
-            ours = "mlm.dense" if module == "head.dense" else "mlm.ln"
-            put(f"{ours}.{ln_leaf(leaf) if ours == 'mlm.ln' else leaf}", key, t)
-        elif module == "decoder":
-            put(f"lm_head.{leaf}", key, t)
-        elif parts[0] == "layers" and len(parts) >= 4:
-            b, inner = f"blocks.{parts[1]}", ".".join(parts[2:-1])
-            if inner in ("attn_norm", "mlp_norm"):
-                put(f"{b}.{_LAYER[inner]}.{ln_leaf(leaf)}", key, t)
-            elif inner in _LAYER:
-                put(f"{b}.{_LAYER[inner]}.{leaf}", key, t)
-            elif inner == "attn.Wqkv":  # (3 * C, C): q, k, v stacked by rows
-                for ours, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=0)):
-                    put(f"{b}.attn.{ours}.{leaf}", key, part)
-            elif inner == "mlp.Wi":  # (2 * F, C): the activated half, then the gate
-                activated, gate = t.chunk(2, dim=0)
-                put(f"{b}.ffn.gate_proj.{leaf}", key, activated)
-                put(f"{b}.ffn.fc1.{leaf}", key, gate)
-            else:
-                put(key, key, t)  # reported as unexpected
-        else:
-            put(key, key, t)
-    return out, src
+        name = unprefixed(key, ("model.",))
+        fused = _FUSED.fullmatch(name)
+        if fused:
+            block, module, leaf = fused.groups()
+            parts = _SPLITS[module]
+            for ours, part in zip(parts, t.chunk(len(parts), dim=0)):
+                out.put(f"blocks.{block}.{ours}.{leaf}", key, part)
+        elif not _NAMES.apply(out, name, key, t):
+            out.keep(key, t)  # reported as unexpected
+    return out.result()
+
+
+MODERNBERT_FAMILY = register(Family("modernbert", MODERNBERT, modernbert_config,
+                                    map_modernbert, model_types=("modernbert",),
+                                    size_keys=SIZE_KEYS))

@@ -27,11 +27,13 @@ ones.)
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from ....errors import WeightsError
 from .decoders import decoder_config, map_decoder
+from .registry import Family, TensorMap, register
+from .values import SIZE_KEYS
 
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 # the decoder family whose attention and norms each reads as it is
 BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3", "olmoe": "llama"}
 
@@ -92,11 +94,7 @@ def map_moe(family: str, state: dict, cfg, map_rest=None) -> tuple[dict, dict]:
     """Checkpoint tensors -> (tfx name -> tensor, tfx name -> checkpoint name): the MoE
     layers' router, experts and shared expert here, the rest by the base family's
     mapping (`map_rest(state, cfg)`, default decoders.map_decoder of BASE[family])."""
-    out, src, rest = {}, {}, {}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
+    out, rest = TensorMap(), {}
     for key, t in state.items():
         match = _LAYER.match(key)
         if not match or not cfg.is_moe_layer(int(match.group(1))):
@@ -105,30 +103,36 @@ def map_moe(family: str, state: dict, cfg, map_rest=None) -> tuple[dict, dict]:
         moe, what = f"blocks.{match.group(1)}.moe", match.group(3)
         parts = what.split(".")
         if what in ("gate.weight", "router.weight", "router.bias"):
-            put(f"{moe}.router.{parts[-1]}", key, t)
+            out.put(f"{moe}.router.{parts[-1]}", key, t)
         elif parts[0] == "experts" and len(parts) == 4 and parts[2] in _EXPERT:
-            put(f"{moe}.expert.{parts[1]}.{_EXPERT[parts[2]]}.{parts[3]}", key, t)
+            out.put(f"{moe}.expert.{parts[1]}.{_EXPERT[parts[2]]}.{parts[3]}", key, t)
         elif what == "experts.gate_up_proj":  # (E, 2F, C): the gate's rows, then up's
             gate, up = t.chunk(2, dim=1)
             for e in range(t.shape[0]):
-                put(f"{moe}.expert.{e}.gate_proj.weight", key, gate[e])
-                put(f"{moe}.expert.{e}.fc1.weight", key, up[e])
+                out.put(f"{moe}.expert.{e}.gate_proj.weight", key, gate[e])
+                out.put(f"{moe}.expert.{e}.fc1.weight", key, up[e])
         elif what == "experts.down_proj":  # (E, C, F)
             for e in range(t.shape[0]):
-                put(f"{moe}.expert.{e}.fc2.weight", key, t[e])
+                out.put(f"{moe}.expert.{e}.fc2.weight", key, t[e])
         elif parts[0] in ("shared_expert", "shared_experts") and len(parts) == 3 and \
                 parts[1] in _SHARED:
-            put(f"{moe}.shared.{_SHARED[parts[1]]}.{parts[2]}", key, t)
+            out.put(f"{moe}.shared.{_SHARED[parts[1]]}.{parts[2]}", key, t)
         elif what == "gate.e_score_correction_bias":  # DeepSeek-V3: shifts the choice
-            put(f"{moe}.score_correction", key, t)
+            out.put(f"{moe}.score_correction", key, t)
         elif what == "shared_expert_gate.weight":
-            put(f"{moe}.shared_gate.weight", key, t)
+            out.put(f"{moe}.shared_gate.weight", key, t)
         else:
             rest[key] = t  # reported as unexpected by the base mapping
-    mapped, names = (map_rest or (lambda s, c: map_decoder(BASE[family], s, c)))(rest, cfg)
-    out.update(mapped)
-    src.update(names)
-    return out, src
+    out.update((map_rest or partial(map_decoder, BASE[family]))(rest, cfg))
+    return out.result()
+
+
+MOE_FAMILIES = register(*(
+    Family(name, (arch,), partial(moe_config, name), partial(map_moe, name),
+           model_types=(name,), causal=True, size_keys=SIZE_KEYS)
+    for name, arch in (("mixtral", "MixtralForCausalLM"), ("qwen2_moe", "Qwen2MoeForCausalLM"),
+                       ("qwen3_moe", "Qwen3MoeForCausalLM"), ("olmoe", "OlmoeForCausalLM"))))
+MOE = tuple(family.name for family in MOE_FAMILIES)
 
 
 __all__ = ["MOE", "BASE", "moe_config", "map_moe", "moe_layers"]

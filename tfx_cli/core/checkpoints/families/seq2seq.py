@@ -1,4 +1,5 @@
-"""both read.
+"""Marian, BART and mBART (HF MarianMTModel, BartForConditionalGeneration, BartModel,
+MBartForConditionalGeneration folders): config and tensor names.
 
 The encoder–decoder families (translation and summarisation) are the paper's model with
 its switches, as transformers 5's modeling_marian.py, modeling_bart.py and
@@ -16,9 +17,11 @@ modeling_mbart.py compute them:
 """
 from __future__ import annotations
 
-from ....errors import WeightsError
+from functools import partial
 
-SEQ2SEQ = ("marian", "bart", "mbart")
+from ....errors import WeightsError
+from .common import ln_leaf, unprefixed
+from .registry import Family, TensorMap, register
 
 
 # transformers 3's one BART class switched these; transformers 5 ignores them, so a config
@@ -124,7 +127,6 @@ _S2S_LINEARS = {"self_attn.q_proj": "attn.W_query", "self_attn.k_proj": "attn.W_
 _S2S_NORMS = {"encoder": {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln2"},
               "decoder": {"self_attn_layer_norm": "ln1", "encoder_attn_layer_norm": "ln2",
                           "final_layer_norm": "ln3"}}
-_LN_LEAF = {"weight": "scale", "bias": "shift"}
 
 
 def check_tables(tables: dict) -> None:
@@ -151,51 +153,62 @@ def map_seq2seq(family: str, state: dict, cfg) -> tuple[dict, dict]:
     zero, as transformers leaves it."""
     import torch
 
-    out, src = {}, {}
-
-    def put(ours, theirs, tensor):
-        out[ours], src[ours] = tensor, theirs
-
+    out = TensorMap()
     tables = [k for k in TOKEN_TABLES if k in state]
     if tables:
         check_tables({k: state[k] for k in tables})
-        put("encoder.embed.tok_emb.weight", tables[0], state[tables[0]])
+        out.put("encoder.embed.tok_emb.weight", tables[0], state[tables[0]])
     if not getattr(cfg, "logits_bias", True):  # a base model (BartModel): no head to bias
         pass
     elif "final_logits_bias" in state:
         bias = state["final_logits_bias"]
-        put("final_logits_bias", "final_logits_bias",
-            bias.reshape(-1) if bias.dim() == 2 and bias.shape[0] == 1 else bias)
+        out.put("final_logits_bias", "final_logits_bias",
+                bias.reshape(-1) if bias.dim() == 2 and bias.shape[0] == 1 else bias)
     else:
-        put("final_logits_bias", "(zeros: not saved)", torch.zeros(cfg.vocab_size))
+        out.put("final_logits_bias", "(zeros: not saved)", torch.zeros(cfg.vocab_size))
     for key, t in state.items():
         if key in TOKEN_TABLES or key == "final_logits_bias":
             continue
-        name = key[len("model."):] if key.startswith("model.") else key
+        name = unprefixed(key, ("model.",))
         parts = name.split(".")
         stack = parts[0]
         if stack not in ("encoder", "decoder") or len(parts) < 3:
-            put(key, key, t)  # reported as unexpected
+            out.keep(key, t)  # reported as unexpected
             continue
         module, leaf = ".".join(parts[1:-1]), parts[-1]
         if module == "embed_positions":
             if family == "marian":
                 continue  # the fixed sinusoidal table: tfx computes its own
-            put(f"{stack}.embed.pos_emb.{leaf}", key, t)
+            out.put(f"{stack}.embed.pos_emb.{leaf}", key, t)
         elif module == "layernorm_embedding":
-            put(f"{stack}.embed.ln.{_LN_LEAF.get(leaf, leaf)}", key, t)
+            out.put(f"{stack}.embed.ln.{ln_leaf(leaf)}", key, t)
         elif module == "layer_norm":  # mBART's final norm of each stack
-            put(f"{stack}.ln_f.{_LN_LEAF.get(leaf, leaf)}", key, t)
+            out.put(f"{stack}.ln_f.{ln_leaf(leaf)}", key, t)
         elif name.endswith(".version") and len(parts) == 2:
             continue  # fairseq's format marker, not a tensor of the model
         elif parts[1] == "layers" and len(parts) >= 5:
             block, inner = f"{stack}.blocks.{parts[2]}", ".".join(parts[3:-1])
             if inner in _S2S_NORMS[stack]:
-                put(f"{block}.{_S2S_NORMS[stack][inner]}.{_LN_LEAF.get(leaf, leaf)}", key, t)
+                out.put(f"{block}.{_S2S_NORMS[stack][inner]}.{ln_leaf(leaf)}", key, t)
             elif inner in _S2S_LINEARS and not (stack == "encoder" and inner[:7] == "encoder"):
-                put(f"{block}.{_S2S_LINEARS[inner]}.{leaf}", key, t)
+                out.put(f"{block}.{_S2S_LINEARS[inner]}.{leaf}", key, t)
             else:
-                put(key, key, t)
+                out.keep(key, t)
         else:
-            put(key, key, t)
-    return out, src
+            out.keep(key, t)
+    return out.result()
+
+
+def _tables(cfg) -> tuple[str, ...]:
+    return TOKEN_TABLES
+
+
+MARIAN, BART, MBART = register(*(
+    Family(name, archs, partial(seq2seq_config, name), partial(map_seq2seq, name),
+           model_types=(name,), token_tables=_tables, headless=headless)
+    for name, archs, headless in (
+        ("marian", ("MarianMTModel",), ()),
+        # BartModel: the base model, whose output is the decoder's last stream
+        ("bart", ("BartForConditionalGeneration",), ("BartModel",)),
+        ("mbart", ("MBartForConditionalGeneration",), ()))))
+SEQ2SEQ = tuple(family.name for family in (MARIAN, BART, MBART))

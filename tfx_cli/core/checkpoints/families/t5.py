@@ -27,9 +27,11 @@ than its checkpoints hold (Flan-T5-XL: 2,783,959,040 against 2,849,757,184).
 """
 from __future__ import annotations
 
-from ....errors import WeightsError
+from functools import partial
 
-T5_FAMILIES = ("t5", "umt5")
+from ....errors import WeightsError
+from .registry import Family, TensorMap, register
+
 # what a config.json's architecture builds: both stacks and the head, both stacks, the
 # encoder alone (model_type alone: the first)
 WITH_HEAD = ("T5ForConditionalGeneration", "MT5ForConditionalGeneration",
@@ -38,7 +40,6 @@ NO_HEAD = ("T5Model", "MT5Model", "UMT5Model")
 ENCODER_ONLY = ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel")
 T5_ARCHITECTURES = {a: "umt5" if a.startswith("UMT5") else "t5"
                     for a in WITH_HEAD + NO_HEAD + ENCODER_ONLY}
-T5_MODEL_TYPES = {"t5": "t5", "mt5": "t5", "umt5": "umt5"}
 
 # the defaults of transformers' T5Config for keys a config.json leaves out, and the
 # names its attribute_map reads as them
@@ -118,24 +119,20 @@ def map_t5(state: dict, cfg) -> tuple[dict, dict]:
     then (decoder) 1 cross-attention, then the FFN, each with the RMSNorm before it."""
     from .seq2seq import check_tables
 
-    out, src = {}, {}
+    out = TensorMap()
     seq2seq = cfg.is_encoder_decoder
     enc = "encoder." if seq2seq else ""
-
-    def put(ours, theirs):
-        out[ours], src[ours] = state[theirs], theirs
-
     tables = [k for k in T5_TOKEN_TABLES if k in state]
     if cfg.tie_embeddings and "lm_head.weight" in state:
         tables.append("lm_head.weight")  # a tied head saved too must be the table
     if tables:
         check_tables({k: state[k] for k in tables})
-        put(f"{enc}embed.tok_emb.weight", tables[0])
+        out.put(f"{enc}embed.tok_emb.weight", tables[0], state[tables[0]])
     if cfg.lm_head and not cfg.tie_embeddings:
         if "lm_head.weight" in state:
-            put("lm_head.weight", "lm_head.weight")
+            out.put("lm_head.weight", "lm_head.weight", state["lm_head.weight"])
         elif tables:  # transformers 5 tied it to the table: the head is a copy of it
-            put("lm_head.weight", tables[0])
+            out.put("lm_head.weight", tables[0], state[tables[0]])
     for key in state:
         if key in T5_TOKEN_TABLES or key in ("lm_head.weight", _IGNORED):
             continue
@@ -151,10 +148,10 @@ def map_t5(state: dict, cfg) -> tuple[dict, dict]:
             elif len(parts) >= 7 and parts[1] == "block" and parts[3] == "layer":
                 ours = _block_name(stack, prefix, int(parts[2]), int(parts[4]), parts[5:], cfg)
         if ours is None:
-            out[key], src[key] = state[key], key  # reported as unexpected
+            out.keep(key, state[key])  # reported as unexpected
         else:
-            put(ours, key)
-    return out, src
+            out.put(ours, key, state[key])
+    return out.result()
 
 
 def _block_name(stack: str, prefix: str, i: int, j: int, rest: list[str], cfg) -> str | None:
@@ -179,3 +176,15 @@ def _block_name(stack: str, prefix: str, i: int, j: int, rest: list[str], cfg) -
             return f"{block}.attn.rel_bias.weight"
         return f"{prefix}embed.rel_bias.weight" if i == 0 else None
     return f"{block}.{sub}.{_ATTENTION[name]}.weight" if name in _ATTENTION else None
+
+
+def t5_tables(cfg) -> tuple[str, ...]:
+    """Where a T5 checkpoint may hold its token table: a tied head is one of the copies."""
+    return T5_TOKEN_TABLES + (("lm_head.weight",) if cfg.tie_embeddings else ())
+
+
+T5, UMT5 = register(*(
+    Family(name, tuple(a for a, family in T5_ARCHITECTURES.items() if family == name),
+           partial(t5_config, name), map_t5, model_types=types, token_tables=t5_tables)
+    for name, types in (("t5", ("t5", "mt5")), ("umt5", ("umt5",)))))
+T5_FAMILIES = (T5.name, UMT5.name)

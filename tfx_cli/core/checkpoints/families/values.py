@@ -58,15 +58,14 @@ ROPE_KINDS = {"factor": POSITIVE, "original_max_position_embeddings": SIZE,
               "partial_rotary_factor": FRACTION}
 
 # the keys that set the model's size: a default width or head count would count (or
-# build) a model the file does not describe
+# build) a model the file does not describe (a family declares them required,
+# registry.Family.size_keys)
 SIZE_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers")
-NEEDS_SIZE_KEYS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
-                   "gpt_neox", "olmo2", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-                   "gpt_oss", "deepseek_v3", "bert", "roberta", "modernbert")
 
 
-def check_values(family: str, hf: dict, where: str) -> None:
-    """Refuse, naming the key, a value of the wrong kind or range, and a missing size key."""
+def check_values(family: str, hf: dict, where: str, required: tuple[str, ...] = ()) -> None:
+    """Refuse, naming the key, a value of the wrong kind or range, and a missing `required`
+    key."""
     for key, kind in KINDS.items():
         if hf.get(key) is not None:
             _check(where, key, hf[key], kind)
@@ -77,12 +76,10 @@ def check_values(family: str, hf: dict, where: str) -> None:
             for key, kind in ROPE_KINDS.items():
                 if entry.get(key) is not None:
                     _check(where, f"{prefix}.{key}", entry[key], kind)
-    if family in NEEDS_SIZE_KEYS:
-        for key in SIZE_KEYS:
-            if hf.get(key) is None:
-                raise WeightsError(f"{where}: config key {key} is missing; a {family} "
-                                   f"config.json gives {', '.join(SIZE_KEYS)}, each "
-                                   f"{SIZE}")
+    for key in required:
+        if hf.get(key) is None:
+            raise WeightsError(f"{where}: config key {key} is missing; a {family} "
+                               f"config.json gives {', '.join(required)}, each {SIZE}")
 
 
 def _check(where: str, key: str, value, kind: str) -> None:
