@@ -317,6 +317,23 @@ def places(tmp_path_factory):
 LLAMA_CONFIG_DATA = LLAMA_LIKE
 
 
+def refused_in_one_line(args: list, result) -> bool:
+    """Whether a CliRunner result is a refusal (exit 1 or 2), checked to be one
+    `tfx: error:` line on stderr and nothing on stdout; an exit 0 returns False. Any other
+    exit, a traceback, an internal error or an exception that escaped fails."""
+    err = result.stderr
+    assert result.exit_code in (0, 1, 2), (args, result.exit_code, err)
+    assert "Traceback" not in err and "internal error" not in err, (args, err)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError((args, repr(result.exception)))
+    if result.exit_code == 0:
+        return False
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfx: error: "), (args, err)
+    assert result.stdout == "", (args, result.stdout[:200])
+    return True
+
+
 def _no_constants(name):
     raise ValueError(f"{name} in JSON output")
 
@@ -360,14 +377,7 @@ def test_fuzz_cli(places, drawn):
                                 env={"TFX_QUIET": "1", "COLUMNS": "100", "NO_COLOR": "1"})
     event(f"{args[0]} exit {result.exit_code}")
     err = result.stderr
-    assert result.exit_code in (0, 1, 2), (args, result.exit_code, err)
-    assert "Traceback" not in err and "internal error" not in err, (args, err)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError((args, repr(result.exception)))
-    if result.exit_code != 0:
-        lines = err.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("tfx: error: "), (args, err)
-        assert result.stdout == "", args
+    if refused_in_one_line(args, result):
         if folder is not None and not existed:  # a refused or diverged train writes nothing
             assert not os.path.exists(folder), (args, err)
         return
