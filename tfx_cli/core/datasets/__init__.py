@@ -6,6 +6,9 @@
        collect.py, pairs.py: each a pure per-batch function and an associative reduction)
     -> reduce in batch order, or write shards in token order (pipeline.py, store.py)
 
+corpus_runs.py runs scan, top and collect end to end (options checked, the output folder
+opened or resumed, the pipeline run, the typed result built); pairs.py runs patch --pairs.
+
 `engines.py` decides only where batches run: `local` in this process, `ray` on Ray Data
 actors (ray_engine.py, imported only when asked for); an engine takes a picklable
 WorkerSpec (worker.py: the ModelSpec and the task), builds one worker from it per

@@ -214,7 +214,7 @@ def patch_pairs(loaded, pairs_file, *, site: str = "resid_pre", batch: int | Non
     from ...errors import UsageError
     from ..analysis.generate import check_vocab, need_head
     from ..analysis.patching import PATCH_SITES
-    from .runs import single_stack
+    from .corpus_runs import single_stack
     from ..progress import counting
     from ..results import InputInfo, PairInfo, PatchPairsResult
     from ..trace import Trace

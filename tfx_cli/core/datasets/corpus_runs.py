@@ -1,5 +1,7 @@
-"""The dataset commands end to end: check the options, open the output folder (resuming
-what it holds), run the pipeline and build the typed result."""
+"""The corpus commands' runs, end to end: `scan`, `top` and `collect` check their
+options, open the output folder (resuming what it holds), run the pipeline and build the
+typed result. patch --pairs runs in pairs.py, refusing an encoder–decoder with
+`single_stack` from here."""
 from __future__ import annotations
 
 import json
