@@ -18,7 +18,8 @@ shards and checkpoints are written to a temporary name and renamed, so a killed 
 resumes where it stopped.
 
 May import: core.analysis (encode, run, the patching metric), core.load, core.model,
-core.tokenizers and the pure modules below them; numpy, torch, pyarrow and safetensors;
-ray (ray_engine.py only, lazily).
+core.tokenizers, core.features (row_width: the width of a site's rows) and the pure
+modules below them; numpy, torch, pyarrow and safetensors; ray (ray_engine.py only,
+lazily).
 Never typer or rich: progress comes in as a factory (core.progress).
 """
