@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from tfx_cli import api
 from tfx_cli.cli import app
-from tfx_cli.core.datasets import runs
+from tfx_cli.core.datasets import corpus_runs
 from tfx_cli.core.outputs import FolderHold
 from tfx_cli.errors import InputTextError, OutputFileError
 
@@ -116,18 +116,18 @@ def test_complete_is_written_only_after_every_shard_is_checked(tmp_path, monkeyp
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(DOCS * 3))
     out = tmp_path / "A"
-    real = runs.write_tokens_table
+    real = corpus_runs.write_tokens_table
 
     def meddling(path, rows, shard_tokens):
         (out / "shard-00000.safetensors").write_bytes(b"someone else's bytes")
         return real(path, rows, shard_tokens)
 
-    monkeypatch.setattr(runs, "write_tokens_table", meddling)
+    monkeypatch.setattr(corpus_runs, "write_tokens_table", meddling)
     with pytest.raises(OutputFileError, match="shard-00000.safetensors is not the file this "
                                               "run wrote"):
         api.collect(str(corpus), select=[SITE], output=out, shard_tokens=16, **MODEL)
     assert json.loads((out / "manifest.json").read_text())["complete"] is False
-    monkeypatch.setattr(runs, "write_tokens_table", real)
+    monkeypatch.setattr(corpus_runs, "write_tokens_table", real)
     api.collect(str(corpus), select=[SITE], output=out, shard_tokens=16, **MODEL)
     assert json.loads((out / "manifest.json").read_text())["complete"] is True
 

@@ -142,6 +142,30 @@ def test_skip_first_leaves_out_each_windows_first_rows(collected, tmp_path):
         api.train_sae(collected, output=tmp_path / "sae", steps=50, **SHORT)
 
 
+# the options part of train-state.json's identity, key by key as tfx has written it: a run
+# killed under one version resumes under the next only while these stay the same
+TOPK_IDENTITY = {"architecture": "topk", "latents": 128, "k": 8, "l1": None, "lr": 3e-3,
+                 "batch_size": 256, "steps": 3, "b_dec_init": "median", "dead_after": 2850,
+                 "aux_k": 64, "aux_coef": 1 / 32}
+RELU_IDENTITY = {**TOPK_IDENTITY, "architecture": "standard", "k": None, "l1": 0.02,
+                 "aux_k": 0, "aux_coef": None}
+
+
+@pytest.mark.parametrize("given, options", [
+    (SHORT, TOPK_IDENTITY),
+    ({**{k: v for k, v in SHORT.items() if k != "k"}, "l1": 0.02}, RELU_IDENTITY)])
+def test_the_state_file_names_the_run_as_before(collected, tmp_path, given, options):
+    """The run's identity in train-state.json: its keys in their order and their values
+    (defaults that depend on the data filled in: dead_after, aux_k)."""
+    api.train_sae(collected, output=tmp_path / "sae", steps=3, **given)
+    state = json.loads((tmp_path / "sae" / "train-state.json").read_text(encoding="utf-8"))
+    manifest = json.loads((collected / "manifest.json").read_text(encoding="utf-8"))
+    assert list(state["identity"].items()) == list({
+        "site": SITE, "seed": 0, "holdout": 0.05, **options,
+        "collect": str(collected.resolve()), "collect_tokens": 3000,
+        "collect_sha256": manifest["tokens_sha256"]}.items())
+
+
 def _train_command(collected, out):
     return [sys.executable, "-c",
             "import sys; from tfx_cli import api; api.train_sae(sys.argv[1], output=sys.argv[2], "

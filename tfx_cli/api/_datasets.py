@@ -72,16 +72,16 @@ def scan(source: str | Path, *, field: str = "text", max_docs: int | None = None
          **model: Any) -> ScanResult:
     """Per (layer, head) attention statistics over a corpus (entropy, sink, previous
     token, duplicate token, induction), residual norms and FFN activity per layer."""
-    from ..core.datasets import runs
+    from ..core.datasets import corpus_runs
 
     engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
     with engine:
         loaded, hooks = _loaded(model)
-        return runs.scan(loaded, opened, ctx=ctx, batch_size=batch_size,
-                         max_tokens=max_tokens, output=_output(output),
-                         force=bool(model.get("force")), engine=engine,
-                         progress=hooks.progress)
+        return corpus_runs.scan(loaded, opened, ctx=ctx, batch_size=batch_size,
+                                 max_tokens=max_tokens, output=_output(output),
+                                 force=bool(model.get("force")), engine=engine,
+                                 progress=hooks.progress)
 
 
 @checked
@@ -100,7 +100,7 @@ def top(source: str | Path, *, site: str | None = None,
     `unit_map`: your own map from the site's rows to unit values (see core.datasets.top).
     `sae`: an SAE folder; the units are then its features, at its site (`sae_site` or
     `site` name the site when the folder does not, as in api.features)."""
-    from ..core.datasets import runs
+    from ..core.datasets import corpus_runs
     from ..errors import UsageError
 
     if sae is not None and unit_map is not None:
@@ -123,11 +123,11 @@ def top(source: str | Path, *, site: str | None = None,
     opened = _corpus(source, field, max_docs)
     with engine:
         loaded, hooks = _loaded(model)
-        result = runs.top(loaded, opened, site=site, units=units, k=k, context=around,
-                          ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
-                          output=_output(output), force=bool(model.get("force")),
-                          engine=engine, progress=hooks.progress, unit_map=unit_map,
-                          sae=sae, sae_site=sae_site)
+        result = corpus_runs.top(loaded, opened, site=site, units=units, k=k, context=around,
+                                  ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
+                                  output=_output(output), force=bool(model.get("force")),
+                                  engine=engine, progress=hooks.progress, unit_map=unit_map,
+                                  sae=sae, sae_site=sae_site)
     if html is not None:
         write_top_html(result, html, force=bool(model.get("force")))
     return result
@@ -156,7 +156,7 @@ def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
     """An activation dataset in `output`: safetensors shards (one 2-D tensor per site,
     rows = tokens in corpus order), manifest.json and tokens.parquet. Resumable: the
     same call finishes what a killed one left."""
-    from ..core.datasets import runs
+    from ..core.datasets import corpus_runs
     from ..errors import UsageError
 
     if output is None:
@@ -167,11 +167,11 @@ def collect(source: str | Path, *, select: Sequence[str], output: str | Path,
     opened = _corpus(source, field, max_docs)
     with engine:
         loaded, hooks = _loaded(model)
-        return runs.collect(loaded, opened, select=list(select or ()),
-                            output=_output(output), shard_tokens=shard_tokens, ctx=ctx,
-                            batch_size=batch_size, max_tokens=max_tokens,
-                            force=bool(model.get("force")), engine=engine,
-                            progress=hooks.progress)
+        return corpus_runs.collect(loaded, opened, select=list(select or ()),
+                                    output=_output(output), shard_tokens=shard_tokens, ctx=ctx,
+                                    batch_size=batch_size, max_tokens=max_tokens,
+                                    force=bool(model.get("force")), engine=engine,
+                                    progress=hooks.progress)
 
 
 @checked(path=as_path)

@@ -6,6 +6,9 @@
        collect.py, pairs.py: each a pure per-batch function and an associative reduction)
     -> reduce in batch order, or write shards in token order (pipeline.py, store.py)
 
+corpus_runs.py runs scan, top and collect end to end (options checked, the output folder
+opened or resumed, the pipeline run, the typed result built); pairs.py runs patch --pairs.
+
 `engines.py` decides only where batches run: `local` in this process, `ray` on Ray Data
 actors (ray_engine.py, imported only when asked for); an engine takes a picklable
 WorkerSpec (worker.py: the ModelSpec and the task), builds one worker from it per
@@ -15,7 +18,8 @@ shards and checkpoints are written to a temporary name and renamed, so a killed 
 resumes where it stopped.
 
 May import: core.analysis (encode, run, the patching metric), core.load, core.model,
-core.tokenizers and the pure modules below them; numpy, torch, pyarrow and safetensors;
-ray (ray_engine.py only, lazily).
+core.tokenizers, core.features (row_width: the width of a site's rows) and the pure
+modules below them; numpy, torch, pyarrow and safetensors; ray (ray_engine.py only,
+lazily).
 Never typer or rich: progress comes in as a factory (core.progress).
 """

@@ -22,7 +22,8 @@ from ..analysis.common import encode
 from ..analysis.patching import PATCHED, default_batch
 from ..analysis.sites import editing, one_token, resid_pre_name
 from .corpus import BOM, json_kind
-from .engines import WorkerSpec, engine_name, get_engine
+from .engines import Engine, engine_name
+from .pipeline import mapped
 from .tasks import BatchTrace
 
 PAIRS_PER_BATCH = 8
@@ -209,11 +210,11 @@ class PairsReduction:
 
 
 def patch_pairs(loaded, pairs_file, *, site: str = "resid_pre", batch: int | None = None,
-                engine: str = "local", progress=None):
+                engine: str | Engine = "local", progress=None):
     from ...errors import UsageError
     from ..analysis.generate import check_vocab, need_head
     from ..analysis.patching import PATCH_SITES
-    from .runs import single_stack
+    from .corpus_runs import single_stack
     from ..progress import counting
     from ..results import InputInfo, PairInfo, PatchPairsResult
     from ..trace import Trace
@@ -235,8 +236,7 @@ def patch_pairs(loaded, pairs_file, *, site: str = "resid_pre", batch: int | Non
     reduction = PairsReduction()
     todo = pair_batches(pairs)
     with counting(progress, "tfx patch --pairs", len(pairs), "pairs") as update:
-        for pb, part in get_engine(engine).map(WorkerSpec(loaded.spec, PairsTask(site, batch)),
-                                               todo):
+        for pb, part in mapped(loaded, PairsTask(site, batch), todo, engine):
             reduction.take(pb, part)
             update(reduction.n, sum(len(p.clean) for p in pairs[:reduction.n]))
     n = reduction.n

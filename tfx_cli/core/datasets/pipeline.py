@@ -3,17 +3,18 @@
 `Plan` is what fixes the batches (context, batch size, token cap, chunk size); `run`
 walks the corpus, skips what a resumed run has done, hands the rest to the engine and
 passes each (batch, partial) on in order, with progress (documents, tokens, tokens/s,
-ETA) through the factory the caller gave.
+ETA) through the factory the caller gave, and returns the `Counts` of what it read.
+`mapped` is the engine loop itself, for batches planned elsewhere (patch --pairs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ...errors import RangeError, UsageError
 from ..progress import counting
 from .corpus import Corpus
-from .engines import WorkerSpec, get_engine
+from .engines import Engine, WorkerSpec, get_engine
 from .windows import Window, batches, chunks, windows
 
 MAX_DEFAULT_CTX = 1024
@@ -48,6 +49,33 @@ def make_plan(cfg, *, ctx: int | None, batch_size: int, max_tokens: int | None,
     return Plan(ctx, batch_size, max_tokens, max(ctx, min(full, chunk_tokens or full)))
 
 
+@dataclass
+class Counts:
+    """What a run has read. tokens, windows and documents: the corpus read in whole
+    chunks, those a resumed run skipped included (documents: up to the last window's);
+    run_tokens: the tokens this run put through the engine; open_tokens: those of the
+    chunk under way, done batch by batch (0 between chunks)."""
+
+    tokens: int = 0
+    windows: int = 0
+    documents: int = 0
+    run_tokens: int = 0
+    open_tokens: int = 0
+
+    def add_chunk(self, chunk: list[Window], n: int) -> None:
+        """A whole chunk of windows, `n` tokens, done or skipped."""
+        self.tokens += n
+        self.windows += len(chunk)
+        self.documents = chunk[-1].doc + 1
+
+
+def mapped(loaded, task, batches: Iterable, engine: str | Engine = "local"
+           ) -> Iterator[tuple[Any, Any]]:
+    """Each batch with `task`'s partial result for it, in the order of `batches`, run by
+    `engine` (its name, or an Engine the caller built) on workers of `loaded`'s model."""
+    return get_engine(engine).map(WorkerSpec(loaded.spec, task), batches)
+
+
 def corpus_windows(loaded, corpus: Corpus, plan: Plan) -> Iterator[Window]:
     return windows(corpus, loaded.tokenizer, vocab_size=loaded.cfg.vocab_size, ctx=plan.ctx,
                    max_tokens=plan.max_tokens)
@@ -55,12 +83,12 @@ def corpus_windows(loaded, corpus: Corpus, plan: Plan) -> Iterator[Window]:
 
 def run(loaded, corpus: Corpus, plan: Plan, task, *, take: Callable,
         skip: Callable[[int, list], bool] = lambda c, chunk: False,
-        chunk_done: Callable[[int, list], None] | None = None, engine: str = "local",
-        progress=None, what: str = "") -> dict:
+        chunk_done: Callable[[int, list], None] | None = None,
+        engine: str | Engine = "local", progress=None, what: str = "") -> Counts:
     """Run `task` over the corpus; take(batch, partial) in batch order. Chunks for which
     skip(index, windows) is true are not run (a resumed run's finished work).
-    Returns counts: tokens, windows, documents (all of the corpus, skipped included)."""
-    seen = {"tokens": 0, "windows": 0, "documents": 0, "run_tokens": 0}
+    Returns the Counts: tokens, windows, documents (all of the corpus, skipped included)."""
+    seen = Counts()
 
     def planned():
         first_batch = 0
@@ -72,33 +100,29 @@ def run(loaded, corpus: Corpus, plan: Plan, task, *, take: Callable,
                            batch_size=plan.batch_size)
             first_batch += len(todo)
             if skip(c, chunk):
-                _count(chunk, n)
-                update(seen["documents"], seen["tokens"])
+                seen.add_chunk(chunk, n)
+                update(seen.documents, seen.tokens)
                 continue
             pending[c] = (chunk, n)
             yield from todo
 
-    def _count(chunk, n):
-        seen["tokens"] += n
-        seen["windows"] += len(chunk)
-        seen["documents"] = chunk[-1].doc + 1
-
-    pending: dict = {}
+    pending: dict[int, tuple[list[Window], int]] = {}
     with counting(progress, what or "reading the corpus", corpus.documents_n,
                   "documents") as update:
-        for batch, partial in get_engine(engine).map(WorkerSpec(loaded.spec, task), planned()):
+        for batch, partial in mapped(loaded, task, planned(), engine):
             take(batch, partial)
-            seen["run_tokens"] += batch.tokens
-            seen["open"] = seen.get("open", 0) + batch.tokens  # of the chunk under way
-            update(seen["documents"], seen["tokens"] + seen["open"])
+            seen.run_tokens += batch.tokens
+            seen.open_tokens += batch.tokens
+            update(seen.documents, seen.tokens + seen.open_tokens)
             if batch.end_of_chunk:
-                seen["open"] = 0
+                seen.open_tokens = 0
                 chunk, n = pending.pop(batch.chunk)
-                _count(chunk, n)
+                seen.add_chunk(chunk, n)
                 if chunk_done is not None:
                     chunk_done(batch.chunk, chunk)
-                update(seen["documents"], seen["tokens"])
+                update(seen.documents, seen.tokens)
     return seen
 
 
-__all__ = ["Plan", "make_plan", "run", "corpus_windows", "MAX_DEFAULT_CTX"]
+__all__ = ["Plan", "make_plan", "Counts", "mapped", "run", "corpus_windows",
+           "MAX_DEFAULT_CTX"]

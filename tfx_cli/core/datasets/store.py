@@ -85,13 +85,11 @@ class OutputDir:
                                       "new folder, or pass --force to write beside them")
             self.clear()
             return
+        new = {**self.identity, "kind": self.kind}
         differs = [key for key in ("kind", "model", "corpus", "options")
-                   if (old.get(key) if key != "kind" else old.get("kind")) !=
-                   (self.identity.get(key) if key != "kind" else self.kind)]
+                   if old.get(key) != new.get(key)]
         if differs:
-            detail = "; ".join(_difference(key, old.get(key), self.identity.get(key)
-                                           if key != "kind" else self.kind)
-                               for key in differs)
+            detail = "; ".join(_difference(key, old.get(key), new.get(key)) for key in differs)
             raise OutputFileError(f"-o {path} holds another run ({detail}); pass --force to "
                                   "start over, or choose another folder")
         self.manifest = old

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ...errors import RangeError, SelectError
+from ..features.sae import row_width
 from ..trace import Trace, compile_globs, summarise_names
 
 
@@ -74,8 +75,6 @@ def row_sites(model) -> dict[str, tuple[tuple[str, ...], int]]:
     """Sites with one row per token: name -> (dims, row width). A site with key
     positions (S: scores, patterns) has no fixed width and is left out."""
     cfg = model.cfg
-    size = {"C": cfg.d_model, "H": cfg.n_heads, "D": cfg.head_dim, "F": cfg.d_ff,
-            "V": cfg.vocab_size, "A": cfg.attn_dim}
     out = {}
     for name, tap in model.taps.items():
         dims = tuple(tap.dims)
@@ -84,10 +83,7 @@ def row_sites(model) -> dict[str, tuple[tuple[str, ...], int]]:
             continue
         if name.endswith(".mean") and cfg.norm == "rmsnorm":  # an RMSNorm takes no mean
             continue
-        width = 1
-        for d in dims:
-            if d != "T":
-                width *= size.get(d, 0)
+        width = row_width(cfg, dims)
         if width:
             out[name] = (dims, width)
     return out

@@ -23,6 +23,7 @@ from .formats import SAEFile
 
 # the width of a flattened site per dims letter (ModelConfig's field)
 DIM_FIELDS = {"C": "d_model", "A": "attn_dim", "F": "d_ff", "H": "n_heads", "D": "head_dim"}
+ROW_FIELDS = {**DIM_FIELDS, "V": "vocab_size"}  # a row of logits has a width too
 
 
 @dataclass
@@ -212,15 +213,23 @@ class SAE:
         return f"{what}, {self.d_in} → {self.d_sae} features, at {self.spec}"
 
 
+def row_width(cfg, dims: tuple[str, ...]) -> int:
+    """The width of one position's row at a site of `dims`: the dims other than T
+    flattened in their order (H·D joined); 0 when one of them has no fixed width (S: key
+    positions). The corpus commands' row sites are those of a width above 0."""
+    return math.prod(getattr(cfg, ROW_FIELDS[d]) if d in ROW_FIELDS else 0
+                     for d in dims if d != "T")
+
+
 def site_width(cfg, dims: tuple[str, ...]) -> int | None:
     """The width an SAE reads at a site of `dims` (T excepted): C, A, F; H·D joined.
-    None for a site an SAE cannot read (a pattern, a 1-D statistic)."""
+    None for a site an SAE cannot read (a pattern, a 1-D statistic, logits)."""
     rest = [d for d in dims if d != "T"]
     if len(dims) < 2 or "T" not in dims or any(d not in DIM_FIELDS for d in rest):
         return None
     if tuple(dims) not in (("T", rest[0]), ("H", "T", "D")):
         return None
-    return math.prod(getattr(cfg, DIM_FIELDS[d]) for d in rest)
+    return row_width(cfg, dims)
 
 
-__all__ = ["SAE", "site_width", "DIM_FIELDS"]
+__all__ = ["SAE", "site_width", "row_width", "DIM_FIELDS"]

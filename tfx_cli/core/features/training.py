@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +52,38 @@ CHECKPOINT_SECONDS = 60.0
 LOSS_POINTS = 100  # the loss curve in the result: means over this many spans
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    """The training options, checked and completed (defaults that depend on the data
+    filled in). The fields, in this order, are the options part of the run's identity
+    in train-state.json (see `recorded`)."""
+
+    architecture: str  # "topk", or "standard": ReLU with an L1 penalty
+    latents: int
+    k: int | None  # TopK's k; None for a ReLU SAE
+    l1: float | None  # the L1 coefficient of a ReLU SAE; None for TopK
+    lr: float
+    batch_size: int
+    steps: int
+    b_dec_init: str  # one of B_DEC_INITS
+    dead_after: int  # tokens without firing before a latent counts as dead
+    aux_k: int  # TopK's auxiliary loss over this many dead latents; 0: off
+    aux_coef: float | None  # its weight; None when aux_k is 0
+
+    @property
+    def activation(self) -> str:
+        """The trainer's and SAELens's name of the activation."""
+        return "relu" if self.architecture == "standard" else "topk"
+
+    def recorded(self) -> dict:
+        """The options as the state file records them (field order, plain values)."""
+        return asdict(self)
+
+
 def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expansion=None,
                     l1=None, lr=4e-4, batch_size=4096, steps=None, epochs=None,
                     b_dec_init="median", dead_after=None, aux_k=None,
-                    aux_coef=1 / 32) -> dict:
+                    aux_coef=1 / 32) -> TrainOptions:
     """The options checked and completed (defaults that depend on the data filled in)."""
     if latents is not None and expansion is not None:
         raise UsageError("--latents and --expansion both give the SAE's width; give one")
@@ -115,10 +144,10 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
     aux_k = 0 if relu else (min(512, latents // 2) if aux_k is None else aux_k)
     if aux_k < 0:
         raise RangeError(f"--aux-k {aux_k} must be 0 (off) or more")
-    return {"architecture": "standard" if relu else "topk", "latents": latents,
-            "k": None if relu else k, "l1": l1, "lr": lr, "batch_size": batch_size,
-            "steps": steps, "b_dec_init": b_dec_init, "dead_after": dead_after,
-            "aux_k": aux_k, "aux_coef": aux_coef if aux_k else None}
+    return TrainOptions(architecture="standard" if relu else "topk", latents=latents,
+                        k=None if relu else k, l1=l1, lr=lr, batch_size=batch_size,
+                        steps=steps, b_dec_init=b_dec_init, dead_after=dead_after,
+                        aux_k=aux_k, aux_coef=aux_coef if aux_k else None)
 
 
 # -- the output folder -------------------------------------------------------------------
@@ -271,7 +300,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
                            steps=steps, epochs=epochs, b_dec_init=b_dec_init,
                            dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef)
     manifest = acts.manifest
-    identity = {"site": site, "seed": seed, "holdout": holdout, **opts,
+    identity = {"site": site, "seed": seed, "holdout": holdout, **opts.recorded(),
                 **({"skip_first": int(skip_first)} if skip_first else {}),
                 "collect": str(Path(acts.path).resolve()), "collect_tokens": n,
                 "collect_sha256": manifest.get("tokens_sha256")}
@@ -280,36 +309,34 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         if folder.finished is not None:  # the same command again: a no-op, as collect's is
             return TrainSAEResult(**{**folder.finished, "collect": str(acts.path),
                                      "output": str(folder.path),
-                                     "resumed_from": opts["steps"]})
+                                     "resumed_from": opts.steps})
         rows = acts[site] if keep is None else acts[site][keep]
         data = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
         train, test = data[:n_train], data[n_train:]
         scale = float(math.sqrt(width) /
                       train.to(torch.float64).norm(dim=1).mean().clamp_min(1e-12))
-        trainer = Trainer(width, opts["latents"],
-                          activation="relu" if l1 is not None else "topk", k=opts["k"],
-                          l1=opts["l1"] or 0.0, lr=lr, aux_k=opts["aux_k"], aux_coef=aux_coef,
-                          dead_after=min(opts["dead_after"], NEVER), scale=scale,
-                          seed=seed,
-                          b_dec=_b_dec_start(train, scale, b_dec_init, seed))
+        trainer = Trainer(width, opts.latents, activation=opts.activation, k=opts.k,
+                          l1=opts.l1 or 0.0, lr=opts.lr, aux_k=opts.aux_k,
+                          aux_coef=opts.aux_coef or 0.0,  # read only when aux_k > 0
+                          dead_after=min(opts.dead_after, NEVER), scale=scale, seed=seed,
+                          b_dec=_b_dec_start(train, scale, opts.b_dec_init, seed))
         losses, start, seconds = _train(folder, trainer, train, opts, seed=seed,
                                         progress=progress, checkpoint_every=checkpoint_every)
-        total, B = opts["steps"], opts["batch_size"]
+        total, B = opts.steps, opts.batch_size
         judged = evaluate(trainer, test)
         curve = _curve(losses)
-        _write_sae(folder, trainer, judged, curve, lr, hook_name=hook_name(site), k=opts["k"],
-                   activation="relu" if l1 is not None else "topk",
+        _write_sae(folder, trainer, judged, curve, opts, hook_name=hook_name(site),
                    model_name=(manifest.get("model") or {}).get("config"))
         result = TrainSAEResult(
             collect=str(acts.path), site=site, hook_name=hook_name(site), output=str(folder.path),
-            architecture=opts["architecture"], d_in=width, latents=opts["latents"], k=opts["k"],
-            l1=opts["l1"], lr=lr, batch_size=B, steps=total, epochs=total * B / n_train,
-            seed=seed, holdout=holdout, b_dec_init=b_dec_init, dead_after=opts["dead_after"],
-            aux_k=opts["aux_k"], aux_coef=opts["aux_coef"], train_tokens=n_train,
+            architecture=opts.architecture, d_in=width, latents=opts.latents, k=opts.k,
+            l1=opts.l1, lr=opts.lr, batch_size=B, steps=total, epochs=total * B / n_train,
+            seed=seed, holdout=holdout, b_dec_init=opts.b_dec_init, dead_after=opts.dead_after,
+            aux_k=opts.aux_k, aux_coef=opts.aux_coef, train_tokens=n_train,
             holdout_tokens=held, skip_first=int(skip_first) or None, scale=scale,
             resumed_from=start,
             fvu=judged["fvu"], l0=judged["l0"], dead=judged["dead"],
-            dead_fraction=judged["dead"] / opts["latents"],
+            dead_fraction=judged["dead"] / opts.latents,
             dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],
             losses=curve, seconds=seconds,
             tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
@@ -320,12 +347,12 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
     return result
 
 
-def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict, *, seed,
+def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: TrainOptions, *, seed,
            progress, checkpoint_every) -> tuple[torch.Tensor, int, float]:
     """The steps not yet taken (from folder's checkpoint, if any), a checkpoint every
     `checkpoint_every` steps or CHECKPOINT_SECONDS: (the losses, the step started at, the
     seconds taken)."""
-    total, B = opts["steps"], opts["batch_size"]
+    total, B = opts.steps, opts.batch_size
     n_train = len(train)
     losses = torch.full((total,), float("nan"))
     start = 0
@@ -353,7 +380,7 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict,
                 g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
             x = train[perm[j * B:(j + 1) * B]] * trainer.scale
-            losses[step] = _finite_loss(trainer.step(x), step, opts["lr"], folder)
+            losses[step] = _finite_loss(trainer.step(x), step, opts.lr, folder)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
                     time.perf_counter() - saved_at > CHECKPOINT_SECONDS:
@@ -365,8 +392,8 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: dict,
     return losses, start, seconds
 
 
-def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, lr, *,
-               hook_name: str, k, activation: str, model_name) -> None:
+def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list,
+               opts: TrainOptions, *, hook_name: str, model_name) -> None:
     """The trained SAE into SAE_DIR, once every number about it is known finite: a run
     whose training diverged writes no SAE and leaves no state of its own, so nothing reads
     a NaN SAE as a trained one. cfg.json lands after the weights, and the state says
@@ -380,8 +407,8 @@ def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, l
             "its loss or held-out FVU is not a finite number"
         _forget_run(folder)
         raise NonFiniteError(f"the SAE's training diverged: {what}, so no SAE is written to "
-                             f"{folder.path}; train with a lower --lr (now {lr:g})")
-    cfg, tensors = saelens_files(activation=activation, hook_name=hook_name, k=k,
+                             f"{folder.path}; train with a lower --lr (now {opts.lr:g})")
+    cfg, tensors = saelens_files(activation=opts.activation, hook_name=hook_name, k=opts.k,
                                  model_name=model_name, **weights)
     folder.write_tensors(SAELENS_WEIGHTS, tensors)
     folder.write_json(SAELENS_CFG, cfg)
@@ -389,8 +416,6 @@ def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list, l
 
 def _recorded(result) -> dict:
     """The result's own fields (not the run's timing), for an identical rerun to return."""
-    from dataclasses import fields
-
     skip = {"model", "input", "tensors", "stack", "interventions", "seconds", "tokens_per_s"}
     return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in skip}
 
@@ -453,4 +478,4 @@ def _curve(losses: torch.Tensor) -> list[float]:
     return [float(s.mean()) for s in spans]
 
 
-__all__ = ["train_sae", "resolve_options", "evaluate", "RunFolder"]
+__all__ = ["train_sae", "resolve_options", "TrainOptions", "evaluate", "RunFolder"]

@@ -1,5 +1,7 @@
-"""The dataset commands end to end: check the options, open the output folder (resuming
-what it holds), run the pipeline and build the typed result."""
+"""The corpus commands' runs, end to end: `scan`, `top` and `collect` check their
+options, open the output folder (resuming what it holds), run the pipeline and build the
+typed result. patch --pairs runs in pairs.py, refusing an encoder–decoder with
+`single_stack` from here."""
 from __future__ import annotations
 
 import json
@@ -13,8 +15,8 @@ from ..trace import Trace
 from .collect import (CHUNK_BYTES, CollectTask, ShardWriter, default_shard_tokens,
                       shard_name, write_tokens_table)
 from .corpus import Corpus, repeated_vocab
-from .engines import engine_name
-from .pipeline import corpus_windows, make_plan, run
+from .engines import Engine, engine_name
+from .pipeline import Counts, Plan, corpus_windows, make_plan, run
 from .scan import METRICS, ScanPartial, ScanTask, summary
 from .store import OutputDir, sha256_file
 from .tasks import check_sites, parse_units, row_sites
@@ -42,9 +44,10 @@ def _identity(loaded, corpus: Corpus, options: dict) -> dict:
     return {"model": to_json(loaded.info), "corpus": corpus.describe(), "options": options}
 
 
-def _common(loaded, corpus, plan, seen, engine, output) -> dict:
-    return dict(model=loaded.info, corpus=corpus.describe(), documents=seen["documents"],
-                windows=seen["windows"], tokens=seen["tokens"], ctx=plan.ctx,
+def _common(loaded, corpus: Corpus, plan: Plan, seen: Counts, engine: str | Engine,
+            output) -> dict:
+    return dict(model=loaded.info, corpus=corpus.describe(), documents=seen.documents,
+                windows=seen.windows, tokens=seen.tokens, ctx=plan.ctx,
                 batch_size=plan.batch_size, engine=engine_name(engine),
                 output=None if output is None else str(output))
 
@@ -81,7 +84,7 @@ class Checkpoints:
 
 @contextmanager
 def _run_reduced(loaded, corpus, plan, task, empty, load, *, output, force, kind,
-                 options, engine, progress):
+                 options, engine: str | Engine, progress):
     """Yields (checkpoints, counts) of the run, DIR held until the block ends (the caller
     finishes the result in it)."""
     out = None if output is None else OutputDir(output, kind, _identity(loaded, corpus, {
@@ -103,7 +106,7 @@ def _run_reduced(loaded, corpus, plan, task, empty, load, *, output, force, kind
 
 # -- scan ---------------------------------------------------------------------------------
 def scan(loaded, corpus: Corpus, *, ctx=None, batch_size=8, max_tokens=None, output=None,
-         force=False, engine="local", progress=None):
+         force=False, engine: str | Engine = "local", progress=None):
     from ..results import ScanResult
 
     corpus = prepare(loaded, corpus, "scan")
@@ -138,8 +141,8 @@ MAX_EXAMPLES = 100_000  # -k: past it the heaps of every unit would not fit in m
 
 # -- top ----------------------------------------------------------------------------------
 def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, context=8,
-        ctx=None, batch_size=8, max_tokens=None, output=None, force=False, engine="local",
-        progress=None, unit_map=None, sae=None, sae_site=None):
+        ctx=None, batch_size=8, max_tokens=None, output=None, force=False,
+        engine: str | Engine = "local", progress=None, unit_map=None, sae=None, sae_site=None):
     """`unit_map`: a map from the site's rows to unit values (default: SliceUnits of
     `units`); its `labels` name the units in the result. `sae`: an SAE folder whose
     features are the units (at its site, or `sae_site`/`site`)."""
@@ -232,7 +235,8 @@ SAFETENSORS_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
 def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=None,
-            batch_size=8, max_tokens=None, force=False, engine="local", progress=None):
+            batch_size=8, max_tokens=None, force=False, engine: str | Engine = "local",
+            progress=None):
     if not select:
         raise UsageError("--select is missing; name the sites to collect, e.g. --select "
                          "'blocks.*.resid_out'")
@@ -257,7 +261,7 @@ def collect(loaded, corpus: Corpus, *, select, output, shard_tokens=None, ctx=No
 
 
 def _write_shards(loaded, corpus, plan, out: OutputDir, names, sites, shard_tokens, *,
-                  engine, progress, output):
+                  engine: str | Engine, progress, output):
     """collect's run into DIR (held): the shards a previous run finished kept, the rest
     written in corpus order, each listed in the manifest with its sha256 as it lands;
     `complete` only once every shard listed is checked on disk against its sha256."""
@@ -292,12 +296,12 @@ def _write_shards(loaded, corpus, plan, out: OutputDir, names, sites, shard_toke
                take=lambda b, rows: writer.put(rows),
                skip=lambda c, chunk: chunk[-1].first + len(chunk[-1]) <= skip_below,
                engine=engine, progress=progress, what="tfx collect")
-    writer.finish(seen["tokens"])
+    writer.finish(seen.tokens)
     with out.atomic("tokens.parquet") as tmp:
         write_tokens_table(tmp, _token_rows(loaded, corpus, plan), shard_tokens)
     out.verify(shards)
-    state.update(sites=site_info(seen["tokens"]), complete=True, tokens=seen["tokens"],
-                 documents=seen["documents"], windows=seen["windows"],
+    state.update(sites=site_info(seen.tokens), complete=True, tokens=seen.tokens,
+                 documents=seen.documents, windows=seen.windows,
                  tokens_file="tokens.parquet",
                  tokens_sha256=sha256_file(out.path / "tokens.parquet"))
     out.write_manifest(**state)
