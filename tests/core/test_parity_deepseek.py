@@ -149,6 +149,25 @@ def test_decoding_and_counting_match_transformers(folder):
 
 
 @pytest.mark.parametrize("folder", ["saved"], indirect=True)  # one layout is enough
+def test_long_generation_keeps_latent_attention_unfused(folder):
+    """A generation long enough to take the decoding layout (which fuses W_query, W_key
+    and W_value where a module has the three) runs on latent attention, which has not:
+    each step's logits are transformers' on the same tokens."""
+    from tfx_cli.core.analysis.decode import LONG_GENERATION, decode
+    from tfx_cli.core.checkpoints import checkpoint_config
+    from tfx_cli.core.load import load_weights
+
+    _, path, hf = folder
+    model = load_weights(str(path), checkpoint_config(str(path)))
+    cached = decode(model, IDS[:3], max_new_tokens=LONG_GENERATION, keep_logits=True)
+    assert len(cached.logits) == LONG_GENERATION
+    with torch.inference_mode():  # position 2 + i predicts the token of step i
+        want = hf(torch.tensor([cached.ids[:-1]])).logits[0, 2:]
+    got = torch.stack(cached.logits)
+    assert (got - want).abs().max() <= 1e-4 * max(1.0, float(want.abs().max()))
+
+
+@pytest.mark.parametrize("folder", ["saved"], indirect=True)  # one layout is enough
 @pytest.mark.parametrize("command", ["route", "attend", "attribute", "patch"])
 def test_commands_run_on_latent_attention(folder, command):
     from typer.testing import CliRunner

@@ -233,3 +233,29 @@ def test_jumprelu_transcoder_is_its_formula(tmp_path, normalize):
     _close(out["features.acts"], acts, "tfx features acts")
     _close(out["features.recon"], out_hat, "tfx features recon (of the output site)")
     _close(out["features.error"], x_out - out_hat, "tfx features error (output − recon)")
+
+
+# -- one class per architecture ------------------------------------------------------------
+@pytest.mark.parametrize("name", ["standard", "relu", "topk", "jumprelu", "gated",
+                                  "transcoder", "jumprelu_transcoder"])
+def test_each_architecture_encodes_some_features_as_it_encodes_all(tmp_path, name):
+    """Every SAELens architecture name reads as its class, and that class's features of
+    a few units are the whole encoding's columns (top --sae's path)."""
+    from tfx_cli.core.features.formats import ARCHITECTURES
+
+    kind = ARCHITECTURES[name]
+    shapes = {"W_enc": ((D_IN, D_SAE), 0.4), "W_dec": ((D_SAE, D_IN), 0.4),
+              "b_dec": ((D_IN,), 0.2)}
+    shapes.update({t: ((D_SAE,), 0.3) for t in kind.tensors})
+    cfg = {"architecture": name, "metadata": {"hook_name": "blocks.1.hook_resid_pre",
+                                              "hook_name_out": "blocks.1.hook_mlp_out"}}
+    if kind.needs_k:
+        cfg["k"] = 6
+    sae = SAE(read_sae(_folder(tmp_path / name, cfg, _random(3, **shapes))), site="x",
+              site_out="x", spec="x")
+    assert type(sae.encoder) is kind and sae.file.transcoder == name.endswith("transcoder")
+    x = torch.randn(9, D_IN, generator=torch.Generator().manual_seed(4))
+    acts = sae.encode(x).double().numpy()
+    _some_on_some_off(acts)
+    units = [5, 0, 31, 12]
+    _close(sae.encode_units(x, units).double().numpy(), acts[:, units], f"{name} units")

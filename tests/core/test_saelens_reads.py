@@ -81,7 +81,8 @@ def test_tfx_encodes_and_decodes_as_saelens(kind):
     if kind == "topk":
         assert (on == SEEN["k"]).all()  # k features on in every row
         # the k-th and the (k+1)-th pre-activations far apart: rounding cannot swap them
-        pre = (x.double() - sae.b_dec.double()) @ sae.W_enc.double() + sae.b_enc.double()
+        xc = x.double() - sae.b_dec.double()
+        pre = xc @ sae.W_enc.double() + sae.encoder.b_enc.double()
         top = torch.topk(pre, SEEN["k"] + 1, dim=-1).values
         assert float((top[:, -2] - top[:, -1]).min()) > 1e-3
     else:  # a ReLU SAE: some features on and some off in every row

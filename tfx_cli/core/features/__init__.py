@@ -2,7 +2,8 @@
 
 What lives here: reading SAE folders (formats.py: SAELens's cfg.json + sae_weights.
 safetensors, Gemma Scope's params.npz, Gemma Scope 2's params.safetensors, tfx's own
-tfx-sae.json), the hook names they use mapped onto tfx's trace names (hooks.py), the SAE
+tfx-sae.json), the hook names they use mapped onto tfx's trace names (hooks.py), one
+class per SAE architecture, its tensors and encoder (architectures.py), the SAE
 as tfx runs it (sae.py: encode, decode, the change of a site that a change of features
 makes), the numbers an SAE is judged by (metrics.py: FVU, L0, dead features) and
 writing SAELens's and tfx's folders (write.py), and training an SAE on a collect

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SelectError, WeightsError
+from .architectures import SAELENS, TFX, Architecture, JumpReLU, ReLU
 from .hooks import tfx_site
 
 SAELENS_CFG, SAELENS_WEIGHTS = "cfg.json", "sae_weights.safetensors"
@@ -38,12 +39,8 @@ GEMMA_SCOPE, GEMMA_SCOPE_2 = "params.npz", "params.safetensors"
 TFX_CFG, TFX_WEIGHTS = "tfx-sae.json", "sae.safetensors"
 TFX_FORMAT = "tfx-sae/1"
 
-# SAELens's architecture names -> (tfx's activation, is a transcoder)
-ARCHITECTURES = {
-    "standard": ("relu", False), "relu": ("relu", False), "topk": ("topk", False),
-    "jumprelu": ("jumprelu", False), "gated": ("gated", False),
-    "transcoder": ("relu", True), "jumprelu_transcoder": ("jumprelu", True),
-}
+# SAELens's architecture names -> the class that runs it (architectures.py)
+ARCHITECTURES = SAELENS
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
 
 
@@ -54,8 +51,7 @@ class SAEFile:
     path: Path
     format: str  # saelens | gemma-scope | gemma-scope-2 | tfx
     architecture: str  # as the file names it (standard, topk, jumprelu, ...)
-    activation: str  # relu | jumprelu | topk | gated
-    transcoder: bool
+    kind: type[Architecture]  # the class that runs it, chosen here
     d_in: int
     d_sae: int
     d_out: int
@@ -69,6 +65,15 @@ class SAEFile:
     site: str | None = None  # the tfx trace name it reads (from hook, or inferred)
     site_out: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def activation(self) -> str:
+        """tfx's name of the architecture: relu | jumprelu | topk | gated."""
+        return self.kind.activation
+
+    @property
+    def transcoder(self) -> bool:
+        return self.kind.transcoder
 
 
 def read_sae(path: str | Path) -> SAEFile:
@@ -171,16 +176,16 @@ def _saelens(path: Path) -> SAEFile:
         arch = "topk" if fn == "topk" else "standard"
     if fn == "topk" and arch == "standard":
         arch = "topk"  # pre-6.0: the TopK architecture was a standard SAE's activation
-    if arch == "topk" and k is None:
-        k = _int(kwargs, "k", file)
     if arch not in ARCHITECTURES:
         raise WeightsError(f"--sae {path}: architecture {arch!r} is not one tfx runs; it "
                            f"runs {', '.join(sorted(ARCHITECTURES))}")
-    activation, transcoder = ARCHITECTURES[arch]
-    if activation == "relu" and fn not in (None, "relu"):
+    kind = ARCHITECTURES[arch]
+    if kind.needs_k and k is None:
+        k = _int(kwargs, "k", file)
+    if issubclass(kind, ReLU) and fn not in (None, "relu"):
         raise WeightsError(f"--sae {path}: activation function {fn!r} is not one tfx runs "
                            "for a standard SAE (relu)")
-    if activation == "topk" and k is None:
+    if kind.needs_k and k is None:
         raise WeightsError(f"--sae {path}: a TopK SAE needs k in {SAELENS_CFG}")
     normalize = cfg.get("normalize_activations")
     if isinstance(normalize, bool):  # pre-6.0: true meant the expected-average factor
@@ -196,9 +201,9 @@ def _saelens(path: Path) -> SAEFile:
         normalize = "none"
     tensors = _safetensors(path / SAELENS_WEIGHTS)
     _scaling_factor(tensors, path)
-    apply_b_dec = bool(cfg.get("apply_b_dec_to_input", True)) and not transcoder
-    sae = SAEFile(path=path, format="saelens", architecture=arch, activation=activation,
-                  transcoder=transcoder, d_in=_int(cfg, "d_in", file) or 0,
+    apply_b_dec = bool(cfg.get("apply_b_dec_to_input", True)) and not kind.transcoder
+    sae = SAEFile(path=path, format="saelens", architecture=arch, kind=kind,
+                  d_in=_int(cfg, "d_in", file) or 0,
                   d_sae=_int(cfg, "d_sae", file) or 0, d_out=_int(cfg, "d_out", file) or 0,
                   tensors=tensors, k=k, apply_b_dec_to_input=apply_b_dec, normalize=normalize,
                   rescale_by_decoder_norm=bool(cfg.get("rescale_acts_by_decoder_norm", False)),
@@ -241,9 +246,8 @@ def _jumprelu_folder(path: Path, fmt: str, tensors: dict) -> SAEFile:
     when it says one, else --sae-site."""
     W_enc = tensors.get("W_enc")
     d_in, d_sae = (tuple(W_enc.shape) + (0, 0))[:2] if W_enc is not None else (0, 0)
-    sae = SAEFile(path=path, format=fmt, architecture="jumprelu", activation="jumprelu",
-                  transcoder=False, d_in=d_in, d_sae=d_sae, d_out=0, tensors=tensors,
-                  apply_b_dec_to_input=False)
+    sae = SAEFile(path=path, format=fmt, architecture="jumprelu", kind=JumpReLU, d_in=d_in,
+                  d_sae=d_sae, d_out=0, tensors=tensors, apply_b_dec_to_input=False)
     _check_tensors(sae)
     sae.site = _site_from_path(path)
     return sae
@@ -284,15 +288,15 @@ def _tfx(path: Path) -> SAEFile:
         raise WeightsError(f"{file}: format {cfg.get('format')!r} is not {TFX_FORMAT!r}; "
                            "it was written by another version of tfx")
     arch = cfg.get("architecture")
-    if arch not in ("relu", "jumprelu", "topk"):
+    if arch not in TFX:
         raise WeightsError(f"{file}: architecture {arch!r} is not relu, jumprelu or topk")
-    sae = SAEFile(path=path, format="tfx", architecture=arch, activation=arch,
-                  transcoder=False, d_in=_int(cfg, "d_in", file) or 0,
+    sae = SAEFile(path=path, format="tfx", architecture=arch, kind=TFX[arch],
+                  d_in=_int(cfg, "d_in", file) or 0,
                   d_sae=_int(cfg, "d_sae", file) or 0, d_out=0,
                   tensors=_safetensors(path / TFX_WEIGHTS), k=_int(cfg, "k", file),
                   apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
                   hook=cfg.get("site"), site=cfg.get("site"))
-    if arch == "topk" and sae.k is None:
+    if sae.kind.needs_k and sae.k is None:
         raise WeightsError(f"{file}: a topk SAE needs k")
     _check_tensors(sae)
     return sae
@@ -302,10 +306,7 @@ def _tfx(path: Path) -> SAEFile:
 def _check_tensors(sae: SAEFile) -> None:
     """Every tensor the architecture needs, at the sizes the config (or W_enc) gives."""
     t = sae.tensors
-    need = ["W_enc", "W_dec", "b_dec"] + (["b_gate", "r_mag", "b_mag"] if sae.activation ==
-                                         "gated" else ["b_enc"])
-    if sae.activation == "jumprelu":
-        need.append("threshold")
+    need = ["W_enc", "W_dec", "b_dec", *sae.kind.tensors]
     missing = [n for n in need if n not in t]
     if missing:
         raise WeightsError(f"--sae {sae.path}: the {sae.architecture} SAE's weights lack "

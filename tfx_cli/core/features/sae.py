@@ -2,9 +2,7 @@
 decode features back, and the change of the site that a change of features makes.
 
     x' = normalise(x) − b_dec·[apply_b_dec_to_input]
-    pre = x'·W_enc + b_enc
-    f = ReLU(pre) | ReLU(pre)·[pre > threshold] (JumpReLU) | the k largest of pre, ReLU'd
-        (TopK) | [x'·W_enc + b_gate > 0] · ReLU(x'·(W_enc ⊙ exp r_mag) + b_mag) (gated)
+    f = the architecture's encoding of x' (architectures.py: ReLU, JumpReLU, TopK, gated)
     x̂ = unnormalise(f·W_dec + b_dec)   (a transcoder: f·W_dec + b_dec, another site's
                                          value, never scaled back; as SAELens)
 
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .architectures import Architecture
 from .formats import SAEFile
 
 # the width of a flattened site per dims letter (ModelConfig's field)
@@ -42,12 +41,10 @@ class SAE:
         self.W_dec = self._t("W_dec")  # (d_sae, d_out)
         self.b_dec = self._t("b_dec")  # (d_out,)
         f = self.file
-        self.b_enc = self._t("b_enc") if f.activation != "gated" else None
-        self.threshold = self._t("threshold") if f.activation == "jumprelu" else None
-        if f.activation == "gated":
-            self.b_gate, self.b_mag = self._t("b_gate"), self._t("b_mag")
-            self.W_mag = self.W_enc * self._t("r_mag").exp()
         self.dec_norm = self.W_dec.norm(dim=-1) if f.rescale_by_decoder_norm else None
+        # the file's architecture with its own tensors (b_enc, threshold, b_gate ...)
+        self.encoder: Architecture = f.kind(self.W_enc, self._t, k=f.k,
+                                            dec_norm=self.dec_norm)
 
     def _t(self, name: str) -> torch.Tensor:
         return self.file.tensors[name].to(self.device, torch.float32)
@@ -115,50 +112,18 @@ class SAE:
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_in) activations -> (..., d_sae) feature activations, float32."""
-        x, _ = self._normalised(x)
-        if self.file.apply_b_dec_to_input:
-            x = x - self.b_dec
-        act = self.file.activation
-        if act == "gated":
-            gate = (x @ self.W_enc + self.b_gate) > 0
-            return gate.to(x.dtype) * torch.relu(x @ self.W_mag + self.b_mag)
-        pre = x @ self.W_enc + self.b_enc
-        if act == "relu":
-            return torch.relu(pre)
-        if act == "jumprelu":
-            return torch.relu(pre) * (pre > self.threshold).to(pre.dtype)
-        # TopK: the k largest pre-activations (scaled by the decoder rows' norms when the
-        # SAE says so), ReLU'd; every other feature 0
-        if self.dec_norm is not None:
-            pre = pre * self.dec_norm
-        values, index = torch.topk(pre, self.k, dim=-1)
-        return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
+        return self.encoder.encode(self._input(x))
 
     def encode_units(self, x: torch.Tensor, units: list[int] | tuple[int, ...]) -> torch.Tensor:
         """(..., d_in) activations -> (..., U) activations of features `units` alone,
         equal to encode(x)[..., units]. ReLU, JumpReLU and gated SAEs compute only those
-        columns of W_enc; TopK needs every pre-activation to know which k survive, so it
-        computes them all and keeps, per row, the requested features among the k."""
-        units = list(units)
+        columns of W_enc; TopK computes every pre-activation (architectures.TopK)."""
+        return self.encoder.encode(self._input(x), list(units))
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """x' : x normalised, less b_dec where the SAE subtracts it from its input."""
         x, _ = self._normalised(x)
-        if self.file.apply_b_dec_to_input:
-            x = x - self.b_dec
-        act = self.file.activation
-        if act == "gated":
-            gate = (x @ self.W_enc[:, units] + self.b_gate[units]) > 0
-            return gate.to(x.dtype) * torch.relu(x @ self.W_mag[:, units] + self.b_mag[units])
-        if act != "topk":
-            pre = x @ self.W_enc[:, units] + self.b_enc[units]
-            if act == "relu":
-                return torch.relu(pre)
-            return torch.relu(pre) * (pre > self.threshold[units]).to(pre.dtype)
-        pre = x @ self.W_enc + self.b_enc
-        if self.dec_norm is not None:
-            pre = pre * self.dec_norm
-        index = torch.topk(pre, self.k, dim=-1).indices  # (..., k): the survivors
-        wanted = torch.tensor(units, device=pre.device)
-        kept = (index[..., :, None] == wanted).any(dim=-2)  # (..., U)
-        return torch.relu(pre[..., units]) * kept.to(pre.dtype)
+        return x - self.b_dec if self.file.apply_b_dec_to_input else x
 
     def _linear(self, acts: torch.Tensor) -> torch.Tensor:
         if self.dec_norm is not None:

@@ -14,10 +14,11 @@ import tempfile
 from pathlib import Path
 
 from ...errors import OutputFileError
+from .architectures import TFX
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS, TFX_CFG, TFX_FORMAT, TFX_WEIGHTS
 
-# SAELens's v6 architecture names for tfx's activations
-_SAELENS_ARCH = {"relu": "standard", "jumprelu": "jumprelu", "topk": "topk"}
+# SAELens's v6 architecture names for tfx's activations (relu: standard)
+_SAELENS_ARCH = {name: kind.saelens[0] for name, kind in TFX.items()}
 SAELENS_VERSION = "6.0.0"  # the config layout written: v6 (top-level architecture, metadata)
 
 
@@ -67,7 +68,7 @@ def saelens_files(*, activation: str, W_enc, W_dec, b_enc, b_dec, hook_name: str
                         "sae_lens_training_version": SAELENS_VERSION,
                         "hook_name": hook_name, "model_name": model_name,
                         **(metadata or {})}}
-    if activation == "topk":
+    if TFX[activation].needs_k:
         cfg["k"] = int(k)
     return cfg, tensors
 

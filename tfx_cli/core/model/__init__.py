@@ -4,7 +4,8 @@ switches on, never a second model class.
 Read in forward order: `taps.py` (the identity modules every intermediate passes through,
 so it can be recorded or edited by its trace name), `norms.py`, `positions.py` (sinusoidal,
 learned and rotary positions; the embedding), `attention.py` (the KV cache and the one
-attention formula; `mla.py`, the latent projections of DeepSeek's attention), `feedforward.py`
+attention formula; `mla.py`, LatentAttention: DeepSeek's attention, the same formula on
+latent projections), `feedforward.py`
 (`moe.py`: the router and experts of a mixture-of-experts layer), then `transformer.py`
 (blocks, stacks, the model and `build_model`). Beside them: `decoding.py`, the same arithmetic arranged for one cached
 token at a time (held bit-equal to the forward by tests), and `streaming.py`, which keeps a

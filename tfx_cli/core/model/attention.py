@@ -1,5 +1,6 @@
 """Attention: the KV cache, the one attention formula written out step by step, and the
-multi-head (grouped-query, cross, sliding-window) Attention module that uses it."""
+multi-head (grouped-query, cross, sliding-window) Attention module that uses it; mla.py's
+LatentAttention is this module with other projections of q, k and v."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .mla import build_latent, latent_qkv
 from .norms import Norm
 from .positions import apply_rope, embedding, relative_bias
 from .taps import Tap
@@ -150,7 +150,8 @@ _NO_TAPS = _NoTaps()
 
 
 class Attention(nn.Module):
-    """Multi-head (or grouped-query) attention: the only attention in tfx.
+    """Multi-head (or grouped-query) attention: the only attention in tfx (latent
+    attention, mla.LatentAttention, is this class with its own q, k and v projections).
 
     The explicit path materialises scores, scaled, masked and pattern; when no tap inside
     needs them it calls the fused scaled_dot_product_attention, held equal by a test.
@@ -171,13 +172,7 @@ class Attention(nn.Module):
         self.softcap = cfg.attn_softcap
         self.scale = math.sqrt(cfg.attn_scalar or cfg.head_dim)  # scores are divided by it
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        self.latent = cfg.is_mla and not cross
-        if self.latent:  # DeepSeek-V3: q, k and v decompressed from latents (mla.py)
-            build_latent(self, cfg)
-        else:
-            self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
-            self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-            self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self._projections(cfg)
         out_dim = cfg.n_heads * cfg.v_dim  # attn_dim, or latent attention's value heads
         self.out_proj = nn.Linear(out_dim, cfg.d_model, bias=cfg.proj_bias)
         self.q, self.k = Tap("H", "T", "D"), Tap("H", "S", "D")
@@ -209,6 +204,17 @@ class Attention(nn.Module):
         joined = "C" if out_dim == cfg.d_model else "A"
         self.context = Tap("H", "T", "Dv" if cfg.v_dim != cfg.head_dim else "D")
         self.concat, self.out = Tap("T", joined), Tap("T", "C")
+
+    def _projections(self, cfg: ModelConfig) -> None:
+        """The projections that make q, k and v (LatentAttention's are others)."""
+        kv_dim = cfg.n_kv_heads * cfg.head_dim
+        self.W_query = nn.Linear(cfg.d_model, cfg.attn_dim, bias=cfg.qkv_bias)
+        self.W_key = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self.W_value = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+
+    def separate_qkv(self) -> tuple:
+        """W_query, W_key and W_value: what decoding.fuse_qkv puts in one buffer."""
+        return self.W_query, self.W_key, self.W_value
 
     def _project(self, x: torch.Tensor, kv_x: torch.Tensor | None = None) -> tuple:
         """Queries, keys and values before the split into heads: (..., out) each."""
@@ -251,12 +257,16 @@ class Attention(nn.Module):
             rot = rot_local
         if self.is_cross:
             return self._cross(x, keep, kv_x, cache)
-        if self.latent:
-            queries, keys, values = latent_qkv(self, x, rot)  # (B, H, T|S, D|Dv)
-            if cache is not None:
-                keys, values = cache.append(self.layer, keys, values, start)
-            return self._attend(self.q_rot(queries), self.k_rot(keys), self.v(values), keep,
-                                is_causal)
+        return self._self_attention(x, keep, kv_x=kv_x, rot=rot, k_rot=k_rot, cache=cache,
+                                    start=start, is_causal=is_causal,
+                                    position_bias=position_bias)
+
+    def _self_attention(self, x: torch.Tensor, keep: torch.Tensor | None, *,
+                        kv_x: torch.Tensor | None, rot: tuple | None, k_rot: tuple | None,
+                        cache: KVCache | None, start: int, is_causal: bool,
+                        position_bias: torch.Tensor | None) -> torch.Tensor:
+        """Project q, k and v, norm and rotate them as the config says, then the one
+        formula (_attend); forward's arguments."""
         q, k, v = self._project(x, kv_x)
         if self.cfg.qk_norm_full:
             q, k = self.q_norm(q), self.k_norm(k)  # (B, T, A), (B, S, K)

@@ -59,8 +59,11 @@ def fuse_qkv(attn: Attention) -> bool:
     """Put W_query, W_key and W_value (and their biases) side by side in one (in,
     out_q + out_k + out_v) buffer, the three parameters becoming views of it: one
     matrix-vector product per decoding step instead of three. Names, shapes and values
-    stay; the views show nn.Linear's (out, in) shape. False on the meta device."""
-    lins = (attn.W_query, attn.W_key, attn.W_value)
+    stay; the views show nn.Linear's (out, in) shape. False on the meta device, and for
+    an attention without the three (latent attention)."""
+    lins = attn.separate_qkv()
+    if not lins:
+        return False
     if fused_ok(attn):
         return True
     if any(lin.weight.is_meta for lin in lins):
@@ -122,7 +125,7 @@ def decoding_layout(model: Transformer, modules=None) -> Transformer:
         # each Attention comes before its own Linears
         if isinstance(module, Attention) and fuse_qkv(module):
             # its (in, out_q + out_k + out_v) buffer has the long axis in order already
-            fused.update((module.W_query, module.W_key, module.W_value))
+            fused.update(module.separate_qkv())
         if not isinstance(module, nn.Linear) or module.weight.is_meta or module in fused:
             continue
         if module is getattr(model, "lm_head", None) and model.cfg.tie_embeddings:

@@ -25,6 +25,7 @@ from ..trace import Trace, compile_globs
 from . import finite
 from .attention import Attention, KVCache
 from .feedforward import FeedForward, activate
+from .mla import LatentAttention
 from .moe import MoE
 from .norms import NoNorm, Norm
 from .positions import Embed, rope_tables, sinusoidal_table
@@ -45,6 +46,13 @@ class InMemory:
 
     def reading(self):
         return nullcontext()  # a streamed model shows its reads as progress here
+
+
+def attention_class(cfg: ModelConfig) -> type[Attention]:
+    """The self-attention a block builds: latent attention (mla.py) where the config has
+    a key/value latent (DeepSeek-V3), else the one Attention. Cross-attention is always
+    the latter."""
+    return LatentAttention if cfg.is_mla else Attention
 
 
 class Block(nn.Module):
@@ -70,7 +78,7 @@ class Block(nn.Module):
         self.ln1 = Norm(cfg) if cfg.pre_norms and (layer or cfg.first_block_norm) \
             else NoNorm()
         # a decoder block's self-attention (and a causal model's) sees no later key
-        self.attn = Attention(cfg, layer, bidirectional=not (cross or cfg.causal))
+        self.attn = attention_class(cfg)(cfg, layer, bidirectional=not (cross or cfg.causal))
         if self.sandwich:
             self.ln_post_attn = Norm(cfg)
         if not self.parallel:  # a parallel block has no stream between its sublayers
