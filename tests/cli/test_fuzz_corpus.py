@@ -18,13 +18,12 @@ API); `pytest --hypothesis-show-statistics` shows them.
 import itertools
 import json
 import math
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, seed, settings
+from hypothesis import event, given, seed, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -32,15 +31,10 @@ from tfx_cli import api
 from tfx_cli.cli import app
 from tfx_cli.errors import TfxError
 
-from test_fuzz import _no_constants, refused_in_one_line  # noqa: E402 (this folder is on sys.path)
+from test_fuzz import FUZZ, NAN_WORD, SEED, TOTAL, _no_constants, refused_in_one_line  # noqa: E402 (this folder is on sys.path)
 from fuzz_corpus_places import CONFIG_EDITS, GPT_KW, SITE, config_text, make_places
 
-TOTAL = int(os.environ.get("TFX_FUZZ_EXAMPLES", "500"))
-SEED = int(os.environ.get("TFX_FUZZ_SEED", "25"))
-API_SHARE = 0.4
-FUZZ = dict(deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-NAN_WORD = re.compile(r"(?<![\w-])(nan|inf)(?![\w-])")
+API_SHARE = 0.4  # the run's count, seed, settings and NaN words are test_fuzz.py's
 
 GPT = ["-c", "gpt124m", "--layers", "1", "--d-model", "16", "--heads", "2", "-t", "byte",
        "--context", "32"]
