@@ -225,6 +225,10 @@ def families() -> str:
     from tfx_cli.core.checkpoints.families import FAMILIES, registry
 
     parity = _parity()
+    untested = [name for name in FAMILIES if name not in parity.TESTS]
+    if untested:
+        raise LookupError(f"no parity test named for {', '.join(untested)}: add each to "
+                          "TESTS in tests/parity.py")
     out = ["# Model families", "",
            "Generated from the family registry (`tfx_cli/core/checkpoints/families/`) when "
            "the site is built. `--weights` reads a Hugging Face folder (`config.json`, "
