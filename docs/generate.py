@@ -96,7 +96,7 @@ def _command_markdown(group, ctx, name: str) -> str:
     usage = " ".join(command.collect_usage_pieces(sub))
     lines = [f"### tfx {name}", "", "```text", f"tfx {name} {usage}", "```", "",
              _help_markdown(command.help), ""]
-    panels: dict[str, list] = {}
+    panels: dict[str, list] = {"Arguments": [], "Options": []}  # first, as in --help
     for param in command.params:
         if getattr(param, "hidden", False):
             continue
@@ -104,6 +104,8 @@ def _command_markdown(group, ctx, name: str) -> str:
                  else getattr(param, "rich_help_panel", None) or "Options")
         panels.setdefault(title, []).append(_param_row(param, sub))
     for title, rows in panels.items():
+        if not rows:
+            continue
         lines += [f"**{title}**", "", "| name | type | default | help |",
                   "|---|---|---|---|", *rows, ""]
     return "\n".join(lines)

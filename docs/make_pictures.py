@@ -89,6 +89,25 @@ def make(out: Path, pictures=PICTURES) -> list[Path]:
     return made
 
 
+def shell_lines(command: str, width: int = 88) -> str:
+    """`command` folded for a page: lines of at most `width` where the words allow, broken
+    before an option (kept with its value) with a trailing backslash, so it still pastes
+    into a shell."""
+    chunks: list[str] = []
+    for word in (w if w == "tfx" else shlex.quote(w) for w in shlex.split(command)):
+        if word.startswith("-") or not chunks or not chunks[-1].startswith("-"):
+            chunks.append(word)
+        else:
+            chunks[-1] += " " + word
+    lines = [chunks[0]]
+    for chunk in chunks[1:]:
+        if chunk.startswith("-") and len(lines[-1]) + len(chunk) + 3 > width:
+            lines.append("    " + chunk)
+        else:
+            lines[-1] += " " + chunk
+    return " \\\n".join(lines)
+
+
 def page(made: list[Path], base: str = "img/generated/") -> str:
     """The pictures page: each picture under its title, with the command that drew it."""
     lines = ["# Pictures", "",
@@ -101,7 +120,7 @@ def page(made: list[Path], base: str = "img/generated/") -> str:
         if picture.file not in by_name:
             continue
         shown = picture.command.format(out=picture.file, dir=".", samples="samples")
-        lines += [f"## {picture.title}", "", "```console", f"$ {shown}", "```", "",
+        lines += [f"## {picture.title}", "", "```console", f"$ {shell_lines(shown)}", "```", "",
                   picture.caption, ""]
         if picture.file.endswith(".html"):
             lines.append(f"[Open the report]({base}{picture.file})")

@@ -3,6 +3,7 @@ is written from the code, so each test checks the page against the code it was w
 from, and that something added to the code shows up without being written twice."""
 import importlib.util
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -156,8 +157,11 @@ def test_pictures_are_drawn_by_the_commands_the_page_shows(tmp_path):
     assert not re.search(r'(src|href)="https?://', report)  # self-contained
     page = pictures.page(made)
     for picture in pictures.PICTURES:
-        assert f"$ {picture.command.format(out=picture.file, dir='.', samples='samples')}" \
-            in page
+        shown = picture.command.format(out=picture.file, dir=".", samples="samples")
+        block = page.split(f"## {picture.title}\n")[1].split("```console\n$ ")[1]
+        typed = block.split("\n```")[0].replace(" \\\n", " ")
+        assert shlex.split(typed) == shlex.split(shown)  # the folded line is the command
+        assert all(len(line) <= 88 for line in block.split("\n```")[0].splitlines())
         assert f"img/generated/{picture.file}" in page
     assert "/tmp" not in page and str(tmp_path) not in page
 
