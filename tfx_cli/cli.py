@@ -126,7 +126,7 @@ class TfxGroup(TyperGroup):
             raise
 
     def format_help(self, ctx, formatter):
-        from .registry import COMMANDS
+        from .registry import COMMANDS, PANELS
         from .render.grouphelp import group_help
 
         options = []
@@ -137,8 +137,13 @@ class TfxGroup(TyperGroup):
             options.append((", ".join(n for n in names if n.startswith("--")),
                             ", ".join(n for n in names if not n.startswith("--")),
                             param.help or ""))
+        panels = [(title, [(c.name, c.summary) for c in COMMANDS if c.panel == key])
+                  for key, title in PANELS.items()]
+        # a command without a known panel is still listed (and a test names it)
+        panels.append(("Commands", [(c.name, c.summary) for c in COMMANDS
+                                    if c.panel not in PANELS]))
         formatter.write(group_help(ctx.command_path, self.help or "", options,
-                                   [(c.name, c.summary) for c in COMMANDS]))
+                                   [(title, rows) for title, rows in panels if rows]))
 
     def invoke(self, ctx):
         # Typer turns a closed stdout into a silent exit 1 before main() below sees it;

@@ -93,13 +93,41 @@ def test_group_help_panel_fits_the_width_and_wraps_long_summaries(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "60")
     page = grouphelp.group_help("tfx", "About.\n\n  tfx x --y", [("--help", "-h", "Help.")],
-                                [("short", "One line."), ("long", "word " * 30)])
+                                [("First", [("short", "One line.")]),
+                                 ("Second", [("long", "word " * 30)])])
     lines = page.splitlines()
     assert all(len(line) <= 60 for line in lines)
     boxed = [line for line in lines if line.startswith("│")]
     assert all(len(line) == 60 and line.endswith("│") for line in boxed)
     assert sum(1 for line in boxed if "word" in line) > 1  # wrapped, not cut
     assert " tfx x --y" in lines
+
+
+def test_every_command_has_a_panel():
+    from tfx_cli.registry import COMMANDS, PANELS
+
+    for c in COMMANDS:
+        assert c.panel in PANELS, (
+            f"command {c.name!r} has no panel in `tfx --help` and the site: add "
+            f"panel=\"...\" to its Command in tfx_cli/registry.py, one of "
+            f"{', '.join(PANELS)}" + (f" (not {c.panel!r})" if c.panel else ""))
+
+
+def test_help_groups_the_commands_in_panels_in_the_learners_order():
+    from tfx_cli.registry import COMMANDS, PANELS
+
+    code, out, _ = _main_output(["--help"])
+    assert code == 0
+    lines = out.splitlines()
+    tops = {line[3:].split(" ─")[0]: k for k, line in enumerate(lines) if line.startswith("╭─ ")}
+    used = [title for key, title in PANELS.items() if any(c.panel == key for c in COMMANDS)]
+    assert list(tops) == ["Options"] + used  # no panel for a group without commands
+    starts = sorted(tops.values())
+    for c in COMMANDS:
+        row = next(k for k, line in enumerate(lines) if line.startswith(f"│ {c.name} "))
+        top = tops[PANELS[c.panel]]
+        assert top < row and not any(top < s < row for s in starts), (c.name, c.panel)
+    assert out.index("│ tokenize ") < out.index("│ attend ") < out.index("│ next ")
 
 
 def test_misspelt_command_is_suggested():

@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 from checkpoint_makers import gpt2_folder
+from parity import bound
 from typer.testing import CliRunner
 
 from tfx_cli.cli import app
 from tfx_cli.core.checkpoints import checkpoint_config
 from tfx_cli.core.load import load_weights
+
+LOGITS = bound(__file__)  # the logits bound, from tests/parity.py
 
 pytestmark = pytest.mark.slow
 TEXT = "Hello, I am a student of transformers, and I like attention."
@@ -56,7 +59,7 @@ def test_every_pattern_hidden_state_and_logit(gpt2, ids):
         got = torch.as_tensor(tr.array(name))
         assert (got - want[0]).abs().max().item() <= 1e-4, name
     got = torch.as_tensor(tr.array("logits"))
-    assert (got - ref.logits[0]).abs().max().item() <= 1e-4
+    assert (got - ref.logits[0]).abs().max().item() <= LOGITS
 
 
 def test_fused_attention_path_gives_the_same_logits(gpt2, ids):

@@ -345,3 +345,17 @@ def test_scan_plot_writes_a_real_image(tmp_path, suffix):
         text = path.read_text()
         for title in ("entropy", "sink", "prev token", "induction"):
             assert title in text, title
+
+
+def test_scan_plot_ticks_are_whole_layers_and_heads():
+    """A 2-layer scan's axes are ticked 0 and 1, not 0.25, 0.5, … between the layers."""
+    from tfx_cli import api
+
+    result = api.scan("python-docs", config="gpt124m", layers=2, d_model=16, heads=4,
+                      max_docs=2)
+    fig = plot.PLOTTERS["scan"](result, pyplot())
+    maps = [ax for ax in fig.axes if ax.get_xlabel() == "head"]
+    assert maps
+    for ax in maps:
+        assert list(ax.get_yticks()) == [0, 1] and list(ax.get_xticks()) == [0, 1, 2, 3]
+    pyplot().close(fig)

@@ -58,10 +58,11 @@ def _panel(title: str, rows: list[list[tuple[str, str]]], widths: list[int],
 
 
 def group_help(prog: str, description: str, options: list[tuple[str, str, str]],
-               commands: list[tuple[str, str]]) -> str:
+               panels: list[tuple[str, list[tuple[str, str]]]]) -> str:
     """The whole page: usage, the description (blank-line separated paragraphs; lines
-    that start with spaces are examples, kept as they are), then the Options and Commands
-    panels. `options` are (long names, short names, help); `commands` (name, summary)."""
+    that start with spaces are examples, kept as they are), the Options panel, then one
+    panel per group of commands. `options` are (long names, short names, help); `panels`
+    (title, [(name, summary), ...]) in the order shown; the names line up across panels."""
     total = width()
     out = ["", " " + _style("Usage:", "usage") + " " + _style(prog, "bold")
            + " [OPTIONS] COMMAND [ARGS]...", ""]
@@ -75,7 +76,8 @@ def group_help(prog: str, description: str, options: list[tuple[str, str, str]],
     short_w = max(len(o[1]) for o in options)
     rows = [[(lo, "option"), (sh, "short"), (text, "")] for lo, sh, text in options]
     out.extend(_panel("Options", rows, [long_w + 4, short_w + 4, 0], total))
-    name_w = max(len(name) for name, _ in commands)
-    rows = [[(name, "command"), (text, "")] for name, text in commands]
-    out.extend(_panel("Commands", rows, [name_w + 1, 0], total))
+    name_w = max(len(name) for _, commands in panels for name, _ in commands)
+    for title, commands in panels:
+        rows = [[(name, "command"), (text, "")] for name, text in commands]
+        out.extend(_panel(title, rows, [name_w + 1, 0], total))
     return "\n".join(out) + "\n"

@@ -634,6 +634,8 @@ def plot_scan(result: Result, plt):
         ax.set_title(metric.replace("_", " "), fontsize=10)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
+        for n, set_ticks in zip(values.shape, (ax.set_yticks, ax.set_xticks)):
+            set_ticks(range(0, n, max(1, -(-n // 16))))  # whole layers and heads only
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(tex_safe(f"tfx scan · {result.corpus['source']} · {result.tokens:,} tokens · "
                           f"{describe(result)}"), fontsize=11)
