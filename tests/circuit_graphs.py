@@ -78,3 +78,18 @@ def _edges(nodes, n_layers, density, rng) -> np.ndarray:
     keep = possible & (rng.random(possible.shape) < density)
     weights = rng.normal(size=possible.shape) * rng.lognormal(-1.0, 1.2, possible.shape)
     return np.where(keep, weights, 0.0).astype(np.float32)
+
+
+# The graph file bench/circuit_tracer_validate.py checks (and tests/core/test_graph_json.py
+# regenerates byte for byte): `python tests/circuit_graphs.py OUT.json`
+VALIDATED = {"n_tokens": 8, "n_layers": 4, "n_features": 40, "d_sae": 96, "n_logits": 4,
+             "density": 0.25, "seed": 35}
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tfx_cli.core.circuits.neuronpedia import write_graph_json
+
+    print(write_graph_json(synthetic_graph(**VALIDATED), sys.argv[1], force=True))
