@@ -248,3 +248,82 @@ def test_circuit_tracers_own_models_accepted_this_file():
     assert len(text.encode()) == record["bytes"]
     assert hashlib.sha256(text.encode()).hexdigest() == record["sha256"]
     assert record["nodes"] == len(json.loads(text)["nodes"])
+
+
+# -- against the file circuit-tracer 0.5.0 wrote ------------------------------------
+CASE = RECORDINGS / "gpt2"
+
+
+def _recorded_graph() -> tuple[dict, dict]:
+    """circuit-tracer's graph of the gpt2 case's first prompt, pruned by its own masks,
+    as the mapping `tfx graph` hands the writer (its node order: features, errors, tokens,
+    logits); and the graph file circuit-tracer's create_graph_files wrote from it."""
+    from safetensors.numpy import load_file
+
+    record = json.loads((CASE / "recording.json").read_text())
+    prompt = record["prompts"][0]
+    t = load_file(str(CASE / prompt.get("tensors", "prompt0.safetensors")))
+    written = json.loads((CASE / record["graph_json"]).read_text())
+    n_layers, n_pos = record["model"]["hf_config"]["n_layer"], prompt["n_pos"]
+    scores = t["graph.prune.cumulative_scores"]
+    nodes = []
+    for i, chosen in enumerate(t["graph.selected_features"]):
+        layer, pos, feature = (int(v) for v in t["graph.active_features"][chosen])
+        nodes.append({"kind": "feature", "layer": layer, "pos": pos, "feature": feature,
+                      "activation": float(t["graph.activation_values"][chosen])})
+    for layer in range(n_layers):
+        nodes += [{"kind": "error", "layer": layer, "pos": pos} for pos in range(n_pos)]
+    nodes += [{"kind": "embedding", "layer": None, "pos": pos, "token": int(token)}
+              for pos, token in enumerate(t["input_ids"])]
+    for k, target in enumerate(prompt["graph"]["logit_targets"]):
+        nodes.append({"kind": "logit", "layer": None, "pos": n_pos - 1,
+                      "token": target["vocab_idx"], "text": target["token_str"],
+                      "probability": float(t["graph.logit_probabilities"][k])})
+    for node, score in zip(nodes, scores):
+        node["influence"] = None if node["kind"] == "logit" else float(score)
+    keep = np.flatnonzero(t["graph.prune.node_mask"])
+    pruned = t["graph.adjacency"] * t["graph.prune.edge_mask"]
+    graph = {"prompt": prompt["input_string"], "model": written["metadata"]["scan"],
+             # circuit-tracer decodes each id alone; tfx's tokenizer is not the point here
+             "tokens": written["metadata"]["prompt_tokens"],
+             "ids": [int(i) for i in t["input_ids"]], "n_layers": n_layers,
+             "nodes": [nodes[i] for i in keep], "adjacency": pruned[np.ix_(keep, keep)],
+             "node_threshold": record["prune"]["node_threshold"],
+             "edge_threshold": record["prune"]["edge_threshold"]}
+    return graph, written
+
+
+def _as_0_5_0(node_id: str) -> str:
+    """An error node's id as circuit-tracer 0.5.0 writes it (`0_{layer}_{pos}`)."""
+    layer, feature, pos = node_id.split("_") if node_id[0] != "E" else ("", "", "")
+    return f"0_{layer}_{pos}" if feature == "-1" else node_id
+
+
+def test_same_file_as_circuit_tracer_wrote_for_its_graph():
+    """Written from circuit-tracer's own pruned graph, tfx's file has the same metadata,
+    the same nodes in the same order with the same fields, types and values (ids alike
+    but for the error form), and the same links with the weights to 4 digits."""
+    graph, written = _recorded_graph()
+    doc = json.loads(dumps(graph_json(graph, slug=written["metadata"]["slug"])))
+    _check_types(written)  # the checks above hold circuit-tracer's own file too
+    _check_types(doc)
+    for key, value in written["metadata"].items():
+        assert doc["metadata"][key] == value, key
+    assert doc["qParams"] == written["qParams"]
+    assert len(doc["nodes"]) == len(written["nodes"])
+    for ours, theirs in zip(doc["nodes"], written["nodes"]):
+        assert set(ours) == set(theirs)
+        assert _as_0_5_0(ours["node_id"]) == theirs["node_id"]
+        for key, value in theirs.items():
+            if key == "node_id":
+                continue
+            assert type(ours[key]) is type(value), (key, theirs)
+            if isinstance(value, float):
+                assert ours[key] == pytest.approx(value, rel=1e-5), (key, theirs)
+            else:
+                assert ours[key] == value, (key, theirs)
+    mine = {(_as_0_5_0(l["source"]), _as_0_5_0(l["target"])): l["weight"] for l in doc["links"]}
+    theirs = {(l["source"], l["target"]): l["weight"] for l in written["links"]}
+    assert set(mine) == set(theirs) and len(mine) == len(doc["links"]) == len(written["links"])
+    for pair, weight in theirs.items():
+        assert mine[pair] == pytest.approx(weight, rel=5e-4), pair

@@ -116,12 +116,13 @@ def _node(node: Mapping[str, Any], node_id: str, graph: Mapping[str, Any],
     else:  # logit: at the last position, one layer above the model, no influence
         token = int(node["token"])
         pos = len(graph["tokens"]) - 1
-        prob = _round(node.get("probability") or 0.0, VALUE_DIGITS)
+        prob = float(node.get("probability") or 0.0)
         text = node.get("text")
         text = str(token) if text is None else str(text)
-        out.update(feature=token, layer=str(n_layers + 1), ctx_idx=pos, token_prob=prob,
-                   is_target_logit=target, jsNodeId=f"L_{token}-{pos}",
-                   clerp=f'Output "{text}" (p={prob:.3f})', influence=None)
+        out.update(feature=token, layer=str(n_layers + 1), ctx_idx=pos,
+                   token_prob=_round(prob, VALUE_DIGITS), is_target_logit=target,
+                   jsNodeId=f"L_{token}-{pos}", clerp=f'Output "{text}" (p={prob:.3f})',
+                   influence=None)
     return out
 
 
