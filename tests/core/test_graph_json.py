@@ -82,6 +82,8 @@ def test_every_field_the_models_require_is_there_with_its_type(doc, graph):
     assert meta["generation_settings"]["feature_input_hook"] == "hook_resid_mid"
     assert doc["qParams"] == {"pinnedIds": [], "supernodes": [], "linkType": "both",
                               "clickedId": "", "sg_pos": ""}
+    named = graph_json(dict(graph, scan="gemma-2-2b"))["metadata"]  # Neuronpedia's model id
+    assert named["scan"] == "gemma-2-2b"
 
 
 def test_node_ids_are_unique_and_every_link_joins_two_nodes(doc):

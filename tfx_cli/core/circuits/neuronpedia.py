@@ -173,7 +173,8 @@ def graph_json(graph: Mapping[str, Any], slug: str | None = None) -> dict:
              if i in linked or kinds[i] in ("embedding", "logit")]
     metadata = {
         "slug": slug or slug_of(str(graph["prompt"])),
-        "scan": str(graph["model"]),
+        # Neuronpedia takes the scan as its model id (gemma-2-2b): a graph may name one
+        "scan": str(graph.get("scan") or graph["model"]),
         "transcoder_list": [],
         "prompt_tokens": [str(t) for t in graph["tokens"]],
         "prompt": str(graph["prompt"]),
