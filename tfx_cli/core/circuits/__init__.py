@@ -3,4 +3,8 @@ replacement model built around a loaded tfx model, the graph of direct effects b
 features, error terms, token embeddings and logits, and its pruning and scores.
 
 Definitions follow circuit-tracer 0.5.0 (Ameisen et al. 2025, "Circuit Tracing"), whose
-numbers the parity tests compare against; the code is tfx's own."""
+numbers the parity tests compare against; the code is tfx's own.
+
+neuronpedia.py writes a pruned graph as the JSON file circuit-tracer's frontend and
+Neuronpedia open; it imports NumPy and tfx_cli.errors only, so the page drawer in render/
+may use its node ids. Like all of core, the package never imports typer, rich or click."""
