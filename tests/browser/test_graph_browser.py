@@ -126,3 +126,25 @@ def _click_shows_inputs_and_outputs(driver, graph, ids):
     assert set(_listed(driver, "inputs")) == {ids[s] for s in np.flatnonzero(adjacency[logit])}
     assert _listed(driver, "outputs") == {}
     assert driver.find_element("id", "picked").text.startswith("logit")
+
+
+def test_a_large_graph_draws_its_strongest_edges_and_lists_them_all(driver, graph, tmp_path):  # noqa: F811
+    """Past max_edges the page draws the strongest edges only and says so; a click still
+    lists every input and output."""
+    path = tmp_path / "capped.html"
+    path.write_text(graph_html(graph, max_edges=25), encoding="utf-8")
+    driver.get(path.resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1"
+    adjacency = graph["adjacency"]
+    weights = np.abs(adjacency[adjacency != 0])
+    drawn = [abs(float(e.get_attribute("data-weight")))
+             for e in driver.find_elements("css selector", "svg .edge")]
+    assert len(drawn) == 25 < len(weights)
+    assert min(drawn) == pytest.approx(np.sort(weights)[-25], rel=5e-4)
+    note = driver.find_element("id", "edges-note").text
+    assert "25 strongest drawn" in note
+    ids = node_ids(graph)
+    node = int(np.argmax((adjacency != 0).sum(axis=1)))  # the node with most inputs
+    driver.find_element("css selector", f'svg .node[data-id="{ids[node]}"]').click()
+    assert set(_listed(driver, "inputs")) == {ids[s] for s in np.flatnonzero(adjacency[node])}
+    assert len(driver.find_elements("css selector", "svg .edge.lit")) <= 25

@@ -13,7 +13,8 @@ same from file://, an attachment or an offline laptop. Drawn as SVG by the page'
        blue when positive, red when negative
 
 Clicking a node lists its inputs and its outputs, strongest first, with their weights
-(an entry there is itself clickable), and lights its edges. A node's `data-id` is its id in graph.json. The header gives the
+(an entry there is itself clickable), and lights its edges. Past MAX_EDGES edges only
+the strongest are drawn (the header says so); a click still lists every edge. A node's `data-id` is its id in graph.json. The header gives the
 replacement and completeness scores and the pruning thresholds. As graph.json does, a
 feature or error node left without an edge is not drawn; tokens and logits always are.
 Reads the graph mapping only (NumPy for the edges): no torch.
@@ -29,6 +30,8 @@ import numpy as np
 from ..core.circuits.neuronpedia import node_ids
 from .common import display_tokens
 from .report import CSP, json_script
+
+MAX_EDGES = 20_000  # drawn, the strongest first: more SVG paths make a click take seconds
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -71,13 +74,15 @@ for(let r=0;r<rows;r++)label(4,TOP+(rows-1-r)*ROW+ROW/2+4,
  r===0?'tokens':r===rows-1?'logits':'L'+(r-1),'axis');
 D.tokens.forEach((t,p)=>label(LEFT+p*cw+4,TOP+ROW*rows+16,p+' '+t,'axis'));
 const big=D.edges.reduce((m,e)=>Math.max(m,Math.abs(e[2])),0)||1;
-const ins=D.nodes.map(()=>[]),outs=D.nodes.map(()=>[]),edgeEls=[];
+const ins=D.nodes.map(()=>[]),outs=D.nodes.map(()=>[]),edgeEls=new Array(D.edges.length);
 const gE=el('g',{id:'edges'}),gN=el('g',{id:'nodes'});
-D.edges.forEach((e,k)=>{const [s,t,w]=e;ins[t].push(k);outs[s].push(k);
+D.edges.forEach((e,k)=>{ins[e[1]].push(k);outs[e[0]].push(k);});
+const order=D.edges.map((e,k)=>k).sort((a,b)=>Math.abs(D.edges[b][2])-Math.abs(D.edges[a][2]));
+order.slice(0,D.drawn).reverse().forEach(k=>{const [s,t,w]=D.edges[k];  // strongest on top
  const mx=(X[s]+X[t])/2,path=`M${X[s]},${Y[s]} Q${mx+(Y[s]-Y[t])*.08},${(Y[s]+Y[t])/2} ${X[t]},${Y[t]}`;
- edgeEls.push(el('path',{d:path,class:'edge '+(w>0?'p':'n'),'stroke-width':
+ edgeEls[k]=el('path',{d:path,class:'edge '+(w>0?'p':'n'),'stroke-width':
   (.3+3.7*Math.sqrt(Math.abs(w)/big)).toFixed(2),'stroke-opacity':.55,
-  'data-source':D.nodes[s].id,'data-target':D.nodes[t].id,'data-weight':w},gE));});
+  'data-source':D.nodes[s].id,'data-target':D.nodes[t].id,'data-weight':w},gE);});
 const nodeEls=D.nodes.map((n,i)=>{let e;const x=X[i],y=Y[i],a={class:'node '+n.kind,'data-id':n.id};
  if(n.kind==='feature')e=el('circle',Object.assign(a,{cx:x,cy:y,r:7}),gN);
  else if(n.kind==='logit')e=el('path',Object.assign(a,{d:`M${x},${y-9}L${x+9},${y}L${x},${y+9}L${x-9},${y}Z`}),gN);
@@ -92,11 +97,13 @@ function list(id,keys,end){const ol=document.getElementById(id);ol.innerHTML='';
   w.textContent=fmt(e[2]);li.appendChild(w);li.addEventListener('click',()=>pick(other));
   ol.appendChild(li);});
  document.getElementById(id+'-count').textContent=keys.length;}
+let marked=[];
 function pick(i){const n=D.nodes[i];svg.classList.add('focus');
- nodeEls.forEach(e=>e.classList.remove('selected','near'));edgeEls.forEach(e=>e.classList.remove('lit'));
+ marked.forEach(e=>e.classList.remove('selected','near','lit'));marked=[nodeEls[i]];
  nodeEls[i].classList.add('selected');
- ins[i].concat(outs[i]).forEach(k=>{edgeEls[k].classList.add('lit');
-  nodeEls[D.edges[k][0]].classList.add('near');nodeEls[D.edges[k][1]].classList.add('near');});
+ ins[i].concat(outs[i]).forEach(k=>{const e=edgeEls[k],a=nodeEls[D.edges[k][0]],b=nodeEls[D.edges[k][1]];
+  if(e){e.classList.add('lit');marked.push(e);}
+  a.classList.add('near');b.classList.add('near');marked.push(a,b);});
  document.getElementById('picked').textContent=n.name;
  document.getElementById('picked-info').textContent=n.info;
  list('inputs',ins[i],0);list('outputs',outs[i],1);
@@ -136,9 +143,10 @@ def _name(node: Mapping[str, Any], tokens: list[str], labels: Mapping) -> tuple[
             f"logit target: token id {node['token']}, probability {_num(prob)}")
 
 
-def page_data(graph: Mapping[str, Any]) -> dict:
+def page_data(graph: Mapping[str, Any], max_edges: int = MAX_EDGES) -> dict:
     """What the page's script draws: the nodes left after dropping features and errors
-    without an edge, and the edges as [source index, target index, weight]."""
+    without an edge, the edges as [source index, target index, weight], and how many of
+    them (the strongest) are drawn."""
     tokens = display_tokens([str(t) for t in graph["tokens"]]) or []
     labels = graph.get("labels") or {}
     adjacency = np.asarray(graph["adjacency"])
@@ -160,7 +168,7 @@ def page_data(graph: Mapping[str, Any]) -> dict:
              for s, t, w in zip(sources.tolist(), targets.tolist(), weights.tolist())
              if math.isfinite(w)]
     return {"tokens": tokens, "n_layers": int(graph["n_layers"]), "nodes": nodes,
-            "edges": edges}
+            "edges": edges, "drawn": min(len(edges), int(max_edges))}
 
 
 def _header(graph: Mapping[str, Any], data: dict) -> str:
@@ -169,18 +177,22 @@ def _header(graph: Mapping[str, Any], data: dict) -> str:
               ("completeness score", graph.get("completeness_score")),
               ("node threshold", graph.get("node_threshold")),
               ("edge threshold", graph.get("edge_threshold"))]
+    drawn, total = data["drawn"], len(data["edges"])
+    shown_edges = (f'<span id="edges-note">; the {drawn:,} strongest drawn, every edge listed '
+                   'on a click</span>' if drawn < total else "")
     shown = "".join(f'<span>{name} <b id="{name.split()[0]}-{name.split()[1]}">'
                     f'{_num(value)}</b></span>' for name, value in scores)
     return (f'<header><h1>tfx graph · <span id="prompt">{esc(str(graph["prompt"]))}</span></h1>'
             f'<div class="meta">model {esc(str(graph.get("model", "")))} · transcoders '
             f'{esc(str(graph.get("transcoders", "")))} · {len(data["nodes"]):,} nodes, '
-            f'{len(data["edges"]):,} edges (pruned)</div>'
+            f'{len(data["edges"]):,} edges (pruned){shown_edges}</div>'
             f'<div class="scores">{shown}</div></header>')
 
 
-def graph_html(graph: Mapping[str, Any]) -> str:
-    """The whole page for a pruned graph (the mapping `tfx graph` builds) as one string."""
-    data = page_data(graph)
+def graph_html(graph: Mapping[str, Any], max_edges: int = MAX_EDGES) -> str:
+    """The whole page for a pruned graph (the mapping `tfx graph` builds) as one string;
+    the `max_edges` strongest edges are drawn (all of them are listed on a click)."""
+    data = page_data(graph, max_edges)
     title = f"tfx graph · {graph['prompt']}"[:120]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
