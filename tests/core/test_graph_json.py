@@ -172,6 +172,9 @@ def test_a_feature_label_becomes_its_clerp(doc, graph):
         assert by_id[key]["activation"] == pytest.approx(node["activation"], rel=1e-5)
         assert by_id[key]["influence"] == pytest.approx(node["influence"], rel=1e-5)
     assert labelled > 0
+    # labels keyed by their text, as a JSON round trip leaves them, are read the same
+    as_text = {f"({layer}, {feature})": label for (layer, feature), label in graph["labels"].items()}
+    assert graph_json(dict(graph, labels=as_text))["nodes"] == doc["nodes"]
 
 
 def test_the_file_is_compact(tmp_path, graph):

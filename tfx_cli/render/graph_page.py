@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..core.circuits.neuronpedia import node_ids
+from ..core.circuits.neuronpedia import label_of, node_ids
 from .common import display_tokens
 from .report import CSP, json_script
 
@@ -127,7 +127,7 @@ def _name(node: Mapping[str, Any], tokens: list[str], labels: Mapping) -> tuple[
     influence = f"influence {_num(node.get('influence'))}"
     if kind == "feature":
         layer, feature = int(node["layer"]), int(node["feature"])
-        label = labels.get((layer, feature)) or ""
+        label = label_of({"labels": labels}, layer, feature)
         name = f"L{layer} #{feature} @{pos}" + (f" {label}" if label else "")
         return name, (f"feature {feature} of layer {layer}'s transcoder, {where}, "
                       f"activation {_num(node.get('activation'))}, {influence}")

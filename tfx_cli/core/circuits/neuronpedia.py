@@ -74,6 +74,14 @@ def slug_of(text: str, limit: int = 40) -> str:
     return slug or "tfx-graph"
 
 
+def label_of(graph: Mapping[str, Any], layer: int, feature: int) -> str:
+    """A feature's label in `graph["labels"]`, keyed by the tuple (layer, feature) or by
+    its text "(layer, feature)" (as JSON keeps it); "" when it has none."""
+    labels = graph.get("labels") or {}
+    label = labels.get((layer, feature), labels.get(f"({layer}, {feature})"))
+    return "" if label is None else str(label)
+
+
 def node_ids(graph: Mapping[str, Any]) -> list[str]:
     """The frontend's id of every node of `graph`, in its order."""
     n_layers, last = int(graph["n_layers"]), len(graph["tokens"]) - 1
@@ -104,9 +112,8 @@ def _node(node: Mapping[str, Any], node_id: str, graph: Mapping[str, Any],
            "influence": _round(node.get("influence"), VALUE_DIGITS), "activation": None}
     if kind == "feature":
         layer, feature = int(node["layer"]), int(node["feature"])
-        labels = graph.get("labels") or {}
         out.update(feature=cantor(layer, feature), layer=str(layer),
-                   jsNodeId=f"{layer}_{feature}-0", clerp=str(labels.get((layer, feature), "")),
+                   jsNodeId=f"{layer}_{feature}-0", clerp=label_of(graph, layer, feature),
                    activation=_round(node.get("activation"), VALUE_DIGITS))
     elif kind == "error":
         layer = int(node["layer"])
@@ -242,4 +249,4 @@ def _umask() -> int:
     return mask
 
 
-__all__ = ["graph_json", "write_graph_json", "node_ids", "cantor", "dumps", "slug_of"]
+__all__ = ["graph_json", "write_graph_json", "node_ids", "label_of", "cantor", "dumps", "slug_of"]
