@@ -6,8 +6,10 @@ way of writing the same graph.
 Synthetic pruned graphs (tests/circuit_graphs.py) shaped like a Gemma-2-2B graph: 73
 tokens, 26 layers, 16,384 latents per transcoder, 1,500 active features kept by pruning,
 every (layer, position) error node, 10 logit targets, and as many edges as asked
-(343,696 is the edge count reported for a circuit-tracer graph of Gemma-2-2B pruned at its
-default 0.8 / 0.98 thresholds, 1,489 nodes). For each: tfx's file (compact, weights to 4
+(343,696 edges and 1,489 nodes: a circuit-tracer graph of Gemma-2-2B on "The capital of
+state containing Dallas is", pruned at its default 0.8 / 0.98 thresholds, as reported in
+the public repository peppinob-ol/attribution-graph-probing,
+docs/NEURONPEDIA_UPLOAD_COMPLETE.md). For each: tfx's file (compact, weights to 4
 significant digits) and the same document as circuit-tracer 0.5.0 writes it
 (`model_dump_json(indent=2)`: two-space indentation, every float32 in full), so the two
 sizes are of one graph. Prints a table; --out keeps the tfx files (the validator in
