@@ -84,7 +84,7 @@ def command(*names: str):
     """Give a command the declared groups and options `names` (see the module's text)."""
     def wrap(fn):
         hints = get_type_hints(fn, include_extras=True)
-        handed = {"encoding"} | {n for n in names if n in GROUPS}
+        handed = {"encoding", *names}
         own = [p.replace(annotation=hints.get(p.name, p.annotation))
                for p in inspect.signature(fn).parameters.values() if p.name not in handed]
         taken = [(name, GROUPS.get(name, (name,))) for name in names]
