@@ -199,13 +199,18 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "model": tuple(o.name for o in _MODEL_OPTIONS),
     "edits": tuple(o.name for o in _EDIT_OPTIONS),
     "ablations": ("ablate", "ablate_mode", "sae", "sae_site"),  # no steering
-    "corpus": tuple(o.name for o in _CORPUS_OPTIONS),
+    "dataset": tuple(o.name for o in _CORPUS_OPTIONS),  # how a corpus is read
     "engine": tuple(o.name for o in _ENGINE_OPTIONS),
     "display": tuple(o.name for o in _DISPLAY_OPTIONS),
 }
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     *_MODEL_OPTIONS, *_EDIT_OPTIONS, *_CORPUS_OPTIONS, *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS,
     *_SINGLE_OPTIONS)}
+
+# a group is handed to a command under its own name, so that name is no option's but
+# (--engine in "engine") one of its own members
+if not all(name not in OPTIONS or name in members for name, members in GROUPS.items()):
+    raise ValueError("a group is named like an option it does not hold")
 
 
 def _engine(value, option):  # a name, or an engine object as documented

@@ -8,7 +8,7 @@
                       **model), **display)
 
 `@command(*names)` adds each named group's options (GROUPS: model, edits, ablations,
-corpus, engine, display), or a single declared option (OPTIONS: plot, force, target ...),
+dataset, engine, display), or a single declared option (OPTIONS: plot, force, target ...),
 after the command's own parameters, in the order named, and calls the command with one
 dict per group, keyed as `tfx_cli.api` (and render.emit's emit) takes them: choices as
 their text, a repeatable option given no times as None. A single option comes as its own
@@ -148,7 +148,7 @@ AblateMode = _choices(OPTIONS["ablate_mode"])
  CorpusOpt, _, NoCacheWeightsOpt, DtypeOpt, MaxMemoryOpt, DeviceOpt) = (
     cli_type(name) for name in GROUPS["model"])
 FieldOpt, MaxDocsOpt, MaxTokensOpt, CtxOpt, BatchSizeOpt = (
-    cli_type(name) for name in GROUPS["corpus"])
+    cli_type(name) for name in GROUPS["dataset"])
 EngineOpt, RayAddressOpt, WorkersOpt, GpusPerWorkerOpt, VerboseOpt = (
     cli_type(name) for name in GROUPS["engine"])
 

@@ -7,7 +7,7 @@ import typer
 from ..options import CorpusArg, command, need_corpus, split_list
 
 
-@command("corpus", "engine", "json", "force", "model")
+@command("dataset", "engine", "json", "force", "model")
 def collect(
     source: CorpusArg = None,
     select: Annotated[Optional[List[str]], typer.Option(
@@ -20,7 +20,7 @@ def collect(
     shard_tokens: Annotated[Optional[int], typer.Option(
         "--shard-tokens", metavar="N", show_default=False,
         help="Rows (tokens) per shard file (default: about 64 MB of rows).")] = None,
-    *, corpus, engine, json, force, model, encoding,
+    *, dataset, engine, json, force, model, encoding,
 ) -> None:
     """Write an activation dataset: DIR/shard-00000.safetensors ... (one 2-D tensor per
     site, rows = tokens in corpus order), DIR/tokens.parquet and DIR/manifest.json.
@@ -44,5 +44,5 @@ def collect(
         raise UsageError("-o DIR is missing: collect writes a folder, e.g. -o acts")
     result = api.collect(need_corpus(source), select=split_list(select, "--select"),
                          output=output, shard_tokens=shard_tokens,
-                         **corpus, **engine, **model)
+                         **dataset, **engine, **model)
     emit(result, json=json)

@@ -3,11 +3,11 @@ corpus."""
 from ..options import CorpusArg, StateDirOpt, command, need_corpus
 
 
-@command("corpus", "engine", "display", "plot", "force", "model")
+@command("dataset", "engine", "display", "plot", "force", "model")
 def scan(
     source: CorpusArg = None,
     output: StateDirOpt = None,
-    *, corpus, engine, display, plot, force, model, encoding,
+    *, dataset, engine, display, plot, force, model, encoding,
 ) -> None:
     """Attention head statistics, residual norms and FFN activity over a corpus.
 
@@ -34,6 +34,6 @@ def scan(
 
     check_plot(plot, force)
     result = api.scan(need_corpus(source), output=output,
-                      **corpus, **engine, **model)
+                      **dataset, **engine, **model)
     plot_to(result, plot, force)
     emit(result, **display)

@@ -7,7 +7,7 @@ import typer
 from ..options import CorpusArg, SaeSiteOpt, StateDirOpt, command, need_corpus
 
 
-@command("corpus", "engine", "display", "force", "model")
+@command("dataset", "engine", "display", "force", "model")
 def top(
     source: CorpusArg = None,
     site: Annotated[Optional[str], typer.Option(
@@ -33,7 +33,7 @@ def top(
         "--html", metavar="FILE", show_default=False,
         help="Also write a self-contained HTML page with a card per unit.")] = None,
     output: StateDirOpt = None,
-    *, corpus, engine, display, force, model, encoding,
+    *, dataset, engine, display, force, model, encoding,
 ) -> None:
     """Each unit's highest activations over a corpus (max-activating examples).
 
@@ -59,13 +59,9 @@ def top(
       tfx top python-docs -w smollm2 --sae my-sae --units 12,40 -k 10
     """
     from .. import api
-    from ..errors import UsageError
     from ..render.emit import emit
 
-    if site is None and sae is None:
-        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
-                         "(or give --sae DIR: its features at its site)")
     result = api.top(need_corpus(source), site=site, units=units, k=k, around=around,
                      html=html, output=output, sae=sae, sae_site=sae_site,
-                     **corpus, **engine, **model)
+                     **dataset, **engine, **model)
     emit(result, **display)
