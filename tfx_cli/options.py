@@ -153,6 +153,9 @@ EngineOpt, RayAddressOpt, WorkersOpt, GpusPerWorkerOpt, VerboseOpt = (
     cli_type(name) for name in GROUPS["engine"])
 
 
+# For a command that spells these options one by one rather than taking their group:
+# stack_value, edit_options, corpus_options and engine_options turn them into what the
+# API takes, as @command does for a group.
 def stack_value(stack: Optional[Stack]) -> Optional[str]:
     return stack.value if stack is not None else None
 
