@@ -9,8 +9,8 @@ checkers from it (tfx_cli/api/_options.py: OPTION_KINDS), so `--heads 0` and
 
 This module imports neither typer nor rich nor torch: `import tfx_cli.api` stays cheap.
 
-To add an option to every command of a group, add one `Option(...)` to OPTIONS and its key
-to the group in GROUPS. To give a new command a group, name the group in its `@command`
+To add an option to every command of a group, add one `Option(...)` to that group's
+tuple below (GROUPS and OPTIONS are built from the tuples). To give a new command a group, name the group in its `@command`
 decorator and read the dict it is handed (`**edits` into the api call). An option one
 command alone takes stays in that command's signature (kinds for the API: OPTION_KINDS's
 own entries).

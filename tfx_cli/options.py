@@ -16,8 +16,8 @@ keyword. "model" is handed as `model=` (with the progress and notice hooks) and
 `encoding=`; --force, when the command takes it, also lands in `model` (it covers both
 overwriting files and the memory check), and otherwise the model's own --force is added.
 
-A new option on every model command: one `Option(...)` in option_table.py and its name in
-GROUPS["model"]; the CLI type, the API's check and every command's signature follow.
+A new option on every model command: one `Option(...)` among option_table.py's model
+options; the CLI type, the API's check and every model command's signature follow.
 An option only one command takes is written in that command's signature as before; for
 a shared one use `cli_type(NAME)` (or the ready-made `...Opt` aliases below).
 
@@ -142,15 +142,17 @@ TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
 Stack = _choices(OPTIONS["stack"])
 AblateMode = _choices(OPTIONS["ablate_mode"])
-(AblateOpt, AblateModeOpt, SteerOpt, TowardOpt, AwayOpt, ScaleOpt, SaeOpt, SaeSiteOpt,
- SteerFeatureOpt) = (cli_type(name) for name in GROUPS["edits"])
-(ConfigOpt, WeightsOpt, SeedOpt, HeadsOpt, LayersOpt, DModelOpt, ContextOpt, TokenizerOpt,
- CorpusOpt, _, NoCacheWeightsOpt, DtypeOpt, MaxMemoryOpt, DeviceOpt) = (
-    cli_type(name) for name in GROUPS["model"])
-FieldOpt, MaxDocsOpt, MaxTokensOpt, CtxOpt, BatchSizeOpt = (
-    cli_type(name) for name in GROUPS["dataset"])
-EngineOpt, RayAddressOpt, WorkersOpt, GpusPerWorkerOpt, VerboseOpt = (
-    cli_type(name) for name in GROUPS["engine"])
+AblateOpt, AblateModeOpt, SteerOpt, TowardOpt, AwayOpt, ScaleOpt = map(cli_type, (
+    "ablate", "ablate_mode", "steer", "toward", "away", "scale"))
+SaeOpt, SaeSiteOpt, SteerFeatureOpt = map(cli_type, ("sae", "sae_site", "steer_feature"))
+ConfigOpt, WeightsOpt, SeedOpt, HeadsOpt, LayersOpt, DModelOpt, ContextOpt = map(cli_type, (
+    "config", "weights", "seed", "heads", "layers", "d_model", "context"))
+TokenizerOpt, CorpusOpt, NoCacheWeightsOpt, DtypeOpt, MaxMemoryOpt, DeviceOpt = map(
+    cli_type, ("tokenizer", "corpus", "no_cache_weights", "dtype", "max_memory", "device"))
+FieldOpt, MaxDocsOpt, MaxTokensOpt, CtxOpt, BatchSizeOpt = map(cli_type, (
+    "field", "max_docs", "max_tokens", "ctx", "batch_size"))
+EngineOpt, RayAddressOpt, WorkersOpt, GpusPerWorkerOpt, VerboseOpt = map(cli_type, (
+    "engine", "ray_address", "workers", "gpus_per_worker", "verbose"))
 
 
 # For a command that spells these options one by one rather than taking their group:

@@ -121,3 +121,10 @@ def test_each_command_shows_its_groups_options_in_their_panels(command, group):
         assert option.flags[0] in shown, (command, option.flags[0])
         if option.panel:
             assert option.panel in shown, (command, option.panel)
+
+
+def test_the_model_options_are_the_model_specs_fields_with_its_defaults():
+    from tfx_cli.core.spec import SPEC_DEFAULTS
+
+    declared = {name: OPTIONS[name].default for name in GROUPS["model"] if name != "encoding"}
+    assert declared == {k: v for k, v in SPEC_DEFAULTS.items() if k != "force"}
