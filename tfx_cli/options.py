@@ -83,14 +83,18 @@ def _parameter(option: Option) -> inspect.Parameter:
 def command(*names: str):
     """Give a command the declared groups and options `names` (see the module's text)."""
     def wrap(fn):
+        unknown = [name for name in names if name not in GROUPS and name not in OPTIONS]
+        if unknown:
+            raise ValueError(f"{fn.__name__}: no option group or declared option "
+                             f"{', '.join(unknown)} (tfx_cli/option_table.py)")
         hints = get_type_hints(fn, include_extras=True)
-        handed = {"encoding", *names}
+        handed = {*names, "encoding"} if "model" in names else set(names)
         own = [p.replace(annotation=hints.get(p.name, p.annotation))
                for p in inspect.signature(fn).parameters.values() if p.name not in handed]
         taken = [(name, GROUPS.get(name, (name,))) for name in names]
         added = [_parameter(OPTIONS[o]) for _, options in taken for o in options]
         own_force = any(p.name == "force" for p in own + added)
-        if "model" in GROUPS and "model" in names and not own_force:
+        if "model" in names and not own_force:
             added.append(_parameter(MODEL_FORCE))
 
         @functools.wraps(fn)

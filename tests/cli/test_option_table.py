@@ -128,3 +128,8 @@ def test_the_model_options_are_the_model_specs_fields_with_its_defaults():
 
     declared = {name: OPTIONS[name].default for name in GROUPS["model"] if name != "encoding"}
     assert declared == {k: v for k, v in SPEC_DEFAULTS.items() if k != "force"}
+
+
+def test_a_misspelt_group_is_refused_when_the_command_is_declared():
+    with pytest.raises(ValueError, match="edit"):
+        options.command("edit", "display")(lambda **kw: None)
