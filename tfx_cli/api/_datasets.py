@@ -110,9 +110,7 @@ def top(source: str | Path, *, site: str | None = None,
     if sae is None and sae_site is not None:
         raise UsageError("--sae-site names the site of --sae's SAE, which was not given; add "
                          "--sae DIR")
-    if sae is None and site is None:
-        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
-                         "(or give --sae DIR: its features at its site)")
+    corpus_runs.need_site(site, sae)
 
     if html is not None:
         from ..render.plot import check_output_path

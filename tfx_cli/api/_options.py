@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..core.spec import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from ..errors import InputTextError, UsageError
+from ..option_table import checkers
 from ..values import (as_flag, as_float, as_int, as_names, as_path, as_text, as_texts,
                       as_units)
 
@@ -39,13 +40,6 @@ def _number(value, option):
     return as_float(value, option)
 
 
-def _floats(value, option):
-    """One number or one per --steer (--scale)."""
-    if isinstance(value, (list, tuple)):
-        return [as_float(v, option, finite=True) for v in value]
-    return as_float(value, option, finite=True)
-
-
 def _finite(value, option):
     """A number that is neither infinite nor NaN (a rate, a fraction, a width factor)."""
     return as_float(value, option, finite=True)
@@ -59,15 +53,6 @@ def _hook(value, option):
                      f"{type(value).__name__} {value!r:.60}")
 
 
-def _seed(value, option):
-    return as_int(value, option, minimum=0, maximum=2**64 - 1)
-
-
-def _folder(value, option):
-    """A file or folder name, given on as the text it is (an SAE folder: --sae)."""
-    return None if value is None else str(as_path(value, option))
-
-
 def _maybe_flag(value, option):
     """A flag whose None means "leave it" (count-params --tie/--no-tie)."""
     return None if value is None else as_flag(value, option)
@@ -75,47 +60,40 @@ def _maybe_flag(value, option):
 
 # keyword -> the checker its value goes through; the message names the option as the
 # command line spells it (`max_new_tokens` -> --max-new-tokens; TEXT for the text).
+# The shared options (model, edits, corpus, engine, display, --truncate, --target ...)
+# take theirs from their declarations (tfx_cli/option_table.py), the ones the command
+# line reads too; what follows are the options one command takes.
 OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     # the input texts, and options that take one text
     "text": as_text, "prompt": as_text, "clean": as_text, "corrupt": as_text,
-    "kv": as_text, "target": as_text, "answer": as_text, "wrong": as_text,
-    "ablate_mode": as_text, "mask": as_text, "which": as_text, "stack": as_text,
+    "kv": as_text, "answer": as_text, "wrong": as_text, "mask": as_text, "which": as_text,
     "site": as_text, "show_layers": lambda v, o: v if not isinstance(v, (str, bytes))
     else as_text(v, o),
     # names, one or many, comma lists allowed (a string is one item)
-    "ablate": as_names, "select": as_names, "show": as_names, "steer": as_names,
+    "select": as_names, "show": as_names,
     # texts, one or many (commas are part of a text)
-    "stop": as_texts, "toward": as_texts, "away": as_texts,
+    "stop": as_texts,
     # numbers
     "layer": _whole, "head": _whole, "query_pos": _whole, "valid_lens": _whole,
     "length": _whole, "max_new_tokens": _whole, "top_k": _whole, "candidates": _count,
     "batch": _positive, "seq_len": _positive, "vocab_size": _whole, "steps": _whole,
-    "temperature": _number, "top_p": _number, "lr": _number, "scale": _floats,
+    "temperature": _number, "top_p": _number, "lr": _number,
     # flags
-    "truncate": as_flag, "explain": as_flag, "cross": as_flag, "per_head": as_flag,
-    "no_cache": as_flag, "ignore_eos": as_flag, "verify": as_flag, "force": as_flag,
-    "no_cache_weights": as_flag, "tie": _maybe_flag,
+    "explain": as_flag, "cross": as_flag, "per_head": as_flag, "no_cache": as_flag,
+    "ignore_eos": as_flag, "verify": as_flag, "tie": _maybe_flag,
     # files
-    "output": as_path, "pairs": as_path, "inputs": as_path, "corpus": as_path,
-    "sae": _folder, "collect": as_path,
-    # the model options
-    "config": as_text, "weights": as_text, "tokenizer": as_text, "seed": _seed,
-    "heads": _positive, "layers": _positive, "d_model": _positive, "context": _positive,
-    "dtype": as_text, "max_memory": as_text, "device": as_text,
-    # corpora (scan, top, collect, patch --pairs), their engines, SAEs and their training:
-    # the type only; each command checks its own ranges, with its own words
-    "field": as_text, "engine": lambda v, o: v if hasattr(v, "map") and not
-    isinstance(v, str) else as_text(v, o),  # a name, or an engine object as documented
-    "ray_address": as_text, "sae_site": as_text,
-    "steer_feature": as_text, "b_dec_init": as_text, "html": as_path,
-    "max_docs": _whole, "max_tokens": _whole, "ctx": _whole, "batch_size": _whole,
-    "units": as_units, "k": _whole, "around": _whole, "shard_tokens": _whole, "workers": _whole,
-    "per_token": _whole, "latents": _whole, "aux_k": _whole, "dead_after": _whole,
-    "skip_first": _whole, "gpus_per_worker": _finite, "expansion": _finite, "l1": _finite,
-    "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "verbose": as_flag,
-    "checkpoint_every": _positive,
+    "output": as_path, "pairs": as_path, "inputs": as_path, "collect": as_path,
+    "html": as_path,
+    # SAEs and their training, top: the type only; each command checks its own ranges,
+    # with its own words
+    "b_dec_init": as_text, "units": as_units, "k": _whole, "around": _whole,
+    "shard_tokens": _whole, "per_token": _whole, "latents": _whole, "aux_k": _whole,
+    "dead_after": _whole, "skip_first": _whole, "expansion": _finite, "l1": _finite,
+    "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "checkpoint_every": _positive,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
+    # the shared options, from their one declaration
+    **checkers(),
 }
 # positional on the CLI (and api.activations' folder)
 _ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN", "collect": "COLLECT_DIR",

@@ -5,10 +5,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, StackOpt, TargetOpt, TextArg, TruncateOpt, edit_options,
-                       model_command, read_text, split_list, stack_value)
-from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
+from ..options import StackOpt, TargetOpt, TextArg, command, read_text, split_list, stack_value
 
 
 class Mask(str, Enum):
@@ -16,7 +13,7 @@ class Mask(str, Enum):
     none = "none"
 
 
-@model_command
+@command("truncate", "ablations", "display", "plot", "force", "model")
 def attend(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
@@ -53,19 +50,7 @@ def attend(
         "--cross", rich_help_panel="Encoder–decoder",
         help="The decoder's cross-attention (needs --target): queries from the target, keys "
              "and values from the encoder's output of TEXT.")] = False,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, ablations, display, plot, force, model, encoding,
 ) -> None:
     """Show one layer's attention: Q, K, V, the raw scores QKᵀ, scaled (÷√d_k), masked,
     the pattern (softmax, rows sum to 1), the context (pattern·V), the heads joined and
@@ -104,7 +89,6 @@ def attend(
                         kv=kv, valid_lens=valid_lens, show=split_list(show, "--show"), explain=explain,
                         query_pos=query_pos, inputs=inputs, truncate=truncate,
                         target=target, stack=stack_value(stack), cross=cross,
-                        **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
-                        **model)
+                        **ablations, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

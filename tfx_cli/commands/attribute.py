@@ -3,12 +3,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, TargetOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
-from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
+from ..options import TextArg, command, read_text
 
 
-@model_command
+@command("truncate", "target", "sae", "sae_site", "display", "plot", "force", "model")
 def attribute(
     text: TextArg = None,
     answer: Annotated[Optional[str], typer.Option(
@@ -20,18 +18,7 @@ def attribute(
     per_head: Annotated[bool, typer.Option(
         "--per-head", help="One part per attention head (its context times its slice of "
         "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
-    truncate: TruncateOpt = False,
-    target: TargetOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, target, sae, sae_site, display, plot, force, model, encoding,
 ) -> None:
     """Direct logit attribution: which parts of the model write the answer's logit at
     the last position.
@@ -77,4 +64,4 @@ def attribute(
                            per_head=per_head, truncate=truncate, target=target, sae=sae,
                            sae_site=sae_site, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

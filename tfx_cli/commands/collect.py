@@ -4,13 +4,10 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt, RayAddressOpt,
-                       VerboseOpt, WorkersOpt, corpus_options, engine_options,
-                       model_command, need_corpus, split_list)
+from ..options import CorpusArg, command, need_corpus, split_list
 
 
-@model_command
+@command("dataset", "engine", "json", "force", "model")
 def collect(
     source: CorpusArg = None,
     select: Annotated[Optional[List[str]], typer.Option(
@@ -23,21 +20,7 @@ def collect(
     shard_tokens: Annotated[Optional[int], typer.Option(
         "--shard-tokens", metavar="N", show_default=False,
         help="Rows (tokens) per shard file (default: about 64 MB of rows).")] = None,
-    field: FieldOpt = "text",
-    max_docs: MaxDocsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    ctx: CtxOpt = None,
-    batch_size: BatchSizeOpt = 8,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    workers: WorkersOpt = None,
-    gpus_per_worker: GpusPerWorkerOpt = None,
-    verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, dataset, engine, json, force, model, encoding,
 ) -> None:
     """Write an activation dataset: DIR/shard-00000.safetensors ... (one 2-D tensor per
     site, rows = tokens in corpus order), DIR/tokens.parquet and DIR/manifest.json.
@@ -61,8 +44,5 @@ def collect(
         raise UsageError("-o DIR is missing: collect writes a folder, e.g. -o acts")
     result = api.collect(need_corpus(source), select=split_list(select, "--select"),
                          output=output, shard_tokens=shard_tokens,
-                         **corpus_options(field, max_docs, max_tokens, ctx, batch_size,
-                                          engine),
-                         **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                         **model)
-    emit(result, json=json_out)
+                         **dataset, **engine, **model)
+    emit(result, json=json)

@@ -1,13 +1,10 @@
 """`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
-                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
+from ..options import StackOpt, TargetOpt, TextArg, command, read_text, stack_value
 
 
-@model_command
-def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None,
-          truncate: TruncateOpt = False, json_out: JsonOpt = False,
-          precision: PrecisionOpt = 3, full: FullOpt = False, plot: PlotOpt = None,
-          force: ForceOpt = False, *, model, encoding) -> None:
+@command("truncate", "display", "plot", "force", "model")
+def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None, *,
+          truncate, display, plot, force, model, encoding) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
     The model's input is embed.out = embed.tok + embed.pos (the hand-worked encoder tutorial, steps 4-6); the
@@ -29,4 +26,4 @@ def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None
     result = api.embed(read_text(text, encoding=encoding), truncate=truncate, target=target,
                        stack=stack_value(stack), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -3,11 +3,10 @@ from typing import Annotated
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, SaeOpt, SaeSiteOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
+from ..options import SaeOpt, SaeSiteOpt, TextArg, command, read_text
 
 
-@model_command
+@command("truncate", "display", "plot", "force", "model")
 def features(
     text: TextArg = None,
     sae: SaeOpt = None,
@@ -15,15 +14,7 @@ def features(
     per_token: Annotated[int, typer.Option(
         "--per-token", min=1, metavar="N",
         help="The most active features listed per token.")] = 5,
-    truncate: TruncateOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, display, plot, force, model, encoding,
 ) -> None:
     """Show a sparse autoencoder's features on TEXT: per token the most active features,
     how many fire (L0), and how well the SAE reconstructs its site.
@@ -61,4 +52,4 @@ def features(
     result = api.features(read_text(text, encoding=encoding), sae=sae, sae_site=sae_site,
                           per_token=per_token, truncate=truncate, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -3,25 +3,16 @@ from typing import Annotated
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
-                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
+from ..options import StackOpt, TargetOpt, TextArg, command, read_text, stack_value
 
 
-@model_command
+@command("truncate", "display", "plot", "force", "model")
 def ffn(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
     target: TargetOpt = None,
     stack: StackOpt = None,
-    truncate: TruncateOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, display, plot, force, model, encoding,
 ) -> None:
     """Show one feed-forward sublayer: its input, the hidden pre-activation (T, F), the
     activation (ReLU for toy, GELU-tanh for gpt124m, SiLU-gated for SwiGLU) and the
@@ -43,4 +34,4 @@ def ffn(
     result = api.ffn(read_text(text, encoding=encoding), layer=layer, truncate=truncate,
                      target=target, stack=stack_value(stack), **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -4,11 +4,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import InputTextError
-from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, PrecisionOpt,
-                       ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt,
-                       edit_options,
-                       model_command, read_text, split_list)
-from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
+from ..options import TextArg, command, read_text, split_list
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
@@ -24,6 +20,13 @@ TopPOpt = Annotated[Optional[float], typer.Option(
     "--top-p", show_default=False, rich_help_panel="Sampling",
     help="Nucleus: sample only among the most likely tokens whose probability adds up to "
     "P, in (0, 1]. Applied after --temperature and --top-k.")]
+StopOpt = Annotated[Optional[List[str]], typer.Option(
+    "--stop", show_default=False, help="End as soon as the continuation contains TEXT; "
+    "the text is cut before it (the ids keep every token). Repeatable.")]
+GenerateTargetOpt = Annotated[Optional[str], typer.Option(
+    "--target", metavar="TEXT", show_default=False, rich_help_panel="Encoder–decoder",
+    help="An encoder–decoder's target so far: decoding goes on after it (default: "
+         "from the start token alone). PROMPT is the source.")]
 CandidatesOpt = Annotated[int, typer.Option(
     "--candidates", min=0, help="Most likely alternatives shown (and in JSON) per step.")]
 
@@ -34,7 +37,7 @@ def read_prompt(text: Optional[str], encoding: str) -> str:
     return read_text(text, encoding=encoding, what="prompt")
 
 
-@model_command
+@command("truncate", "edits", "display", "model")
 def generate(
     prompt: TextArg = None,
     max_new_tokens: Annotated[int, typer.Option(
@@ -42,9 +45,7 @@ def generate(
     temperature: TemperatureOpt = 0.0,
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
-    stop: Annotated[Optional[List[str]], typer.Option(
-        "--stop", show_default=False, help="End as soon as the continuation contains TEXT; "
-        "the text is cut before it (the ids keep every token). Repeatable.")] = None,
+    stop: StopOpt = None,
     candidates: CandidatesOpt = 5,
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="Recompute the whole text every step instead of reusing cached "
@@ -57,26 +58,8 @@ def generate(
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
         "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
-    target: Annotated[Optional[str], typer.Option(
-        "--target", metavar="TEXT", show_default=False, rich_help_panel="Encoder–decoder",
-        help="An encoder–decoder's target so far: decoding goes on after it (default: "
-             "from the start token alone). PROMPT is the source.")] = None,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    steer: SteerOpt = None,
-    toward: TowardOpt = None,
-    away: AwayOpt = None,
-    scale: ScaleOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    steer_feature: SteerFeatureOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    *,
-    model,
-    encoding,
+    target: GenerateTargetOpt = None,
+    *, truncate, edits, display, model, encoding,
 ) -> None:
     """Continue PROMPT token by token and show each step: the token chosen, its
     probability and the most likely alternatives.
@@ -113,32 +96,39 @@ def generate(
 
       tfx generate "I think that you" -w smollm2 --steer blocks.10.resid_pre --toward " love" --away " hate" --scale 6
     """
+    from .. import api
+    from ..render.emit import emit
+
+    text = read_prompt(prompt, encoding)
+    stream = _echo(text, target, model, quiet=no_stream)
+    try:
+        result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
+                              no_cache=no_cache, select=split_list(select, "--select"),
+                              truncate=truncate, ignore_eos=ignore_eos,
+                              on_text=stream.write if stream else None,
+                              target=target, **edits, **model)
+    finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
+        if stream:
+            stream.close()
+    emit(result, **display)
+
+
+def _echo(text: str, target: Optional[str], model: dict, quiet: bool):
+    """The text echoed to stderr while it is produced (None with --no-stream or
+    TFX_QUIET); the model's progress bars then go below it, never over it."""
     import os
     import sys
 
     from .. import api
-    from ..render.emit import emit, progress
+    from ..render.emit import progress
     from ..render.views.generate import TextStream
 
-    text = read_prompt(prompt, encoding)
-    quiet = no_stream or bool(os.environ.get("TFX_QUIET"))
     # an encoder–decoder writes a target: the stream shows it, not the source
-    seq2seq = api.model_config(**model).is_encoder_decoder
-    stream = None if quiet else TextStream(sys.stderr, (target or "") if seq2seq else text,
-                                           spaced=seq2seq, before=progress)
-    if stream is not None:  # bars while the text streams go below it, never over it
-        model["progress"] = stream.progress
-    try:
-        result = api.generate(text, max_new_tokens=max_new_tokens, temperature=temperature,
-                              top_k=top_k, top_p=top_p, stop=stop, candidates=candidates,
-                              no_cache=no_cache, select=split_list(select, "--select"), truncate=truncate,
-                              ignore_eos=ignore_eos, on_text=stream.write if stream else None,
-                              target=target,
-                              **edit_options(ablate, ablate_mode, steer=steer, toward=toward,
-                                             away=away, scale=scale, sae=sae,
-                                             sae_site=sae_site,
-                                             steer_feature=steer_feature), **model)
-    finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
-        if stream:
-            stream.close()
-    emit(result, json=json_out, precision=precision, full=full)
+    seq2seq = api.model_config(**model).is_encoder_decoder  # (also checks the model first)
+    if quiet or os.environ.get("TFX_QUIET"):
+        return None
+    stream = TextStream(sys.stderr, (target or "") if seq2seq else text, spaced=seq2seq,
+                        before=progress)
+    model["progress"] = stream.progress
+    return stream

@@ -4,8 +4,7 @@ from typing import Annotated
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt, StackOpt,
-                       TargetOpt, TextArg, TruncateOpt, model_command, read_text, stack_value)
+from ..options import StackOpt, TargetOpt, TextArg, command, read_text, stack_value
 
 
 class Which(str, Enum):
@@ -16,7 +15,7 @@ class Which(str, Enum):
     embed = "embed"
 
 
-@model_command
+@command("truncate", "display", "plot", "force", "model")
 def layernorm(
     text: TextArg = None,
     layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
@@ -26,15 +25,7 @@ def layernorm(
         "embed (BERT's embedding norm).")] = Which.ln1,
     target: TargetOpt = None,
     stack: StackOpt = None,
-    truncate: TruncateOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, display, plot, force, model, encoding,
 ) -> None:
     """Show one LayerNorm (or RMSNorm): per-token mean and variance, the normalised rows
     (mean ≈ 0, variance ≈ 1), γ (scale), β (shift) and the output.
@@ -58,4 +49,4 @@ def layernorm(
                            truncate=truncate, target=target, stack=stack_value(stack),
                            **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -1,27 +1,12 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TargetOpt, TextArg, TruncateOpt, edit_options, model_command,
-                       read_text)
-from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
+from ..options import TargetOpt, TextArg, command, read_text
 
 
-@model_command
+@command("truncate", "ablations", "display", "plot", "force", "model")
 def lens(
     text: TextArg = None,
     target: TargetOpt = None,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, ablations, display, plot, force, model, encoding,
 ) -> None:
     """Logit lens: what each layer would predict if the model stopped there.
 
@@ -61,7 +46,6 @@ def lens(
 
     check_plot(plot, force)
     result = api.lens(read_text(text, encoding=encoding), truncate=truncate, target=target,
-                      **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
-                        **model)
+                      **ablations, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

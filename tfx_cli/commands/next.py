@@ -3,14 +3,11 @@ from typing import Annotated
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
-                       SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
-                       model_command)
-from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
+from ..options import TargetOpt, TextArg, command
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 
-@model_command
+@command("truncate", "edits", "json", "precision", "model")
 def next_token(
     text: TextArg = None,
     temperature: Annotated[float, typer.Option(
@@ -21,21 +18,7 @@ def next_token(
     candidates: Annotated[int, typer.Option(
         "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
     target: TargetOpt = None,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    steer: SteerOpt = None,
-    toward: TowardOpt = None,
-    away: AwayOpt = None,
-    scale: ScaleOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    steer_feature: SteerFeatureOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    *,
-    model,
-    encoding,
+    *, truncate, edits, json, precision, model, encoding,
 ) -> None:
     """The model's distribution over the token after TEXT: the most likely tokens with
     their logits and probabilities (softmax of the logits).
@@ -77,7 +60,5 @@ def next_token(
 
     emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
                   top_p=top_p, candidates=candidates, truncate=truncate, target=target,
-                  **edit_options(ablate, ablate_mode, steer=steer, toward=toward, away=away,
-                                 scale=scale, sae=sae, sae_site=sae_site,
-                                 steer_feature=steer_feature), **model),
-         json=json_out, precision=precision)
+                  **edits, **model),
+         json=json, precision=precision)

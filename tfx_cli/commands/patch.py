@@ -5,11 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, EngineOpt, ForceOpt, FullOpt,
-                       GpusPerWorkerOpt, JsonOpt, PlotOpt, PrecisionOpt, RayAddressOpt,
-                       TargetOpt, TextArg, TruncateOpt, VerboseOpt, WorkersOpt, edit_options,
-                       engine_options, model_command, read_text)
-from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
+from ..options import TextArg, command, read_text
 
 
 class PatchSite(str, Enum):
@@ -20,7 +16,7 @@ class PatchSite(str, Enum):
     features = "features"
 
 
-@model_command
+@command("engine", "truncate", "target", "ablations", "display", "plot", "force", "model")
 def patch(
     clean: TextArg = None,
     corrupt: Annotated[Optional[str], typer.Option(
@@ -48,25 +44,7 @@ def patch(
         help="Patch many prompt pairs and average: one {\"clean\", \"corrupt\", "
              "\"answer\", \"wrong\"} object per line, instead of CLEAN and the options. "
              "See samples/ioi_pairs.jsonl.")] = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    workers: WorkersOpt = None,
-    gpus_per_worker: GpusPerWorkerOpt = None,
-    verbose: VerboseOpt = False,
-    truncate: TruncateOpt = False,
-    target: TargetOpt = None,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, engine, truncate, target, ablations, display, plot, force, model, encoding,
 ) -> None:
     """Activation patching: run CORRUPT, put in CLEAN's activation at one cell, and see
     how much of CLEAN's answer comes back.
@@ -104,35 +82,27 @@ def patch(
     the batches of pairs on Ray workers (see tfx scan).
     """
     from .. import api
-    from ..errors import UsageError
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
 
     check_plot(plot, force)
-    if pairs is not None:
-        result = api.patch(pairs=pairs, site=site.value, batch=batch,
-                           **{k: v for k, v in dict(
-                               clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
-                               truncate=truncate or None, target=target).items()
-                               if v is not None},
-                           **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
-                           engine=engine,
-                           **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                           **model)
-        plot_to(result, plot, force)
-        emit(result, json=json_out, precision=precision, full=full)
-        return
+    texts = dict(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
+    if pairs is None:  # one pair, from the command line
+        texts = _one_pair(encoding=encoding, **texts)
+    result = api.patch(pairs=pairs, site=site.value, batch=batch, truncate=truncate,
+                       target=target, **texts, **ablations, **engine, **model)
+    plot_to(result, plot, force)  # the same result the view and JSON read
+    emit(result, **display)
+
+
+def _one_pair(clean, corrupt, answer, wrong, encoding) -> dict:
+    """CLEAN (or stdin) and the options that make its pair; each is needed."""
+    from ..errors import UsageError
+
     for option, value in (("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
         if value is None:
             raise UsageError(f"{option} is missing; tfx patch CLEAN --corrupt TEXT --answer "
                              "TOKEN --wrong TOKEN")
-    result = api.patch(read_text(clean, encoding=encoding, what="CLEAN text"),
-                       corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
-                       wrong=wrong, site=site.value, batch=batch, truncate=truncate,
-                       target=target,
-                       **edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site),
-                       engine=engine,
-                       **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                       **model)
-    plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    return dict(clean=read_text(clean, encoding=encoding, what="CLEAN text"),
+                corrupt=read_text(corrupt, what="--corrupt text"), answer=answer,
+                wrong=wrong)

@@ -3,25 +3,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (ForceOpt, FullOpt, JsonOpt, PlotOpt, PrecisionOpt,
-                       TextArg, TruncateOpt, model_command, read_text)
+from ..options import TextArg, command, read_text
 
 
-@model_command
+@command("truncate", "display", "plot", "force", "model")
 def posenc(
     text: TextArg = None,
     length: Annotated[Optional[int], typer.Option(
         "--length", "-n", show_default=False,
         help="Show positions 0..N-1 instead of a text's positions.")] = None,
-    truncate: TruncateOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, display, plot, force, model, encoding,
 ) -> None:
     """Show the positional encoding for TEXT's positions, or for --length N positions.
 
@@ -46,4 +37,4 @@ def posenc(
         text = read_text(text, encoding=encoding)
     result = api.posenc(text, length=length, truncate=truncate, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

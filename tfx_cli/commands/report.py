@@ -12,10 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, JsonOpt, TargetOpt, TextArg,
-                       TruncateOpt,
-                       edit_options, model_command, read_text)
-from ..options import SaeOpt, SaeSiteOpt  # features of an SAE
+from ..options import TargetOpt, TextArg, command, read_text
 
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="The HTML file to write (.html).", show_default=False,
@@ -28,13 +25,10 @@ CandidatesOpt = Annotated[int, typer.Option(
     "--candidates", min=0, max=50, help="Most likely next tokens listed per position "
     "(causal models with an output head; 0 leaves them out).")]
 
-@model_command
+@command("truncate", "ablations", "json", "force", "model")
 def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
-           candidates: CandidatesOpt = 5, target: TargetOpt = None,
-           truncate: TruncateOpt = False,
-           ablate: AblateOpt = None, ablate_mode: AblateModeOpt = None,
-           sae: SaeOpt = None, sae_site: SaeSiteOpt = None,
-           json_out: JsonOpt = False, force: ForceOpt = False, *, model, encoding) -> None:
+           candidates: CandidatesOpt = 5, target: TargetOpt = None, *, truncate, ablations,
+           json, force, model, encoding) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
     maps, a clickable head view with hover values, layer-norm statistics, and the
     next-token top-k.
@@ -56,12 +50,12 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
     from ..render.emit import emit, info
     from ..render.plot import check_output_path
 
-    if output is None and not json_out:
+    if output is None and not json:
         raise UsageError("no output file given; pass --output FILE.html (-o FILE.html), "
                          "or --json for what the page would show")
     text = read_text(text, encoding=encoding)
-    edits = edit_options(ablate, ablate_mode, sae=sae, sae_site=sae_site)
-    if edits["ablate"] or edits["ablate_mode"] or sae or sae_site:
+    edits = ablations
+    if any(edits.values()):
         from ..core.analysis.feature_sites import check_options
 
         check_options(**edits)
@@ -77,5 +71,5 @@ def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLaye
         seconds = time.perf_counter() - started
         info(f"wrote {path} ({size / 1e6:.2f} MB, {len(result.layers)} layers × "
              f"{result.n_heads} heads, {len(result.tokens)} tokens, {seconds:.1f} s)")
-    if json_out:
+    if json:
         emit(result, json=True)

@@ -1,23 +1,11 @@
 """`tfx route TEXT`: which experts a mixture-of-experts model sends each token to."""
-from ..options import (AblateModeOpt, AblateOpt, ForceOpt, FullOpt, JsonOpt, PlotOpt,
-                       PrecisionOpt, TextArg, TruncateOpt, edit_options, model_command,
-                       read_text)
+from ..options import TextArg, command, read_text
 
 
-@model_command
+@command("truncate", "ablate", "ablate_mode", "display", "plot", "force", "model")
 def route(
     text: TextArg = None,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, ablate, ablate_mode, display, plot, force, model, encoding,
 ) -> None:
     """Show a mixture-of-experts model's router: for every MoE layer and token, the k
     experts it is routed to and their weights; each layer's load over the text and the
@@ -50,9 +38,9 @@ def route(
 
     check_plot(plot, force)
     result = api.route(read_text(text, encoding=encoding), truncate=truncate,
-                       **edit_options(ablate, ablate_mode), **model)
+                       ablate=ablate, ablate_mode=ablate_mode, **model)
     if plot is not None:
         from ..render import plot_moe  # noqa: F401  registers the load heat map
 
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -1,33 +1,13 @@
 """`tfx scan CORPUS`: attention head statistics, residual norms and FFN activity over a
 corpus."""
-from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PlotOpt, PrecisionOpt, RayAddressOpt, StateDirOpt, VerboseOpt,
-                       WorkersOpt, corpus_options, engine_options, model_command, need_corpus)
+from ..options import CorpusArg, StateDirOpt, command, need_corpus
 
 
-@model_command
+@command("dataset", "engine", "display", "plot", "force", "model")
 def scan(
     source: CorpusArg = None,
-    field: FieldOpt = "text",
-    max_docs: MaxDocsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    ctx: CtxOpt = None,
-    batch_size: BatchSizeOpt = 8,
     output: StateDirOpt = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    workers: WorkersOpt = None,
-    gpus_per_worker: GpusPerWorkerOpt = None,
-    verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, dataset, engine, display, plot, force, model, encoding,
 ) -> None:
     """Attention head statistics, residual norms and FFN activity over a corpus.
 
@@ -54,8 +34,6 @@ def scan(
 
     check_plot(plot, force)
     result = api.scan(need_corpus(source), output=output,
-                      **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
-                      **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                      **model)
+                      **dataset, **engine, **model)
     plot_to(result, plot, force)
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

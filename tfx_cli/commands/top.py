@@ -4,13 +4,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PrecisionOpt, RayAddressOpt, SaeSiteOpt, StateDirOpt, VerboseOpt,
-                       WorkersOpt, corpus_options, engine_options, model_command, need_corpus)
+from ..options import CorpusArg, SaeSiteOpt, StateDirOpt, command, need_corpus
 
 
-@model_command
+@command("dataset", "engine", "display", "force", "model")
 def top(
     source: CorpusArg = None,
     site: Annotated[Optional[str], typer.Option(
@@ -35,24 +32,8 @@ def top(
     html: Annotated[Optional[Path], typer.Option(
         "--html", metavar="FILE", show_default=False,
         help="Also write a self-contained HTML page with a card per unit.")] = None,
-    field: FieldOpt = "text",
-    max_docs: MaxDocsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    ctx: CtxOpt = None,
-    batch_size: BatchSizeOpt = 8,
     output: StateDirOpt = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    workers: WorkersOpt = None,
-    gpus_per_worker: GpusPerWorkerOpt = None,
-    verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, dataset, engine, display, force, model, encoding,
 ) -> None:
     """Each unit's highest activations over a corpus (max-activating examples).
 
@@ -78,15 +59,9 @@ def top(
       tfx top python-docs -w smollm2 --sae my-sae --units 12,40 -k 10
     """
     from .. import api
-    from ..errors import UsageError
     from ..render.emit import emit
 
-    if site is None and sae is None:
-        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
-                         "(or give --sae DIR: its features at its site)")
     result = api.top(need_corpus(source), site=site, units=units, k=k, around=around,
                      html=html, output=output, sae=sae, sae_site=sae_site,
-                     **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
-                     **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                     **model)
-    emit(result, json=json_out, precision=precision, full=full)
+                     **dataset, **engine, **model)
+    emit(result, **display)

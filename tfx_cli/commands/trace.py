@@ -3,14 +3,10 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import (AblateModeOpt, AblateOpt, AwayOpt, ForceOpt, FullOpt, JsonOpt,
-                       PlotOpt, PrecisionOpt, ScaleOpt, SteerOpt, TargetOpt, TextArg,
-                       TowardOpt,
-                       TruncateOpt, edit_options, model_command, read_text, split_list)
-from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
+from ..options import TargetOpt, TextArg, command, read_text, split_list
 
 
-@model_command
+@command("truncate", "edits", "display", "plot", "force", "model")
 def trace(
     text: TextArg = None,
     select: Annotated[Optional[List[str]], typer.Option(
@@ -20,24 +16,7 @@ def trace(
     values: Annotated[bool, typer.Option(
         "--values", help="Print the recorded values, not only names and shapes.")] = False,
     target: TargetOpt = None,
-    truncate: TruncateOpt = False,
-    ablate: AblateOpt = None,
-    ablate_mode: AblateModeOpt = None,
-    steer: SteerOpt = None,
-    toward: TowardOpt = None,
-    away: AwayOpt = None,
-    scale: ScaleOpt = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    steer_feature: SteerFeatureOpt = None,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, truncate, edits, display, plot, force, model, encoding,
 ) -> None:
     """Run the whole forward pass on TEXT, record only the names --select picks, and show
     them as a tree with dims and shapes (values with --values; every tensor with --json).
@@ -63,10 +42,7 @@ def trace(
 
     result = api.trace(read_text(text, encoding=encoding), select=split_list(select, "--select"),
                        truncate=truncate, target=target,
-                       **edit_options(ablate, ablate_mode, steer=steer,
-                                                         toward=toward, away=away, scale=scale,
-                                      sae=sae, sae_site=sae_site,
-                                      steer_feature=steer_feature),
+                       **edits,
                        **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
-    emit(result, json=json_out, precision=precision, full=full, values=values)
+    emit(result, **display, values=values)

@@ -4,65 +4,84 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import ForceOpt, JsonOpt, PrecisionOpt
+from ..options import command
 
 
+# the training options (the API checks their values: api.train_sae)
+SiteOpt = Annotated[Optional[str], typer.Option(
+    "--site", metavar="SITE", show_default=False,
+    help="The collected site to train on, e.g. blocks.15.resid_out.")]
+OutputOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", metavar="SAE_DIR", show_default=False,
+    help="The SAE folder to write (a killed run in it is continued).")]
+KOpt = Annotated[Optional[int], typer.Option(
+    "--k", metavar="K", show_default=False,
+    help="TopK: the latents kept per token (default 32).")]
+LatentsOpt = Annotated[Optional[int], typer.Option(
+    "--latents", metavar="N", show_default=False,
+    help="The SAE's width (default 4096).")]
+ExpansionOpt = Annotated[Optional[float], typer.Option(
+    "--expansion", metavar="X", show_default=False,
+    help="The width as a multiple of the site's (latents = X × d_in).")]
+L1Opt = Annotated[Optional[float], typer.Option(
+    "--l1", metavar="COEF", show_default=False,
+    help="Train a ReLU SAE with this L1 penalty on its activations instead of TopK.")]
+LrOpt = Annotated[float, typer.Option("--lr", help="Adam's learning rate.")]
+BatchSizeOpt = Annotated[int, typer.Option(
+    "--batch-size", metavar="TOKENS", help="Tokens per step.")]
+StepsOpt = Annotated[Optional[int], typer.Option(
+    "--steps", metavar="N", show_default=False,
+    help="Adam steps (default 1000).")]
+EpochsOpt = Annotated[Optional[float], typer.Option(
+    "--epochs", metavar="E", show_default=False,
+    help="Passes over the training tokens, instead of --steps.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")]
+HoldoutOpt = Annotated[float, typer.Option(
+    "--holdout", metavar="FRACTION",
+    help="The last tokens held out to judge the SAE (FVU, L0, dead latents).")]
+SkipFirstOpt = Annotated[int, typer.Option(
+    "--skip-first", metavar="N", min=0,
+    help="Leave out each window's first N positions (train and held-out): a model's "
+         "first token is often an attention sink whose norm dwarfs the rest "
+         "(SmolLM2's ~140×) and would dominate the reconstruction.")]
+BDecInitOpt = Annotated[str, typer.Option(
+    "--b-dec-init", metavar="HOW",
+    help="The decoder bias's start: median (geometric), mean or zeros.")]
+DeadAfterOpt = Annotated[Optional[int], typer.Option(
+    "--dead-after", metavar="TOKENS", show_default=False,
+    help="A latent is dead once it has not fired in this many training tokens "
+         "(default: an epoch, at most 10M).")]
+AuxKOpt = Annotated[Optional[int], typer.Option(
+    "--aux-k", metavar="N", show_default=False,
+    help="TopK's auxiliary loss: the N most active dead latents model the residual "
+         "(default min(512, latents/2); 0 turns it off).")]
+AuxCoefOpt = Annotated[float, typer.Option(
+    "--aux-coef", metavar="C", help="The auxiliary loss's weight.")]
+
+
+@command("json", "precision", "force")
 def train_sae(
     collect: Annotated[Optional[Path], typer.Argument(
         metavar="COLLECT_DIR", show_default=False,
         help="A folder written by tfx collect.")] = None,
-    site: Annotated[Optional[str], typer.Option(
-        "--site", metavar="SITE", show_default=False,
-        help="The collected site to train on, e.g. blocks.15.resid_out.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="SAE_DIR", show_default=False,
-        help="The SAE folder to write (a killed run in it is continued).")] = None,
-    k: Annotated[Optional[int], typer.Option(
-        "--k", metavar="K", show_default=False,
-        help="TopK: the latents kept per token (default 32).")] = None,
-    latents: Annotated[Optional[int], typer.Option(
-        "--latents", metavar="N", show_default=False,
-        help="The SAE's width (default 4096).")] = None,
-    expansion: Annotated[Optional[float], typer.Option(
-        "--expansion", metavar="X", show_default=False,
-        help="The width as a multiple of the site's (latents = X × d_in).")] = None,
-    l1: Annotated[Optional[float], typer.Option(
-        "--l1", metavar="COEF", show_default=False,
-        help="Train a ReLU SAE with this L1 penalty on its activations instead of TopK.")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 4e-4,
-    batch_size: Annotated[int, typer.Option(
-        "--batch-size", metavar="TOKENS", help="Tokens per step.")] = 4096,
-    steps: Annotated[Optional[int], typer.Option(
-        "--steps", metavar="N", show_default=False,
-        help="Adam steps (default 1000).")] = None,
-    epochs: Annotated[Optional[float], typer.Option(
-        "--epochs", metavar="E", show_default=False,
-        help="Passes over the training tokens, instead of --steps.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")] = 0,
-    holdout: Annotated[float, typer.Option(
-        "--holdout", metavar="FRACTION",
-        help="The last tokens held out to judge the SAE (FVU, L0, dead latents).")] = 0.05,
-    skip_first: Annotated[int, typer.Option(
-        "--skip-first", metavar="N", min=0,
-        help="Leave out each window's first N positions (train and held-out): a model's "
-             "first token is often an attention sink whose norm dwarfs the rest "
-             "(SmolLM2's ~140×) and would dominate the reconstruction.")] = 0,
-    b_dec_init: Annotated[str, typer.Option(
-        "--b-dec-init", metavar="HOW",
-        help="The decoder bias's start: median (geometric), mean or zeros.")] = "median",
-    dead_after: Annotated[Optional[int], typer.Option(
-        "--dead-after", metavar="TOKENS", show_default=False,
-        help="A latent is dead once it has not fired in this many training tokens "
-             "(default: an epoch, at most 10M).")] = None,
-    aux_k: Annotated[Optional[int], typer.Option(
-        "--aux-k", metavar="N", show_default=False,
-        help="TopK's auxiliary loss: the N most active dead latents model the residual "
-             "(default min(512, latents/2); 0 turns it off).")] = None,
-    aux_coef: Annotated[float, typer.Option(
-        "--aux-coef", metavar="C", help="The auxiliary loss's weight.")] = 1 / 32,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    force: ForceOpt = False,
+    site: SiteOpt = None,
+    output: OutputOpt = None,
+    k: KOpt = None,
+    latents: LatentsOpt = None,
+    expansion: ExpansionOpt = None,
+    l1: L1Opt = None,
+    lr: LrOpt = 4e-4,
+    batch_size: BatchSizeOpt = 4096,
+    steps: StepsOpt = None,
+    epochs: EpochsOpt = None,
+    seed: SeedOpt = 0,
+    holdout: HoldoutOpt = 0.05,
+    skip_first: SkipFirstOpt = 0,
+    b_dec_init: BDecInitOpt = "median",
+    dead_after: DeadAfterOpt = None,
+    aux_k: AuxKOpt = None,
+    aux_coef: AuxCoefOpt = 1 / 32,
+    *, json, precision, force,
 ) -> None:
     """Train a sparse autoencoder on a collect folder's site and write it in SAELens's
     format (read back with --sae).
@@ -99,4 +118,4 @@ def train_sae(
                            steps=steps, epochs=epochs, seed=seed, holdout=holdout,
                            skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
                            aux_coef=aux_coef, force=force, progress=progress)
-    emit(result, json=json_out, precision=precision)
+    emit(result, json=json, precision=precision)

@@ -23,6 +23,13 @@ from .tasks import check_sites, parse_units, row_sites
 from .top import Heaps, SAEUnits, SliceUnits, TopTask
 
 
+
+def need_site(site: str | None, sae) -> None:
+    """top reads the units of --site, or of --sae's SAE at its own site: one of them."""
+    if site is None and sae is None:
+        raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
+                         "(or give --sae DIR: its features at its site)")
+
 def single_stack(cfg, what: str) -> None:
     """A corpus is read as windows of one stream: refuse an encoder–decoder, by name."""
     if cfg.is_encoder_decoder:
@@ -161,9 +168,7 @@ def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, co
     if sae is not None:
         name, dims, unit_map, info = _sae_units(loaded, sae, sae_site, site, units)
     else:
-        if site is None:
-            raise UsageError("--site is missing; name a site such as --site blocks.0.ffn.act "
-                             "(or give --sae DIR: its features at its site)")
+        need_site(site, sae)
         sites = row_sites(loaded.model)
         name = check_sites(loaded.model, [site], "--site")
         if len(name) != 1:
