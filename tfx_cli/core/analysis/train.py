@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +30,7 @@ import torch.nn.functional as F
 from ...errors import ConfigError, InputTextError, NonFiniteError, UsageError
 from ..config import ModelConfig
 from ..model import build_model, finite
+from ..outputs import atomic_folder
 from ..tokenizers import (END, START, VOCAB_FILE, VOCAB_FORMAT, CharTokenizer,
                          WordTokenizer)
 from .fillmask import need_causal
@@ -247,23 +245,13 @@ def check_output(out: Path, force: bool = False) -> Path:
     return parent
 
 
-def _readable(folder: Path) -> None:
-    """The permissions a new folder and its files get from the umask (mkdtemp makes the
-    folder 0700, and the writers' files differ): every file alike."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.iterdir():
-        path.chmod(0o666 & ~umask)
-
-
 def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> Path:
     """Write the checkpoint folder whole under a temporary name, then move it into place;
     an existing folder is replaced only with `force`."""
     from safetensors.torch import save_file
 
     out = Path(out)
-    parent = check_output(out, force)
+    check_output(out, force)  # its messages; atomic_folder checks again as it writes
     model = trained.model
     skip = set(model.tied())
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
@@ -274,19 +262,14 @@ def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> P
     config.pop("name", None)
     config["tokenizer"] = VOCAB_FILE  # read from the folder (weights.checkpoint_config)
     doc = {"format": FORMAT, "config": config, "trained": record}
-    tmp = Path(tempfile.mkdtemp(prefix=".tfx-train-", dir=parent))
-    try:
+
+    def write(tmp: Path) -> None:
         save_file(state, str(tmp / MODEL_FILE), metadata={"format": FORMAT})
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         (tmp / VOCAB_FILE).write_text(json.dumps(vocab, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
-        _readable(tmp)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_folder(out, write, force=force, prefix=".tfx-train-", readable=True)
     return out
 
 
