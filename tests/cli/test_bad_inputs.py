@@ -1285,6 +1285,11 @@ CASES = [
     Case("collect-shard-huge", "collect --shard-tokens 10**30",
          ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts",
           "--shard-tokens", str(10**30), "--max-docs", "2"], "UsageError", "between 1 and"),
+    # output folders
+    Case("train-sae-manifest-list", "train-sae of a folder whose manifest.json is a JSON list",
+         ["train-sae", "plain", "--site", "blocks.0.resid_out", "-o", "sae"],
+         "InputTextError", "not a tfx collect folder",
+         files=(_folder("plain"), _text("plain/manifest.json", "[1, 2]\n"))),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
