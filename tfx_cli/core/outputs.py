@@ -163,6 +163,22 @@ def atomic_file(path: str | Path, *, force: bool = True, mode: int | str | None 
             tmp.unlink()
 
 
+def check_new_folder(folder: Path, force: bool, *,
+                     exists: str = "{folder} exists; choose another folder, or pass --force "
+                                   "to replace it",
+                     no_parent: str = "cannot write {folder}: the folder {parent} does not "
+                                      "exist; create it first",
+                     error: type[Exception] = OutputFileError) -> Path:
+    """A folder about to be written whole: refused when it exists (unless `force`) or its
+    parent folder does not, with the writer's own words; returns the parent."""
+    parent = folder.parent if str(folder.parent) else Path(".")
+    if folder.exists() and not force:
+        raise error(exists.format(folder=folder, parent=parent))
+    if not parent.is_dir():
+        raise error(no_parent.format(folder=folder, parent=parent))
+    return parent
+
+
 def atomic_folder(folder: str | Path, write: Callable[[Path], None], *, force: bool,
                   prefix: str | None = None, readable: bool = False) -> Path:
     """Write a whole folder: `write(tmp)` fills a temporary folder beside `folder`, which
@@ -172,13 +188,7 @@ def atomic_folder(folder: str | Path, write: Callable[[Path], None], *, force: b
     import tempfile
 
     folder = Path(folder)
-    if folder.exists() and not force:
-        raise OutputFileError(f"{folder} exists; choose another folder, or pass --force to "
-                              "replace it")
-    parent = folder.parent if str(folder.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputFileError(f"cannot write {folder}: the folder {parent} does not "
-                              "exist; create it first")
+    parent = check_new_folder(folder, force)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix or f".{folder.name}."))
     try:
         write(tmp)
@@ -341,14 +351,6 @@ class OutputFolder:
             self._let_go(failed=True)
             raise
 
-    @property
-    def kind(self) -> str:
-        return self.this.kind
-
-    @property
-    def identity(self) -> dict:
-        return self.this.identity
-
     def ours(self, name: str) -> bool:
         """Whether `name` in the folder is a file this writer makes."""
         return False
@@ -448,5 +450,5 @@ class OutputFolder:
 
 
 __all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes", "FolderHold", "atomic_file",
-           "atomic_folder", "refuse_existing", "Manifest", "FlatManifest", "NestedManifest",
+           "atomic_folder", "check_new_folder", "refuse_existing", "Manifest", "FlatManifest", "NestedManifest",
            "OutputFolder"]

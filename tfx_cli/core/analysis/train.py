@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ...errors import ConfigError, InputTextError, NonFiniteError, UsageError
 from ..config import ModelConfig
 from ..model import build_model, finite
-from ..outputs import atomic_folder
+from ..outputs import atomic_folder, check_new_folder
 from ..tokenizers import (END, START, VOCAB_FILE, VOCAB_FORMAT, CharTokenizer,
                          WordTokenizer)
 from .fillmask import need_causal
@@ -235,14 +235,11 @@ def check_output(out: Path, force: bool = False) -> Path:
     out = Path(out)
     if not str(out).strip() or out == Path("."):
         raise UsageError("--output is empty; give the folder to write, e.g. -o toy-trained")
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists; choose another --output, or pass --force to "
-                         "replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"the folder {parent} does not exist; create it or choose another "
-                         "--output")
-    return parent
+    return check_new_folder(out, force, error=UsageError,
+                            exists="{folder} exists; choose another --output, or pass "
+                                   "--force to replace it",
+                            no_parent="the folder {parent} does not exist; create it or "
+                                      "choose another --output")
 
 
 def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> Path:
