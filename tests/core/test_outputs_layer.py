@@ -201,3 +201,21 @@ def test_a_manifest_that_is_not_a_tfx_1_object_is_not_a_collect_folder(tmp_path,
     assert read_manifest(tmp_path) is None
     with pytest.raises(InputTextError, match="is not a tfx collect folder"):
         api.activations(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{\"schema\": \"tfx/1\", \"kind\": \"activ", "[]",
+                                  "{\"schema\": \"other/3\", \"kind\": \"activations\"}"])
+def test_a_manifest_that_does_not_read_is_not_cleared_without_force(tmp_path, text):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(text)
+    (out / "shard-00000.safetensors").write_bytes(b"rows")
+    with pytest.raises(OutputFileError) as refused:
+        OutputDir(out, "activations", IDENTITY)
+    assert str(refused.value) == (f"-o {out} holds files tfx did not write (manifest.json); "
+                                  "give an empty or new folder, or pass --force to write "
+                                  "beside them")
+    assert (out / "manifest.json").read_text() == text
+    assert (out / "shard-00000.safetensors").read_bytes() == b"rows"
+    with OutputDir(out, "activations", IDENTITY, force=True) as folder:
+        assert folder.manifest is None and list(out.iterdir()) == []

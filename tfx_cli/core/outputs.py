@@ -320,7 +320,8 @@ class OutputFolder:
 
     Opening it makes the folder when it is new (its parent must exist), then reads its
     manifest (MANIFEST.read): none, and the folder holds only files `ours` says this
-    writer makes (or nothing) -> a fresh start; a manifest of another run (its
+    writer makes (or nothing) -> a fresh start (a manifest file that does not read counts
+    as the user's: tfx never leaves half of one); a manifest of another run (its
     `difference` from this one's) -> refused, naming what differs; the same run ->
     resumed (`self.record` is the manifest read). --force starts over in any case
     (`start_over`: the writer's own files go, the user's stay). A run that fails before it
@@ -386,8 +387,10 @@ class OutputFolder:
 
     def _open(self, force: bool) -> None:
         old = None if self.created else self.MANIFEST.read(self.path)
-        if old is None:
-            strangers = sorted(p.name for p in self.path.iterdir() if not self.ours(p.name))
+        if old is None:  # a manifest that does not read (not JSON, another schema) is
+            # no manifest of this writer's: tfx writes its manifests whole
+            strangers = sorted(p.name for p in self.path.iterdir()
+                               if not self.ours(p.name) or p.name == self.MANIFEST.FILE)
             if strangers and not force:
                 raise OutputFileError(self.STRANGERS.format(
                     path=self.path, names=", ".join(strangers[:3])))
