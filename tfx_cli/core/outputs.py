@@ -122,15 +122,17 @@ def umask() -> int:
 @contextmanager
 def atomic_file(path: str | Path, *, force: bool = True, mode: int | str | None = None,
                 temp: str | None = None, prefix: str | None = None, suffix: str = ".tmp",
-                parents: bool = False, error: Callable[[Path, OSError], BaseException] | None = write_error
+                parents: bool = False,
+                error: Callable[[Path, OSError], BaseException] | None = write_error
                 ) -> Iterator[Path]:
     """Yield a temporary path beside `path`; when the block ends without an error, move it
     onto `path` (os.replace: same folder, so atomic). The temporary file goes whatever
     happens. `temp` names it (a fixed name a later run recognises), else it is made
     unique (`prefix` + random + `suffix`). `force` False: a file that appeared at `path`
-    meanwhile is not overwritten. `parents`: the folder is made when missing. `mode`: an int to chmod, "umask" for an ordinary file's
-    permissions, None to leave them. An OSError becomes `error(path, exc)` (None: raised
-    as it is)."""
+    meanwhile is not overwritten. `parents`: the folder is made when missing. `mode`: an
+    int to chmod, "umask" for an ordinary file's permissions, None to leave them (a
+    unique temporary file is private). An OSError becomes `error(path, exc)` (None: it
+    is raised as it is)."""
     import tempfile
 
     path = Path(path)
@@ -215,7 +217,7 @@ class Manifest:
     `kind` (the command), `identity` (what makes it that run: model, corpus, options...),
     `state` (what is done: its keys are the writer's own). A subclass fixes the file's
     name, its schema string and its layout; `read` gives None for a file that is missing,
-    not JSON, or of another schema (a writer treats those as no manifest)."""
+    not JSON, not an object, or of another schema."""
 
     FILE: ClassVar[str] = "manifest.json"
     SCHEMA: ClassVar[str]
@@ -234,8 +236,8 @@ class Manifest:
         raise NotImplementedError
 
     def encode(self) -> bytes:
-        return (json.dumps(self.to_json(), indent=self.INDENT, allow_nan=self.ALLOW_NAN) + "\n"
-                ).encode("utf-8")
+        text = json.dumps(self.to_json(), indent=self.INDENT, allow_nan=self.ALLOW_NAN)
+        return (text + "\n").encode("utf-8")
 
     @classmethod
     def read(cls, folder: str | Path) -> "Manifest | None":
@@ -453,5 +455,5 @@ class OutputFolder:
 
 
 __all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes", "FolderHold", "atomic_file",
-           "atomic_folder", "check_new_folder", "refuse_existing", "Manifest", "FlatManifest", "NestedManifest",
-           "OutputFolder"]
+           "atomic_folder", "check_new_folder", "refuse_existing", "Manifest", "FlatManifest",
+           "NestedManifest", "OutputFolder"]
