@@ -1285,6 +1285,18 @@ CASES = [
     Case("collect-shard-huge", "collect --shard-tokens 10**30",
          ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts",
           "--shard-tokens", str(10**30), "--max-docs", "2"], "UsageError", "between 1 and"),
+    # output folders
+    Case("train-sae-manifest-list", "train-sae of a folder whose manifest.json is a JSON list",
+         ["train-sae", "plain", "--site", "blocks.0.resid_out", "-o", "sae"],
+         "InputTextError", "not a tfx collect folder",
+         files=(_folder("plain"), _text("plain/manifest.json", "[1, 2]\n"))),
+    Case("collect-manifest-cut", "collect into a folder whose manifest.json is cut short",
+         ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts"],
+         "OutputFileError", "holds files tfx did not write (manifest.json)",
+         files=(_folder("acts"), _text("acts/manifest.json", '{"schema": "tfx/1", "ki'),
+                _text("acts/shard-00000.safetensors", "rows")),
+         keep={"acts/shard-00000.safetensors": "rows",
+               "acts/manifest.json": '{"schema": "tfx/1", "ki'}),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

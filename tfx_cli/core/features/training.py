@@ -17,11 +17,8 @@ the features layer does not import the datasets layer above it).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -29,9 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...errors import (NonFiniteError, OutputFileError, RangeError, SelectError, UsageError,
-                       write_error)
-from ..outputs import FolderHold
+from ...errors import NonFiniteError, OutputFileError, RangeError, SelectError, UsageError
+from ..outputs import NestedManifest, OutputFolder
 from ..progress import counting
 from . import metrics
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS
@@ -151,112 +147,53 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
 
 
 # -- the output folder -------------------------------------------------------------------
-class RunFolder:
+class TrainState(NestedManifest):
+    """train-state.json: {"schema": "tfx-train-sae/1", "identity": {...}, "complete", and
+    at the end "heldout" and "result"}."""
+
+    FILE, SCHEMA, KIND = STATE_JSON, STATE_SCHEMA, "train-sae"
+
+
+class RunFolder(OutputFolder):
     """SAE_DIR: refused when it holds something else, resumed when it holds this run."""
 
+    MANIFEST = TrainState
+    IS_FILE = "-o {path} is a file; give a folder for the SAE"
+    STRANGERS = ("-o {path} exists and holds files tfx train-sae did not write; give a new "
+                 "or empty folder, or pass --force to write the SAE beside them")
+    OTHER_RUN = ("-o {path} holds another training run ({detail}); pass --force to start "
+                 "over, or choose another folder")
+    WRITE_HINT = "; the last checkpoint is kept, so the same command resumes"
+    MAKE_FOLDER = True
+
     def __init__(self, path: Path, identity: dict, force: bool):
-        self.path, self.identity = path, identity
-        self.resume = None  # the checkpoint's tensors, when continuing
+        self.resume_from = None  # the checkpoint's tensors, when continuing
         self.finished = None  # the recorded result, when this very run is already done
-        self.created, self.hold = False, None
-        if path.exists() and not path.is_dir():
-            raise OutputFileError(f"-o {path} is a file; give a folder for the SAE")
-        if not path.exists():
-            if not path.parent.is_dir():
-                raise OutputFileError(f"cannot write {path}: the folder {path.parent} does "
-                                      "not exist; create it first")
-            try:
-                path.mkdir()
-            except OSError as exc:
-                raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
-                                      "another place") from None
-            self.created = True
-        self.hold = FolderHold(path)  # this run's alone until it ends (see __exit__)
-        try:
-            self._open(force)
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
+        super().__init__(path, TrainState.KIND, identity, force=force)
 
-    def __enter__(self) -> "RunFolder":
-        return self
+    def start_over(self) -> None:
+        """Nothing goes: the new run's files replace the old run's as they are written."""
 
-    def __exit__(self, kind, *_) -> None:
-        """Let the folder go; a run that failed leaves no folder it created and never
-        wrote into."""
-        if kind is not None and self.created and self.path.is_dir() and \
-                not any(self.path.iterdir()):
-            self.path.rmdir()
-        self.hold.release()
-
-    def _open(self, force: bool) -> None:
-        path, identity = self.path, self.identity
-        if self.created:
-            return
-        state = self._read_state()
-        if state is None:
-            if any(path.iterdir()) and not force:
-                raise OutputFileError(f"-o {path} exists and holds files tfx train-sae did "
-                                      "not write; give a new or empty folder, or pass --force "
-                                      "to write the SAE beside them")
-            return
-        if force:
-            return
-        if state.get("identity") != identity:
-            raise OutputFileError(f"-o {path} holds another training run "
-                                  f"({_difference(state.get('identity') or {}, identity)}); "
-                                  "pass --force to start over, or choose another folder")
-        if state.get("complete"):
-            if isinstance(state.get("result"), dict) and all(
+    def resume(self, record: TrainState) -> None:
+        path = self.path
+        if record.state.get("complete"):
+            if isinstance(record.state.get("result"), dict) and all(
                     (path / name).is_file() for name in (SAELENS_CFG, SAELENS_WEIGHTS)):
-                self.finished = state["result"]  # nothing to do: the run is done
+                self.finished = record.state["result"]  # nothing to do: the run is done
                 return
             raise OutputFileError(f"-o {path} holds the finished SAE of this very run; pass "
                                   "--force to train it again, or choose another folder")
         if (path / STATE_TENSORS).exists():
             from safetensors.torch import load_file
 
-            self.resume = load_file(str(path / STATE_TENSORS))
-
-    def _read_state(self) -> dict | None:
-        file = self.path / STATE_JSON
-        if not file.exists():
-            return None
-        try:
-            state = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return state if isinstance(state, dict) and state.get("schema") == STATE_SCHEMA else None
-
-    def write_json(self, name: str, data: dict) -> None:
-        self._atomic(name, lambda tmp: tmp.write_text(
-            json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8"))
+            self.resume_from = load_file(str(path / STATE_TENSORS))
 
     def write_tensors(self, name: str, tensors: dict, metadata: dict | None = None) -> None:
         from safetensors.torch import save_file
 
-        self._atomic(name, lambda tmp: save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata))
-
-    def _atomic(self, name: str, write) -> None:
-        self.path.mkdir(exist_ok=True)
-        tmp = self.path / f".{name}.tmp"
-        try:
-            write(tmp)
-            os.replace(tmp, self.path / name)
-        except OSError as exc:
-            raise write_error(self.path / name, exc, "; the last checkpoint is kept, so the "
-                                                     "same command resumes") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-
-
-def _difference(old: dict, new: dict) -> str:
-    for key in new:
-        if old.get(key) != new.get(key):
-            return f"{key} {old.get(key)!r}, now {new.get(key)!r}"
-    return "another tfx version's state"
+        with self.atomic(name) as tmp:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp),
+                      metadata=metadata)
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -340,9 +277,7 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
             dead_in_training=int(trainer.dead.sum()), loss_first=curve[0], loss_last=curve[-1],
             losses=curve, seconds=seconds,
             tokens_per_s=(total - start) * B / seconds if seconds > 0 and total > start else None)
-        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": identity,
-                                       "complete": True, "heldout": judged,
-                                       "result": _recorded(result)})
+        folder.write_manifest(complete=True, heldout=judged, result=_recorded(result))
         (folder.path / STATE_TENSORS).unlink(missing_ok=True)
     return result
 
@@ -356,13 +291,12 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: Train
     n_train = len(train)
     losses = torch.full((total,), float("nan"))
     start = 0
-    if folder.resume is not None:
-        trainer.load_state(folder.resume)
-        losses = folder.resume["losses"].clone()
-        start = int(folder.resume["step"][0])
+    if folder.resume_from is not None:
+        trainer.load_state(folder.resume_from)
+        losses = folder.resume_from["losses"].clone()
+        start = int(folder.resume_from["step"][0])
     else:
-        folder.write_json(STATE_JSON, {"schema": STATE_SCHEMA, "identity": folder.identity,
-                                       "complete": False})
+        folder.write_manifest(complete=False)
 
     def save(step: int) -> None:
         folder.write_tensors(STATE_TENSORS, {**trainer.state(), "losses": losses,

@@ -8,12 +8,9 @@ half of one, and an existing folder is replaced only when `force` says so.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from ...errors import OutputFileError
+from ..outputs import atomic_folder
 from .architectures import TFX
 from .formats import SAELENS_CFG, SAELENS_WEIGHTS, TFX_CFG, TFX_FORMAT, TFX_WEIGHTS
 
@@ -30,26 +27,6 @@ def _tensors(W_enc, W_dec, b_enc, b_dec, threshold) -> dict:
         out["threshold"] = threshold
     return {k: torch.as_tensor(v).detach().to("cpu", torch.float32).contiguous()
             for k, v in out.items()}
-
-
-def _atomic_folder(folder: Path, force: bool, write) -> Path:
-    folder = Path(folder)
-    if folder.exists() and not force:
-        raise OutputFileError(f"{folder} exists; choose another folder, or pass --force to "
-                              "replace it")
-    if not folder.parent.is_dir():
-        raise OutputFileError(f"cannot write {folder}: the folder {folder.parent} does not "
-                              "exist; create it first")
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        write(tmp)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return folder
 
 
 def saelens_files(*, activation: str, W_enc, W_dec, b_enc, b_dec, hook_name: str,
@@ -92,7 +69,7 @@ def write_saelens(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b
         (tmp / SAELENS_CFG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / SAELENS_WEIGHTS))
 
-    return _atomic_folder(Path(folder), force, write)
+    return atomic_folder(folder, write, force=force)
 
 
 def write_tfx(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b_dec,
@@ -111,7 +88,7 @@ def write_tfx(folder: str | Path, *, activation: str, W_enc, W_dec, b_enc, b_dec
         (tmp / TFX_CFG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / TFX_WEIGHTS))
 
-    return _atomic_folder(Path(folder), force, write)
+    return atomic_folder(folder, write, force=force)
 
 
 __all__ = ["write_saelens", "write_tfx", "saelens_files"]

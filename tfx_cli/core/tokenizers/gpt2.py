@@ -105,18 +105,11 @@ def _ranks_cache_path(files: list[Path]) -> Path:
 
 
 def _cache_ranks(path: Path, table: RankTable) -> None:
-    import tempfile
+    from ..outputs import atomic_file
 
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(table.dumps())
-            os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    try:  # atomic: readers see the old file or the whole new one
+        with atomic_file(path, prefix=".tmp-", suffix="", parents=True, error=None) as tmp:
+            tmp.write_bytes(table.dumps())
     except OSError:
         pass
 
