@@ -135,9 +135,17 @@ def split_comment(line: str) -> tuple[str, str]:
     return line.rstrip(), ""
 
 
-def has_pipe(command: str) -> bool:
-    lex = shlex.shlex(command, posix=True, punctuation_chars="|")
-    return "|" in list(lex)
+def split_pipe(command: str) -> tuple[str, str]:
+    """`tfx ... | jq ...` -> ("tfx ...", "jq ..."); ("tfx ...", "") without a pipe."""
+    quote = None
+    for i, ch in enumerate(command):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "|":
+            return command[:i].rstrip(), command[i + 1:].strip()
+    return command, ""
 
 
 def logical_lines(code: str) -> list[tuple[int, str]]:

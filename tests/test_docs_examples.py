@@ -28,7 +28,6 @@ def all_blocks():
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory) -> dict:
     """A PATH whose `tfx` is this checkout's, for examples that pipe into jq."""
-    need("jq", "apt-get install jq") if False else None
     bin_dir = tmp_path_factory.mktemp("bin")
     tfx = bin_dir / "tfx"
     tfx.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tfx_cli "$@"\n')
@@ -38,14 +37,17 @@ def shim(tmp_path_factory) -> dict:
 
 
 def run_tfx(command: str, env: dict, cwd: Path) -> tuple[int, str, str]:
-    if dx.has_pipe(command):
-        out = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                             capture_output=True, text=True, timeout=600)
-        return out.returncode, out.stdout, out.stderr
+    """The tfx part runs in this process (no second start-up of Python and torch); what it
+    pipes into (`| jq ...`) runs in bash, with this checkout's tfx on PATH."""
     from tfx_cli.cli import app
 
-    result = CliRunner().invoke(app, shlex.split(command)[1:], env=ENV)
-    return result.exit_code, result.stdout, result.stderr
+    tfx, rest = dx.split_pipe(command)
+    result = CliRunner().invoke(app, shlex.split(tfx)[1:], env=ENV)
+    if not rest or result.exit_code:
+        return result.exit_code, result.stdout, result.stderr
+    out = subprocess.run(["bash", "-o", "pipefail", "-c", rest], cwd=cwd, env=env,
+                         input=result.stdout, capture_output=True, text=True, timeout=600)
+    return out.returncode, out.stdout, result.stderr + out.stderr
 
 
 def run_shell(block: dx.Block, env: dict, cwd: Path) -> int:
