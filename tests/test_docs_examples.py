@@ -42,7 +42,10 @@ def run_tfx(command: str, env: dict, cwd: Path) -> tuple[int, str, str]:
     from tfx_cli.cli import app
 
     tfx, rest = dx.split_pipe(command)
+    started = time.monotonic()
     result = CliRunner().invoke(app, shlex.split(tfx)[1:], env=ENV)
+    if time.monotonic() - started > 2:
+        print(f"  {time.monotonic() - started:5.1f} s  {tfx}")
     if not rest or result.exit_code:
         return result.exit_code, result.stdout, result.stderr
     out = subprocess.run(["bash", "-o", "pipefail", "-c", rest], cwd=cwd, env=env,
