@@ -14,7 +14,6 @@ import pytest
 from typer.testing import CliRunner
 
 import docs_examples as dx
-from needs import need
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
