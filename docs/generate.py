@@ -15,7 +15,7 @@ anyone writing it twice:
 - pictures.md and img/generated/*: what docs/make_pictures.py draws (heat maps, the
   report, the route and scan plots);
 
-The notebook page is docs/notebook.ipynb, a link to samples/notebook.ipynb that
+The notebook page is docs/sample-notebook.ipynb, a link to samples/notebook.ipynb that
 mkdocs-jupyter runs and renders (the plugin reads a notebook from disk).
 
 `python docs/generate.py DIR` writes the pages into DIR instead (to read them without

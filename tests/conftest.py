@@ -16,6 +16,7 @@ LONGEST_FIRST = (
     "test_golden.py",
     "core/test_interventions_smollm2.py",
     "test_bench_smoke.py",
+    "test_docs_examples.py",  # every example of README and docs/, about 40 s of CPU
     "cli/test_fuzz_corpus.py",
     "core/test_params.py",
     "core/test_parity_smollm2.py",

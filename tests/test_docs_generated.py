@@ -174,6 +174,6 @@ def test_the_site_declares_the_hook_and_every_generated_page():
     config = yaml.safe_load(text)
     assert "docs/generate.py" in config["hooks"]
     nav = str(config["nav"])
-    for uri in [*generate.PAGES, "pictures.md", "notebook.ipynb"]:
+    for uri in [*generate.PAGES, "pictures.md", "sample-notebook.ipynb"]:
         assert uri in nav, uri
-    assert (ROOT / "docs" / "notebook.ipynb").resolve() == ROOT / "samples" / "notebook.ipynb"
+    assert (ROOT / "docs" / "sample-notebook.ipynb").resolve() == ROOT / "samples" / "notebook.ipynb"

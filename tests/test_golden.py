@@ -1,7 +1,7 @@
 """Golden outputs: the `--json` document of representative commands, recorded before the
 package's modules were moved into folders, re-run and compared number by number.
 
-Each entry of COMMANDS is one `tfx` argv (README's examples, "From Python", Interventions,
+Each entry of COMMANDS is one `tfx` argv (the docs' examples, "From Python", Interventions,
 Encoder–decoder models, Precision), run in-process through the CLI app (CliRunner: torch
 is imported once and the last model stays cached between commands, so the list is grouped
 by model); its recording is tests/golden/NAME.json.gz, holding {"argv": ..., "output":
@@ -126,7 +126,7 @@ COMMANDS = [
     ("generate-gpt124m-steer",
      ["generate", "I think dogs are", "-n", "6", "--steer", "blocks.4.resid_pre",
       "--toward", "I hate dogs", "--away", "I love dogs", "--scale", "4", "--json"]),
-    # SmolLM2-135M (real weights, Q4_1 GGUF): README's Interventions and Precision
+    # SmolLM2-135M (real weights, Q4_1 GGUF): the docs' Interventions and Precision
     ("next-smollm2", ["next", CAPITAL, *SMOL, "--json"]),
     ("attribute-smollm2", ["attribute", CAPITAL, *PARIS, *SMOL, "--json"]),
     ("next-smollm2-ablate-head",
@@ -178,7 +178,7 @@ def normalise(doc):
     """The one place where recorded and new outputs are made comparable, applied to both.
 
     Only `tfx_version` is replaced: it names the tfx that wrote the document and changes
-    with every release (README "Reproducibility"). Nothing else varies in these
+    with every release (docs/concepts.md "Reproducibility"). Nothing else varies in these
     documents: no timings or free memory are in the JSON, the weights are named by alias,
     and the sample files are given relative to the repository root, which the commands
     run from, so their `file` entries are the same everywhere. Numbers are never touched.

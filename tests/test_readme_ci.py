@@ -6,16 +6,25 @@ from needs import need
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _quick_start_commands() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+def _quick_start_commands(page: str = "README.md") -> list[str]:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```bash\n")[1:]
+    return [line.strip() for block in blocks for line in block.split("```", 1)[0].splitlines()]
 
 
 def test_quick_start_has_exactly_two_commands():
     commands = _quick_start_commands()
     assert len(commands) == 2
     assert commands[0].startswith("pip install torch==2.13.0")
+
+
+def test_getting_started_gives_the_readme_commands():
+    assert _quick_start_commands("docs/getting-started.md") == _quick_start_commands()
+
+
+def test_the_test_command_installs_the_docs_extra():
+    assert ",docs]'" in _quick_start_commands()[1]
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
@@ -27,26 +36,6 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_ci_installs_torch_first_and_pinned():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert ci.index("torch==2.13.0") < ci.index("pip install -q -e .")
-
-
-def test_the_from_python_example_runs_and_says_what_it_prints():
-    """README "From Python": the block runs as written, and the values its comments quote
-    are the ones it gives."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict = {}
-    exec(compile(block, "README.md (From Python)", "exec"), namespace)
-    r, m = namespace["r"], namespace["m"]
-    assert r.tensors["encoder.blocks.0.attn.pattern"].shape == (2, 6, 6)
-    assert namespace["c"].tensors["decoder.blocks.0.cross.pattern"].shape == (2, 3, 6)
-    assert r.explain.query_pos == 5 and r.explain.keys[2].token == "play"
-    assert r.to_dict()["result"]["mask"] == "none"
-    ids = m.generate("Hello, I am", max_new_tokens=6).ids
-    assert ids == [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
-    assert "# " + str(ids) in block
-    small = namespace["small"]  # a checkpoint larger than its budget, streamed
-    assert small.module.residency.streamed
-    assert small.next("The capital of France is").greedy.token == " Paris"
 
 
 def test_every_command_of_samples_seed001_runs(tmp_path):

@@ -1,12 +1,12 @@
-"""Every bad input tfx knows about, one row each, and README's table of them.
+"""Every bad input tfx knows about, one row each, and the docs' table of them.
 
 Each Case is run through the real CLI (CliRunner on tfx_cli.cli.app) in a scratch folder
 holding the files it needs. It must exit with its code, print nothing on stdout, print
 exactly one line `tfx: error: ...` on stderr, raise the catalogue class it names, and
 leave the folder as it was (nothing written, nothing overwritten).
 
-README.md's "What tfx does with bad input" table is generated from these cases and holds
-the messages of real runs; test_readme_table_matches_the_cases keeps the two the same
+docs/errors.md's "What tfx does with bad input" table is generated from these cases and
+holds the messages of real runs; test_errors_page_table_matches_the_cases keeps the two the same
 (regenerate with `python tests/cli/test_bad_inputs.py --write`). Rows whose id names a test in
 test_pipes.py (closed stdout, Ctrl-C) need real processes and are checked there.
 """
@@ -32,7 +32,7 @@ from tfx_cli._clicks import CLICK_ERROR
 from tfx_cli.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+ERRORS_PAGE = ROOT / "docs" / "errors.md"  # the catalogue's page of the docs site
 SENTENCE = "When you play game of thrones"
 LONG = "a " * 100  # 100 word tokens: past the toy config's context of 64
 TOY = ["-c", "toy"]
@@ -448,8 +448,8 @@ def _sae_damaged(name: str, tensor: str, at: tuple, value: float) -> Callable[[P
 # Where a diverging run first breaks follows the CPU's rounding: the same `train` broke
 # at step 3 with encoder.embed.tok NaN on one x86-64 CPU, at step 4 with
 # encoder.blocks.0.ln1.var inf on another. Such a message is checked by its form (a step,
-# a site and what went wrong are named, each shaped as tfx writes them) and README shows
-# … for each; a message that lacks one of them no longer matches README's row.
+# a site and what went wrong are named, each shaped as tfx writes them) and the errors page shows
+# … for each; a message that lacks one of them no longer matches the errors page's row.
 DIVERGED_AT = (
     r"(?<=diverged at step )[1-9]\d*(?= of \d+: )",
     r"(?<=\d: )(?:the loss|the weight [a-z_][\w.]*|[a-z_]\w*(?:\.\w+)+)(?= became )",
@@ -459,16 +459,16 @@ DIVERGED_AT = (
 
 @dataclass
 class Case:
-    id: str  # README row key
-    what: str  # the input tried, in words (README column)
+    id: str  # table row key
+    what: str  # the input tried, in words (table column)
     args: list
     error: str  # the catalogue class raised (UsageError for Click's own parsing errors)
     expect: str  # a phrase the message must hold
     exit: int = 2
     stdin: Optional[bytes] = None
     files: tuple = ()  # callables that create files in the scratch folder
-    shown: Optional[str] = None  # the command as README shows it (default: from args)
-    volatile: tuple = ()  # regexes for machine-dependent parts (README shows …)
+    shown: Optional[str] = None  # the command as the table shows it (default: from args)
+    volatile: tuple = ()  # regexes for machine-dependent parts (the table shows …)
     computed: tuple = ()  # regexes for numbers a forward pass computed (see same_message)
     keep: dict = field(default_factory=dict)  # files that must keep this content
     hide: tuple = ()  # modules made unimportable for the run (a missing package)
@@ -1387,8 +1387,8 @@ COMPUTED_REL = 1e-4  # %.6g prints 1e-5 of a value; another CPU's rounding moves
 
 
 def same_message(got: str, shown: str, case: Case) -> bool:
-    """`got` (normalised) says what README's `shown` says: the same text, and each number
-    a forward pass computed (case.computed) within COMPUTED_REL of README's, since its
+    """`got` (normalised) says what the table's `shown` says: the same text, and each number
+    a forward pass computed (case.computed) within COMPUTED_REL of the table's, since its
     last printed digit may round the other way on another CPU."""
     if not case.computed:
         return got == shown
@@ -1404,7 +1404,7 @@ def same_message(got: str, shown: str, case: Case) -> bool:
     return all(abs(g - s) <= COMPUTED_REL * abs(s) for g, s in pairs)
 
 
-# -- the README table -------------------------------------------------------------------
+# -- the errors page's table---------------------------------------------------------------
 def shown_command(case: Case) -> str:
     if case.shown:
         return case.shown
@@ -1437,8 +1437,8 @@ def table_row(case: Case, message: str) -> str:
 
 
 def readme_rows() -> dict:
-    """id -> (exit code, message) for every row of README's bad-input table."""
-    text = README.read_text(encoding="utf-8")
+    """id -> (exit code, message) for every row of the errors page's bad-input table."""
+    text = ERRORS_PAGE.read_text(encoding="utf-8")
     section = text.split("## What tfx does with bad input", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -1450,7 +1450,7 @@ def readme_rows() -> dict:
 
 
 def generate_table(scratch: Path) -> str:
-    """The README table, from real runs (each case in its own sub-folder)."""
+    """The errors page's table, from real runs (each case in its own sub-folder)."""
     lines = ["| id | input | command | exit | error | stderr |",
              "|---|---|---|---|---|---|"]
     for i, case in enumerate(CASES):
@@ -1480,13 +1480,13 @@ def test_bad_input(case, tmp_path, readme):
     assert out.after == out.before  # no output file, no temporary file, no marker
     for name, content in case.keep.items():
         assert (tmp_path / name).read_text() == content  # never overwritten
-    assert case.id in readme, f"README lacks row {case.id}; regenerate the table"
+    assert case.id in readme, f"docs/errors.md lacks row {case.id}; regenerate the table"
     assert readme[case.id][0] == case.exit
     assert same_message(normalise(lines[0], case), readme[case.id][1], case), \
-        "README's message differs from a real run; regenerate the table"
+        "docs/errors.md's message differs from a real run; regenerate the table"
 
 
-def test_readme_table_matches_the_cases(readme):
+def test_errors_page_table_matches_the_cases(readme):
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
     assert set(readme) == set(ids) | set(PROCESS_ROWS)
@@ -1494,7 +1494,7 @@ def test_readme_table_matches_the_cases(readme):
 
 
 def test_where_a_run_diverges_is_checked_by_form(readme):
-    """nan-train-lr's README row holds the fix and … for the step and the site: the
+    """nan-train-lr's table row holds the fix and … for the step and the site: the
     messages two CPUs gave both match it; one that names no step, no site, or another
     fix does not."""
     case = next(c for c in CASES if c.id == "nan-train-lr")
@@ -1532,10 +1532,10 @@ def test_computed_numbers_in_messages_compare_within_rounding():
     assert not same_message(shown.replace("1.17596", "1.17597"), shown, plain)  # exact
 
 
-def test_readme_errors_section_is_the_catalogue():
-    """README "Errors" lists every class in errors.py with its exit code, and the example
+def test_errors_page_lists_the_catalogue():
+    """docs/errors.md "Errors" lists every class in errors.py with its exit code, and the example
     rows it points to raise that class."""
-    text = README.read_text(encoding="utf-8")
+    text = ERRORS_PAGE.read_text(encoding="utf-8")
     section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -1666,10 +1666,10 @@ def test_unwritable_folder(tmp_path):
 
 
 def write_readme_table(table: str) -> None:
-    """Put the generated rows into README.md's table, keeping the rows of cases that need
+    """Put the generated rows into docs/errors.md's table, keeping the rows of cases that need
     real processes (test_pipes.py's) after them, as they were."""
     header = "| id | input | command | exit | error | stderr |"
-    lines = README.read_text(encoding="utf-8").split("\n")
+    lines = ERRORS_PAGE.read_text(encoding="utf-8").split("\n")
     start = lines.index(header)
     end = start + 2
     while end < len(lines) and lines[end].startswith("| "):
@@ -1677,10 +1677,10 @@ def write_readme_table(table: str) -> None:
     ids = {case.id for case in CASES}
     kept = [row for row in lines[start + 2:end] if row.split("|")[1].strip() not in ids]
     lines[start:end] = table.split("\n") + kept
-    README.write_text("\n".join(lines), encoding="utf-8")
+    ERRORS_PAGE.write_text("\n".join(lines), encoding="utf-8")
 
 
-if __name__ == "__main__":  # README's table from real runs: printed, or written with --write
+if __name__ == "__main__":  # docs/errors.md's table from real runs: printed, or written with --write
     import tempfile
 
     sys.path.insert(0, str(ROOT))

@@ -91,7 +91,7 @@ DIFFERS = {
     "MT5ForConditionalGeneration": "untied head",
 }
 # The task heads tfx reads past and sets aside (a classifier, a span head, the next-sentence
-# head): counted by transformers, neither run nor counted by tfx (README "Model families")
+# head): counted by transformers, neither run nor counted by tfx (docs/models.md "Model families")
 SET_ASIDE = ("classifier.", "qa_outputs.", "cls.seq_relationship.")
 
 

@@ -1,6 +1,6 @@
 """What a new user met: answers that were wrong with exit 0, options that meant different
 things, output that ran away or could drive the terminal. One test per finding (the
-bad-input rows of README's table are in test_bad_inputs.py)."""
+bad-input rows of the errors page's table are in test_bad_inputs.py)."""
 import json
 import re
 

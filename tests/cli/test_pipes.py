@@ -1,7 +1,7 @@
 """Real processes: a reader that stops early, and Ctrl-C.
 
 These need the operating system's pipes and signals, so they run `tfx` as a child process
-(README's bad-input rows stdout-closed, ctrl-c-generate and ctrl-c-report).
+(the errors page's bad-input rows stdout-closed, ctrl-c-generate and ctrl-c-report).
 
 Timing: the child announces on stderr that the command has started (after Python's own
 start-up, which Ctrl-C may interrupt in any program), and the tests wait for that or for

@@ -1,7 +1,7 @@
-"""--dtype bfloat16 and float16 against float32: the tolerances README states, the
+"""--dtype bfloat16 and float16 against float32: the tolerances the docs state, the
 statistics that stay float32, and the envelope that says which dtype ran.
 
-README ("Precision") states, per dtype, the largest difference from float32 that these
+docs/larger-than-memory.md states, per dtype, the largest difference from float32 that these
 tests allow: attention patterns and next-token probabilities as absolute differences,
 the residual stream relative to its largest value. The random models are GPT-2's and
 SmolLM2's shapes on 4 layers; the real one is SmolLM2-135M-Instruct (its GGUF).
@@ -17,7 +17,7 @@ from checkpoint_makers import need
 
 TEXT = "The capital of France is Paris, and the capital of Germany is Berlin."
 SELECT = ["blocks.*.attn.pattern", "blocks.*.resid_out", "logits"]
-# dtype -> (pattern, probability, residual / its largest value): README's table
+# dtype -> (pattern, probability, residual / its largest value): the docs' table
 TOLERANCE = {"bfloat16": (0.06, 0.06, 0.05), "float16": (0.01, 0.01, 0.02)}
 # random weights give peaked, well-separated numbers: held tighter
 RANDOM_TOLERANCE = {"bfloat16": (0.01, 0.01, 0.03), "float16": (0.002, 0.002, 0.005)}

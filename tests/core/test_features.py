@@ -377,7 +377,7 @@ def test_attribution_over_features_sums_to_the_logit_difference(tmp_path, hook):
 
 @pytest.mark.slow
 def test_the_readme_sae_on_smollm2(tmp_path):
-    """README "Features": eight unit unembedding directions of SmolLM2 as an SAE at the
+    """docs/features.md: eight unit unembedding directions of SmolLM2 as an SAE at the
     last block's output; taking the ' Paris' one out takes Paris out of the answer."""
     from tfx_cli.core.features import write_saelens
 

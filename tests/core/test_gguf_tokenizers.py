@@ -258,5 +258,7 @@ def test_gemma_matches_transformers_on_long_text(gemma, gemma_ref):
     # one word of 40,000 characters: the merges run on a heap, not pair by pair
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    text = "\n".join(p.read_text(encoding="utf-8")
+                     for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     assert gemma.encode(text) == gemma_ref(text)["input_ids"]

@@ -1,5 +1,5 @@
-"""README "Interventions", the worked example, on the real SmolLM2-135M weights: every
-number the README quotes is the one these runs give."""
+"""docs/interventions.md, the worked example, on the real SmolLM2-135M weights: every
+number the page quotes is the one these runs give."""
 import numpy as np
 import pytest
 from checkpoint_makers import need
@@ -13,7 +13,7 @@ KW = dict(corrupt=CORRUPT, answer=" Paris", wrong=" Rome", weights="smollm2")
 
 
 def reads_as(value: float, shown: str) -> bool:
-    """`value` is the number README prints as `shown`: within half a unit of its last
+    """`value` is the number the page prints as `shown`: within half a unit of its last
     digit, plus rounding's 1e-5 of the value (so a value on a digit's edge may print
     either way on another CPU, and the test still holds there)."""
     decimals = len(shown.partition(".")[2])
