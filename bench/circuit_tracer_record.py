@@ -259,16 +259,19 @@ def build_replacement_model(model_dir: Path, hf_model, tok, transcoders):
 
 def pick_interventions(graph, n_layers: int) -> list[tuple[int, int, int, float]]:
     """Three (layer, pos, feature, value) triples from the graph's active features: the
-    strongest one doubled, one of another layer switched off, and a feature not active at
-    the last position set on. Chosen by rule, so that a rerun picks the same."""
+    strongest one before the last position and the last layer doubled (its effect reaches
+    later positions through attention, frozen or not), the strongest of the last layer at
+    the last position switched off (so that the constrained settings, which drop layers outside their range, still
+    change the last position), and a feature not active at layer 0 and the last position
+    set on. Chosen by rule, so that a rerun picks the same."""
     feats = graph.active_features.tolist()
     vals = graph.activation_values.tolist()
     order = sorted(range(len(feats)), key=lambda i: (-vals[i], feats[i]))
-    first = order[0]
-    out = [(*feats[first], 2.0 * vals[first])]
-    other = next(i for i in order if feats[i][0] != feats[first][0])
-    out.append((*feats[other], 0.0))
     last = graph.n_pos - 1
+    first = next(i for i in order if feats[i][1] < last and feats[i][0] < n_layers - 1)
+    out = [(*feats[first], 2.0 * vals[first])]
+    other = next(i for i in order if feats[i][0] == n_layers - 1 and feats[i][1] == last)
+    out.append((*feats[other], 0.0))
     active_last = {f for (l, p, f) in feats if l == 0 and p == last}
     off = next(f for f in range(10 ** 6) if f not in active_last)
     out.append((0, last, off, 1.5))
@@ -374,6 +377,17 @@ def versions() -> dict:
             "pip_freeze": freeze}
 
 
+def fingerprint(case_dir: Path) -> dict:
+    """sha256 of every file the recording describes (model, transcoders, tensors)."""
+    import hashlib
+
+    files = sorted(p for p in case_dir.rglob("*") if p.is_file()
+                   and p.parts[len(case_dir.parts)] in ("model", "transcoders")
+                   or p.parent == case_dir and p.suffix == ".safetensors")
+    return {p.relative_to(case_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in files}
+
+
 def tl_config(model) -> dict:
     keys = ["n_layers", "d_model", "d_head", "n_heads", "n_key_value_heads", "d_mlp", "d_vocab",
             "n_ctx", "act_fn", "normalization_type", "positional_embedding_type", "eps",
@@ -415,7 +429,7 @@ def record_case(name: str, case: dict, out: Path, graph_json: bool) -> dict:
                                        "(lazy_encoder=False, lazy_decoder=False, float32)"},
         "attribute": dict(ATTRIBUTE, update_interval=4, offload=None),
         "prune": PRUNE, "zero_positions": [0, 1], "node_order": NODE_ORDER,
-        "graph_json": graph_file, "prompts": prompts,
+        "graph_json": graph_file, "prompts": prompts, "fingerprint": fingerprint(case_dir),
     }
     (case_dir / "recording.json").write_text(json.dumps(meta, indent=1) + "\n")
     del model
