@@ -74,6 +74,15 @@ CASES = {
     },
 }
 
+CASES["clt"] = {
+    "arch": "gpt2", "seed": 3, "d_model": 48, "n_layers": 3, "n_heads": 4,
+    "vocab_size": 512, "bos": "<|endoftext|>", "final_gain": 4.0,
+    "feature_input_hook": "hook_resid_mid", "feature_output_hook": "hook_mlp_out",
+    "d_transcoder": 64, "activation": "relu", "skip": False, "fire_fraction": 0.12,
+    "clt": True, "prompts": ["When Mary and John went to the store", "The dog ran into the"],
+    "max_feature_nodes": 40,
+}
+
 ATTRIBUTE = {"max_n_logits": 10, "desired_logit_prob": 0.95, "batch_size": 32}
 PRUNE = {"node_threshold": 0.8, "edge_threshold": 0.98}
 
@@ -169,7 +178,8 @@ def mlp_inputs(case: dict, model, tok) -> list[torch.Tensor]:
     """Per layer, the transcoders' input site over all prompts' tokens (for the biases)."""
     blocks = model.transformer.h if case["arch"] == "gpt2" else model.model.layers
     seen: dict[int, list] = {i: [] for i in range(len(blocks))}
-    handles = [b.mlp.register_forward_pre_hook(
+    resid_mid = case["feature_input_hook"] == "hook_resid_mid"  # the second norm's input
+    handles = [(b.ln_2 if resid_mid else b.mlp).register_forward_pre_hook(
         lambda mod, args, i=i: seen[i].append(args[0][0].detach())) for i, b in enumerate(blocks)]
     with torch.no_grad():
         for text in case["prompts"] + SENTENCES:
@@ -191,6 +201,8 @@ def make_transcoders(case: dict, inputs: list[torch.Tensor], folder: Path) -> li
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
+    if case.get("clt"):
+        return make_clt(case, inputs, folder)
     g = torch.Generator().manual_seed(case["seed"] + 2000)
     d, f = case["d_model"], case["d_transcoder"]
     names = []
@@ -219,11 +231,44 @@ def make_transcoders(case: dict, inputs: list[torch.Tensor], folder: Path) -> li
     return names
 
 
+def make_clt(case: dict, inputs: list[torch.Tensor], folder: Path) -> list[str]:
+    """A cross-layer transcoder in circuit-tracer's layout: per layer i, W_enc_i.safetensors
+    (W_enc_i (F, D), b_enc_i (F), b_dec_i (D)) and W_dec_i.safetensors (W_dec_i
+    (F, n_layers - i, D): layer i's features write into layers i, i+1, ...)."""
+    g = torch.Generator().manual_seed(case["seed"] + 2000)
+    d, f, n = case["d_model"], case["d_transcoder"], len(inputs)
+    names = []
+    for layer, x in enumerate(inputs):
+        w_enc = torch.randn(f, d, generator=g) / d ** 0.5
+        q = torch.quantile(x @ w_enc.T, 1 - case["fire_fraction"], dim=0)
+        enc = {f"W_enc_{layer}": w_enc, f"b_enc_{layer}": -q,
+               f"b_dec_{layer}": 0.05 * torch.randn(d, generator=g)}
+        dec = {f"W_dec_{layer}": 0.3 * torch.randn(f, n - layer, d, generator=g) / f ** 0.5}
+        for name, tensors in ((f"W_enc_{layer}.safetensors", enc),
+                              (f"W_dec_{layer}.safetensors", dec)):
+            save_file({k: v.float().contiguous() for k, v in tensors.items()},
+                      str(folder / name))
+            names.append(name)
+    config = {"model_kind": "cross_layer_transcoder", "scan": "tfx-recording/clt",
+              "feature_input_hook": case["feature_input_hook"],
+              "feature_output_hook": case["feature_output_hook"]}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return names
+
+
 def load_transcoders(folder: Path):
-    """circuit-tracer's own loader on the config.yaml (its paths taken relative to it)."""
+    """circuit-tracer's own loader on the config.yaml (its paths taken relative to it);
+    for a cross-layer transcoder its load_clt on the folder (what its Hub loader calls on
+    the downloaded folder)."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
     from circuit_tracer.utils.hf_utils import load_transcoders as ct_load
 
     config = yaml.safe_load((folder / "config.yaml").read_text())
+    if config["model_kind"] == "cross_layer_transcoder":
+        return load_clt(str(folder), feature_input_hook=config["feature_input_hook"],
+                        feature_output_hook=config["feature_output_hook"],
+                        scan=config["scan"], device=torch.device("cpu"),
+                        dtype=torch.float32, lazy_decoder=False, lazy_encoder=False)
     config["transcoders"] = [str(folder / p) for p in config["transcoders"]]
     return ct_load(config, device=torch.device("cpu"), dtype=torch.float32,
                    lazy_encoder=False, lazy_decoder=False)
@@ -421,12 +466,15 @@ def record_case(name: str, case: dict, out: Path, graph_json: bool) -> dict:
             (case_dir / "model" / "config.json").read_text()), "transformer_lens": tl_config(model),
             "transformer_lens_flags": TL_FLAGS},
         "transcoders": {"folder": "transcoders", "files": files,
+                        "kind": "cross_layer_transcoder" if case.get("clt") else "transcoder_set",
                         "feature_input_hook": case["feature_input_hook"],
                         "feature_output_hook": case["feature_output_hook"],
                         "d_transcoder": case["d_transcoder"], "activation": case["activation"],
                         "skip": case["skip"], "fire_fraction_target": case["fire_fraction"],
-                        "loaded_with": "circuit_tracer.utils.hf_utils.load_transcoders "
-                                       "(lazy_encoder=False, lazy_decoder=False, float32)"},
+                        "loaded_with": ("circuit_tracer.transcoder.cross_layer_transcoder.load_clt"
+                                        if case.get("clt") else
+                                        "circuit_tracer.utils.hf_utils.load_transcoders")
+                        + " (lazy_encoder=False, lazy_decoder=False, float32)"},
         "attribute": dict(ATTRIBUTE, update_interval=4, offload=None),
         "prune": PRUNE, "zero_positions": [0, 1], "node_order": NODE_ORDER,
         "graph_json": graph_file, "prompts": prompts, "fingerprint": fingerprint(case_dir),

@@ -23,7 +23,7 @@ from tfx_cli import api
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "recordings" / "circuit_tracer"
-CASES = ("gpt2", "llama")
+CASES = ("gpt2", "llama", "clt")
 SETTINGS = ("freeze_attention", "free", "constrained_all", "constrained_from_1")
 
 
@@ -69,12 +69,16 @@ def test_the_recording_describes_these_bytes(case):
 def test_the_transcoder_set_is_in_circuit_tracers_layout(case):
     rec = _recording(case)
     config = _flat_yaml((FOLDER / case / "transcoders" / "config.yaml").read_text())
-    assert config["model_kind"] == "transcoder_set"
+    assert config["model_kind"] == rec["transcoders"]["kind"]
     assert config["feature_input_hook"] == rec["transcoders"]["feature_input_hook"]
     assert config["feature_output_hook"] == rec["transcoders"]["feature_output_hook"]
-    assert len(config["transcoders"]) == _layers(rec)
     d = rec["model"]["transformer_lens"]["d_model"]
     f = rec["transcoders"]["d_transcoder"]
+    if config["model_kind"] == "cross_layer_transcoder":
+        _check_clt(case, _layers(rec), d, f)
+        return
+    assert config["model_kind"] == "transcoder_set"
+    assert len(config["transcoders"]) == _layers(rec)
     for name in config["transcoders"]:
         t = load_file(str(FOLDER / case / "transcoders" / name))
         assert t["W_enc"].shape == t["W_dec"].shape == (f, d)
@@ -85,6 +89,20 @@ def test_the_transcoder_set_is_in_circuit_tracers_layout(case):
         jump = rec["transcoders"]["activation"] == "jumprelu"
         assert ("activation_function.threshold" in t) is jump
         assert all(np.isfinite(v).all() for v in t.values())
+
+
+def _check_clt(case: str, n_layers: int, d: int, f: int):
+    """circuit-tracer's cross-layer layout: per layer W_enc_I.safetensors (W_enc_I, b_enc_I,
+    b_dec_I) and W_dec_I.safetensors (W_dec_I: one decoder into each layer from I on)."""
+    folder = FOLDER / case / "transcoders"
+    assert sorted(p.name for p in folder.glob("W_*.safetensors")) == sorted(
+        f"W_{kind}_{i}.safetensors" for kind in ("enc", "dec") for i in range(n_layers))
+    for i in range(n_layers):
+        enc = load_file(str(folder / f"W_enc_{i}.safetensors"))
+        assert sorted(enc) == sorted([f"W_enc_{i}", f"b_enc_{i}", f"b_dec_{i}"])
+        assert enc[f"W_enc_{i}"].shape == (f, d) and enc[f"b_enc_{i}"].shape == (f,)
+        dec = load_file(str(folder / f"W_dec_{i}.safetensors"))
+        assert list(dec) == [f"W_dec_{i}"] and dec[f"W_dec_{i}"].shape == (f, n_layers - i, d)
 
 
 def _check_graph(p: dict, t: dict, prefix: str, n_layers: int, d_transcoder: int):
