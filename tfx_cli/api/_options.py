@@ -114,6 +114,10 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "skip_first": _whole, "gpus_per_worker": _finite, "expansion": _finite, "l1": _finite,
     "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "verbose": as_flag,
     "checkpoint_every": _positive,
+    # attribution graphs (tfx graph)
+    "transcoders": _folder, "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
+    "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
+    "save": as_path,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
 }
