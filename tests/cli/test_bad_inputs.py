@@ -55,6 +55,32 @@ def _folder(name: str) -> Callable[[Path], None]:
     return lambda d: (d / name).mkdir()
 
 
+# attribution graphs: a transcoder folder in circuit-tracer's layout, small and seeded
+def _transcoders(name: str, *, layers: int = 1, d_model: int = 6, width: int = 4,
+                 nan: bool = False, hook: str = "ln2.hook_normalized",
+                 missing: bool = False) -> Callable[[Path], None]:
+    def make(d: Path) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        g = torch.Generator().manual_seed(0)
+        files = []
+        for layer in range(layers):
+            w = torch.randn(width, d_model, generator=g)
+            if nan:
+                w[0, 0] = float("nan")
+            files.append(f"layer_{layer}.safetensors")
+            if not (missing and layer == layers - 1):
+                save_file({"W_enc": w, "W_dec": w.clone(), "b_enc": torch.zeros(width),
+                           "b_dec": torch.zeros(d_model)}, str(folder / files[-1]))
+        (folder / "config.yaml").write_text(
+            f"feature_input_hook: {hook}\nfeature_output_hook: hook_mlp_out\ntranscoders:\n"
+            + "".join(f"  - {f}\n" for f in files), encoding="utf-8")
+    return make
+
+
 # Bytes that no reader accepts, but the same on every run (os.urandom would make the
 # message of a parser that quotes them change between runs).
 NOISE = bytes((i * 37 + 11) % 251 for i in range(1000))
@@ -1285,6 +1311,34 @@ CASES = [
     Case("collect-shard-huge", "collect --shard-tokens 10**30",
          ["collect", "python-docs", *TINY, "-s", "blocks.0.resid_out", "-o", "acts",
           "--shard-tokens", str(10**30), "--max-docs", "2"], "UsageError", "between 1 and"),
+    # attribution graphs (tfx graph)
+    Case("graph-transcoders-width", "graph --transcoders of another width",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "the model's d_model is 6", files=(_transcoders("tc", d_model=8),)),
+    Case("graph-transcoders-layers", "graph --transcoders for another layer count",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "has 2 layers but the model has 1", files=(_transcoders("tc", layers=2),)),
+    Case("graph-transcoders-missing", "graph --transcoders with a layer file missing",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "is missing", files=(_transcoders("tc", missing=True),)),
+    Case("graph-transcoders-nan", "graph --transcoders with NaN weights",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "NaN or infinite", files=(_transcoders("tc", nan=True),)),
+    Case("graph-transcoders-hook", "graph --transcoders reading an unmapped hook",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "does not map", files=(_transcoders("tc", hook="attn.hook_z"),)),
+    Case("graph-transcoders-no-config", "graph --transcoders of a folder with no config.yaml",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "has no config.yaml", files=(_folder("tc"),)),
+    Case("graph-node-threshold", "graph --node-threshold 1.5",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--node-threshold", "1.5"],
+         "UsageError", "outside (0, 1]", files=(_transcoders("tc"),)),
+    Case("graph-edge-threshold", "graph --edge-threshold 0",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--edge-threshold", "0"],
+         "UsageError", "outside (0, 1]", files=(_transcoders("tc"),)),
+    Case("graph-encoder-decoder", "graph on an encoder–decoder",
+         ["graph", SENTENCE, *TOY, "--transcoders", "tc"], "UsageError",
+         "is an encoder–decoder", files=(_transcoders("tc"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
