@@ -23,6 +23,7 @@ TEXT = "The capital of France is Paris"
 SETS = {  # input hook, skip connection, JumpReLU
     "ln2-skip-jump": dict(hook_in="ln2.hook_normalized", skip=True, jump=True),
     "resid-mid-relu": dict(hook_in="hook_resid_mid"),
+    "mlp-in-jump": dict(hook_in="mlp.hook_in", jump=True),
 }
 
 

@@ -72,10 +72,14 @@ class Frozen:
     ln2: list[FrozenNorm]
     ln_f: FrozenNorm
     tc: Transcoders
-    site_is_norm: bool  # features read ln2's output (else the stream after attention)
+    # what the features read, from the stream after attention: ln2 (its output, or its
+    # normalised rows before gain and shift), or None (the stream itself)
+    site_norms: list[FrozenNorm | None]
 
     def site_back(self, layer: int, g_site: torch.Tensor) -> torch.Tensor:
-        return self.ln2[layer].back(g_site) if self.site_is_norm else g_site
+        norm = self.site_norms[layer]
+        return g_site if norm is None else norm.back(g_site)
 
     def site_forward(self, layer: int, mid: torch.Tensor) -> torch.Tensor:
-        return self.ln2[layer].forward(mid) if self.site_is_norm else mid
+        norm = self.site_norms[layer]
+        return mid if norm is None else norm.forward(mid)

@@ -94,6 +94,15 @@ def _norm(norm, var: torch.Tensor) -> FrozenNorm:
                       torch.sqrt(var.float() + norm.eps), norm.kind != "rmsnorm")
 
 
+def _site_norm(site: str, ln2: FrozenNorm) -> FrozenNorm | None:
+    """The map from the stream after attention to the features' input."""
+    if site == "ln2.out":
+        return ln2
+    if site == "ln2.normed":  # before the gain and shift
+        return FrozenNorm(torch.ones_like(ln2.gain), None, ln2.divisor, ln2.centred)
+    return None
+
+
 def _lin(layer) -> tuple:
     bias = None if layer.bias is None else layer.bias.detach().float()
     return layer.weight.detach().float(), bias
@@ -105,8 +114,8 @@ def forward(loaded, ids: list[int], tc: Transcoders) -> Prompt:
     L = cfg.n_layers
     names = ["embed.tok", "embed.out", "ln_f.var", "ln_f.out", "logits"]
     for i in range(L):
-        names += [f"blocks.{i}.ln1.var", f"blocks.{i}.attn.pattern", f"blocks.{i}.resid_mid",
-                  f"blocks.{i}.ln2.var", f"blocks.{i}.ln2.out", f"blocks.{i}.ffn.out"]
+        names += [f"blocks.{i}.ln1.var", f"blocks.{i}.attn.pattern", f"blocks.{i}.ln2.var",
+                  f"blocks.{i}.{tc.site}", f"blocks.{i}.ffn.out"]
     with model.record(names) as tr, torch.inference_mode():
         model(torch.tensor([ids]), head="all")
     raw = {n: tr.raw(n).detach().float() for n in names}
@@ -117,9 +126,9 @@ def forward(loaded, ids: list[int], tc: Transcoders) -> Prompt:
         attn.append(FrozenAttention(raw[f"blocks.{i}.attn.pattern"], W_V, b_V, W_O, b_O,
                                     a.n_kv_heads, _norm(block.ln1, raw[f"blocks.{i}.ln1.var"])))
         ln2.append(_norm(block.ln2, raw[f"blocks.{i}.ln2.var"]))
-    frozen = Frozen(attn, ln2, _norm(model.ln_f, raw["ln_f.var"]), tc, tc.site == "ln2.out")
-    site = "ln2.out" if tc.site == "ln2.out" else "resid_mid"
-    sites = torch.stack([raw[f"blocks.{i}.{site}"] for i in range(L)])
+    frozen = Frozen(attn, ln2, _norm(model.ln_f, raw["ln_f.var"]), tc,
+                    [_site_norm(tc.site, n) for n in ln2])
+    sites = torch.stack([raw[f"blocks.{i}.{tc.site}"] for i in range(L)])
     outs = torch.stack([raw[f"blocks.{i}.ffn.out"] for i in range(L)])
     tok = raw["embed.tok"] * (math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0)
     return _features(ids, L, frozen, sites, outs, tok, raw, model)

@@ -8,7 +8,8 @@ load_relu_transcoder). Gemma Scope's `params.npz` per layer (W_enc stored (D, F)
 
 The hooks are TransformerLens names inside a block; the ones mapped here are the tensors
 tfx's blocks compute identically (circuit-tracer loads models unfolded: a norm's output
-includes its weight and bias, as tfx's `ln2.out`)."""
+the hook mlp.hook_in is the norm's output with its gain and bias, tfx's `ln2.out`;
+ln2.hook_normalized the normalised rows before them, tfx's `ln2.normed`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from ...errors import TranscoderError
 INPUT_HOOKS = {
     "hook_resid_mid": "resid_mid",
     "hook_mlp_in": "resid_mid",  # TransformerLens takes it before ln2
-    "ln2.hook_normalized": "ln2.out",
+    # TransformerLens's norms apply their gain and bias after hook_normalized: it is the
+    # normalised rows alone, tfx's ln2.normed
+    "ln2.hook_normalized": "ln2.normed",
     "mlp.hook_in": "ln2.out",  # circuit-tracer's ReplacementMLP input: ln2's output
 }
 OUTPUT_HOOKS = {"hook_mlp_out": "ffn.out", "mlp.hook_out": "ffn.out"}
@@ -31,7 +34,7 @@ OUTPUT_HOOKS = {"hook_mlp_out": "ffn.out", "mlp.hook_out": "ffn.out"}
 @dataclass
 class Transcoders:
     """One transcoder per layer, float32 on the CPU. `site`: the tfx site of the block
-    its features read (resid_mid or ln2.out); they write the FFN output."""
+    its features read (resid_mid, ln2.normed or ln2.out); they write the FFN output."""
 
     folder: str
     input_hook: str
