@@ -51,10 +51,8 @@ def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
     for layer in range(L - 1, -1, -1):
         if layer > highest and not bool(top.any()):
             continue
-        sel = p.layer_slices[layer]
-        if sel.stop > sel.start:  # the features this layer's transcoder wrote
-            picked = g[:, p.feature_pos[sel]]  # (B, n, D)
-            rows[:, sel] = torch.einsum("bnd,nd->bn", picked, p.decoder_vecs[sel])
+        for pos, sel in p.feature_blocks[layer]:  # what this layer's features wrote
+            rows[:, sel] = g[:, pos] @ p.decoder_vecs[sel].T
         e0 = p.n_features + layer * T
         rows[:, e0:e0 + T] = torch.einsum("btd,td->bt", g, p.errors[layer])
         skip = fz.tc.W_skip[layer]
@@ -99,6 +97,9 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
             infl = partial_influence(edges[:st], probabilities, row_node[:st])
             rank = torch.argsort(infl[:n_feat], descending=True)
             pending = rank[~visited[rank]][:min(update_interval * batch_size, budget - done)]
+        # the queue's rows in layer order: a batch then starts its backward pass at the
+        # highest layer it holds (the rows, and which features get them, are unchanged)
+        pending = pending[torch.argsort(p.feature_layer[pending], descending=True, stable=True)]
         for start in range(0, len(pending), batch_size):
             idx = pending[start:start + batch_size]
             done += len(idx)

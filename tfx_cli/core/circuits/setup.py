@@ -55,13 +55,20 @@ class Prompt:
         return self.active[:, 1]
 
     @property
-    def layer_slices(self) -> list[slice]:
-        counts = torch.bincount(self.feature_layer, minlength=self.n_layers).tolist()
-        out, start = [], 0
-        for n in counts:
-            out.append(slice(start, start + n))
-            start += n
-        return out
+    def feature_blocks(self) -> list[list[tuple[int, slice]]]:
+        """Per layer, (position, slice of the active features there): the features are
+        sorted by layer, then position, so each block is contiguous."""
+        if getattr(self, "_blocks", None) is None:
+            keys = (self.feature_layer * self.n_tokens + self.feature_pos).tolist()
+            blocks: list[list] = [[] for _ in range(self.n_layers)]
+            start = 0
+            for i in range(1, len(keys) + 1):
+                if i == len(keys) or keys[i] != keys[start]:
+                    layer, pos = divmod(keys[start], self.n_tokens)
+                    blocks[layer].append((pos, slice(start, i)))
+                    start = i
+            self._blocks = blocks
+        return self._blocks
 
 
 def check_model(loaded) -> None:
