@@ -3,4 +3,7 @@ replacement model built around a loaded tfx model, the graph of direct effects b
 features, error terms, token embeddings and logits, and its pruning and scores.
 
 Definitions follow circuit-tracer 0.5.0 (Ameisen et al. 2025, "Circuit Tracing"), whose
-numbers the parity tests compare against; the code is tfx's own."""
+numbers the parity tests compare against; the code is tfx's own.
+
+May import: core.analysis (encoding a text), core.load's models (run through their taps),
+core.results and the error catalogue; nothing above the core (no typer, no rich)."""
