@@ -6,7 +6,8 @@ Each layer's encoder and decoder rows are random unit vectors; the encoder bias 
 that on a calibration text about --l0 features fire per token at that layer (one
 threshold per layer: the quantile of the pre-activations). The folder is in
 circuit-tracer's layout (config.yaml, one safetensors file per layer), reading ln2's
-output and writing the FFN output."""
+normalised rows (TransformerLens's ln2.hook_normalized, before the gain) and writing
+the FFN output."""
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ def main() -> None:
     m = loading.load(ModelSpec(weights=args.weights))
     L, D = m.cfg.n_layers, m.cfg.d_model
     ids = m.tokenizer.encode(CALIBRATION)
-    names = [f"blocks.{i}.ln2.out" for i in range(L)]
+    names = [f"blocks.{i}.ln2.normed" for i in range(L)]  # ln2.hook_normalized: before the gain
     with m.model.record(names) as tr, torch.inference_mode():
         m.model(torch.tensor([ids]))
     out = Path(args.out)

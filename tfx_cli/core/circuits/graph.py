@@ -96,8 +96,8 @@ def partial_influence(rows: torch.Tensor, probabilities: torch.Tensor,
     """Each node's influence on the logits through the rows computed so far (rows[i] is
     node row_nodes[i]'s inputs; the logits' rows first): how circuit-tracer ranks the
     features still to visit when only --max-features of them get rows."""
-    norm = rows.abs()
-    norm = norm / norm.sum(dim=1, keepdim=True).clamp(min=1e-8)
+    norm = rows.abs()  # the one copy: normalised in place
+    norm /= norm.sum(dim=1, keepdim=True).clamp_(min=1e-8)
     total = torch.zeros(rows.shape[1])
     prod = torch.zeros(rows.shape[1])
     prod[-len(probabilities):] = probabilities
