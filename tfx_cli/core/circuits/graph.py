@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch
 
 
-def normalized(matrix: torch.Tensor) -> torch.Tensor:
-    """|A| with each row (a target's inputs) summing to 1 (rows of zeros stay zero)."""
-    a = matrix.abs()
-    return a / a.sum(dim=1, keepdim=True).clamp(min=1e-10)
+def normalized(matrix: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """|A| with each row (a target's inputs) summing to 1 (rows of zeros stay zero);
+    in_place: overwrite `matrix` (a copy fewer of an N × N graph)."""
+    a = matrix.abs_() if in_place else matrix.abs()
+    return a.div_(a.sum(dim=1, keepdim=True).clamp_(min=1e-10))
 
 
 def influence(A: torch.Tensor, weights: torch.Tensor, max_iter: int = 1000) -> torch.Tensor:
@@ -26,10 +27,17 @@ def influence(A: torch.Tensor, weights: torch.Tensor, max_iter: int = 1000) -> t
 
 
 def _threshold(scores: torch.Tensor, keep: float) -> torch.Tensor:
-    """The score at which the largest scores reach `keep` of the total."""
-    ordered = torch.sort(scores, descending=True).values
+    """The score at which the largest scores (all ≥ 0) reach `keep` of the total. Only the
+    positive scores are sorted: trailing zeros add nothing to the running sum, and when
+    the threshold falls past the positive ones it is the smallest score, zero."""
+    positive = scores[scores > 0]
+    if positive.numel() == 0:
+        return scores.new_zeros(())
+    ordered = torch.sort(positive, descending=True).values
     cumulative = torch.cumsum(ordered, 0) / ordered.sum()
-    index = min(int(torch.searchsorted(cumulative, keep).item()), len(cumulative) - 1)
+    index = int(torch.searchsorted(cumulative, keep).item())
+    if index >= len(ordered):
+        return ordered[-1] if positive.numel() == scores.numel() else scores.new_zeros(())
     return ordered[index]
 
 
@@ -54,10 +62,11 @@ def prune(adjacency: torch.Tensor, probabilities: torch.Tensor, *, n_features: i
     pruned = adjacency.clone()
     pruned[~nodes] = 0
     pruned[:, ~nodes] = 0
-    norm = normalized(pruned)
+    norm = normalized(pruned, in_place=True)
     through = influence(norm, weights) + weights
-    edge_scores = norm * through[:, None]
+    edge_scores = norm.mul_(through[:, None])  # the normalised matrix is not read again
     edges = edge_scores >= _threshold(edge_scores.flatten(), edge_threshold)
+    del norm, edge_scores, pruned
     inner = slice(0, adjacency.shape[0] - fixed)
     while True:
         before = nodes.clone()

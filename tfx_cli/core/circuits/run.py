@@ -67,7 +67,8 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
                                          n_tokens=len(ids), n_layers=cfg.n_layers)
     seconds = time.perf_counter() - started
     kept = torch.where(nodes)[0]
-    pruned = (full.adjacency * edges)[kept][:, kept]
+    pruned = full.adjacency[kept][:, kept] * edges[kept][:, kept]
+    del edges
     listed = _nodes(loaded, full, kept, cumulative)
     result = GraphResult(
         model=loaded.info, input=input_info(loaded, text, ids), transcoders=str(transcoders),
