@@ -40,3 +40,21 @@ def write_transcoders(folder: Path, n_layers: int, d_model: int, width: int, *,
         f"feature_input_hook: {hook_in}\nfeature_output_hook: hook_mlp_out\n"
         "transcoders:\n" + "".join(f"  - {f}\n" for f in files), encoding="utf-8")
     return folder
+
+
+def write_clt(folder: Path, n_layers: int, d_model: int, width: int, *, seed: int = 0,
+              hook_in: str = "hook_resid_mid") -> Path:
+    """A cross-layer transcoder in circuit-tracer's layout: W_enc_I and W_dec_I files."""
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n_layers):
+        save_file({f"W_enc_{i}": torch.randn(width, d_model, generator=g) / d_model ** 0.5,
+                   f"b_enc_{i}": torch.randn(width, generator=g) * 0.1 - 0.3,
+                   f"b_dec_{i}": torch.randn(d_model, generator=g) * 0.1},
+                  str(folder / f"W_enc_{i}.safetensors"))
+        save_file({f"W_dec_{i}": torch.randn(width, n_layers - i, d_model, generator=g)
+                   / width ** 0.5}, str(folder / f"W_dec_{i}.safetensors"))
+    (folder / "config.yaml").write_text(
+        f"model_kind: cross_layer_transcoder\nfeature_input_hook: {hook_in}\n"
+        "feature_output_hook: hook_mlp_out\n", encoding="utf-8")
+    return folder

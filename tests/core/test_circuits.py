@@ -15,7 +15,7 @@ from tfx_cli.core.circuits import attribution, graph, setup
 from tfx_cli.core.circuits.transcoders import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
-from circuit_makers import write_transcoders
+from circuit_makers import write_clt, write_transcoders
 
 GPT2 = dict(config="gpt124m", layers=2, d_model=64, heads=4)  # LayerNorm, learned positions
 LLAMA = dict(config="smollm2-135m", layers=2, d_model=72, tokenizer="gpt2")  # RMSNorm, RoPE, GQA
@@ -33,8 +33,11 @@ def model(request):
 
 
 def built(model, tmp_path, kind):
-    folder = write_transcoders(tmp_path / kind, model.cfg.n_layers, model.cfg.d_model, 96,
-                               **SETS[kind])
+    if kind == "cross-layer":
+        folder = write_clt(tmp_path / kind, model.cfg.n_layers, model.cfg.d_model, 96)
+    else:
+        folder = write_transcoders(tmp_path / kind, model.cfg.n_layers, model.cfg.d_model,
+                                   96, **SETS[kind])
     tc = read_transcoders(folder, n_layers=model.cfg.n_layers, d_model=model.cfg.d_model)
     ids = setup.with_bos(model, model.tokenizer.encode(TEXT))
     p = setup.forward(model, ids, tc)
@@ -46,7 +49,7 @@ def close(a, b, scale):
     return float((a - b).abs().max()) <= 1e-5 * max(1.0, float(scale))
 
 
-@pytest.mark.parametrize("kind", list(SETS))
+@pytest.mark.parametrize("kind", [*SETS, "cross-layer"])
 def test_sum_rule_per_node_kind(model, tmp_path, kind):
     p, g, vecs = built(model, tmp_path, kind)
     assert p.n_features > 20  # features do fire: the rows are not trivially empty

@@ -2,7 +2,7 @@
 float32), recorded by bench/circuit_tracer_record.py in its own environment on tiny random
 GPT-2 (LayerNorm, learned positions, W_skip, reading ln2.hook_normalized) and Llama-style
 (RMSNorm, RoPE, grouped KV heads, JumpReLU, reading mlp.hook_in) models with random
-transcoders (tests/recordings/circuit_tracer/README.md).
+transcoders, and a cross-layer transcoder on the GPT-2 (reading hook_resid_mid) (tests/recordings/circuit_tracer/README.md).
 
 What must hold, per prompt, for the whole graph and for one limited to 40 features by
 circuit-tracer's influence ranking: every node the same (active features and their
@@ -29,14 +29,14 @@ from tfx_cli.core.circuits.transcoders import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
 HERE = Path(__file__).resolve().parents[1] / "recordings" / "circuit_tracer"
-CASES = [(case, i) for case in ("gpt2", "llama") for i in range(2)]
+CASES = [(case, i) for case in ("gpt2", "llama", "clt") for i in range(2)]
 KNIFE_EDGE = 1e-5  # of the largest activation
 
 
 @pytest.fixture(scope="module")
 def models():
     return {case: loading.load(ModelSpec(weights=str(HERE / case / "model")))
-            for case in ("gpt2", "llama")}
+            for case in ("gpt2", "llama", "clt")}
 
 
 def common_nodes(ours: list, ours_act: torch.Tensor, theirs: list, theirs_act: torch.Tensor,

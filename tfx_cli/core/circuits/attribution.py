@@ -51,8 +51,7 @@ def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
     for layer in range(L - 1, -1, -1):
         if layer > highest and not bool(top.any()):
             continue
-        for pos, sel in p.feature_blocks[layer]:  # what this layer's features wrote
-            rows[:, sel] = g[:, pos] @ p.decoder_vecs[sel].T
+        _read_features(p, g, rows, layer)
         e0 = p.n_features + layer * T
         rows[:, e0:e0 + T] = torch.einsum("btd,td->bt", g, p.errors[layer])
         skip = fz.tc.W_skip[layer]
@@ -65,6 +64,22 @@ def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
     t0 = p.n_features + L * T
     rows[:, t0:t0 + T] = torch.einsum("btd,td->bt", g, p.token_vecs)
     return rows
+
+
+def _read_features(p: Prompt, g: torch.Tensor, rows: torch.Tensor, layer: int) -> None:
+    """Edges from the features that write into `layer`'s FFN output: its own (a per-layer
+    set), or every earlier-or-same layer's (a cross-layer transcoder, their parts into
+    this layer summed per feature)."""
+    tc = p.frozen.tc
+    if not tc.cross:
+        for pos, sel in p.feature_blocks[layer]:
+            rows[:, sel] += g[:, pos] @ p.decoder_vecs[sel].T
+        return
+    for source in range(layer + 1):
+        W = tc.decoder(source, layer)
+        for pos, sel in p.feature_blocks[source]:
+            vecs = W[p.active[sel, 2]] * p.activations[sel, None]
+            rows[:, sel] += g[:, pos] @ vecs.T
 
 
 def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,

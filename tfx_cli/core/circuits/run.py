@@ -120,7 +120,8 @@ def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor) -> list[G
 
 def _output_label(loaded, p, layer: int, feature: int, k: int = 3) -> str:
     """A feature's strongest output tokens: the largest entries of W_dec[f] · W_Uᵀ."""
-    row = p.frozen.tc.W_dec[layer][feature] @ p.unembed.T
+    W = p.frozen.tc.W_dec[layer][feature]
+    row = (W.sum(0) if W.ndim == 2 else W) @ p.unembed.T  # a cross-layer one: all it writes
     top = torch.topk(row, k).indices.tolist()
     return " ".join(repr(s) for s in loaded.tokenizer.pieces(top))
 

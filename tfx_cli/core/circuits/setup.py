@@ -25,7 +25,7 @@ class Prompt:
     activations: torch.Tensor  # (n,)
     pre: torch.Tensor  # (n,) the active features' pre-activations
     encoder_vecs: torch.Tensor  # (n, D)
-    decoder_vecs: torch.Tensor  # (n, D) activation · W_dec row
+    decoder_vecs: torch.Tensor  # (n, D) activation · W_dec row (into its own layer)
     errors: torch.Tensor  # (L, T, D)
     token_vecs: torch.Tensor  # (T, D)
     constant_embed: torch.Tensor  # (T, D) the embedding's part that is no token node's
@@ -144,7 +144,7 @@ def forward(loaded, ids: list[int], tc: Transcoders) -> Prompt:
 def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
     tc = frozen.tc
     active, values, pres, enc, dec = [], [], [], [], []
-    recon = torch.zeros_like(outs)
+    recon = torch.stack([b.expand(outs.shape[1], -1) for b in tc.b_dec]).clone()
     for layer in range(L):
         pre = tc.pre(layer, sites[layer])  # (T, F)
         acts = tc.activate(layer, pre)
@@ -155,8 +155,11 @@ def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
         values.append(vals)
         pres.append(pre[pos, feat])
         enc.append(tc.W_enc[layer][feat])
-        dec.append(tc.W_dec[layer][feat] * vals[:, None])
-        recon[layer] = acts @ tc.W_dec[layer] + tc.b_dec[layer]
+        dec.append(tc.decoder(layer, layer)[feat] * vals[:, None])
+        for target in range(layer, L):  # a cross-layer transcoder writes every later layer
+            W = tc.decoder(layer, target)
+            if W is not None:
+                recon[target] += acts @ W
         skip = tc.skip(layer, sites[layer])
         if skip is not None:
             recon[layer] += skip

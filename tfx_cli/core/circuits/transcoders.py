@@ -46,6 +46,15 @@ class Transcoders:
     b_dec: list[torch.Tensor]  # (D,)
     W_skip: list[torch.Tensor | None] = field(default_factory=list)  # (D, D): skip = x W_skipᵀ
     threshold: list[torch.Tensor | None] = field(default_factory=list)  # JumpReLU's (F,)
+    # a cross-layer transcoder: W_dec[k] is (F, L - k, D), layer k's features writing
+    # into layers k, k+1, …; per-layer sets: W_dec[k] is (F, D), into layer k only
+    cross: bool = False
+
+    def decoder(self, source: int, target: int) -> torch.Tensor | None:
+        """(F, D): what source layer's features write into target layer's FFN output."""
+        if self.cross:
+            return self.W_dec[source][:, target - source] if target >= source else None
+        return self.W_dec[source] if target == source else None
 
     @property
     def n_layers(self) -> int:
@@ -125,11 +134,13 @@ def read_transcoders(folder: str | Path, *, n_layers: int, d_model: int) -> Tran
                               "holding config.yaml and the per-layer files")
     config = read_config(folder)
     kind = config.get("model_kind", "transcoder_set")
-    if kind != "transcoder_set":
-        raise TranscoderError(f"--transcoders {folder}: model_kind {kind} is not read yet; "
-                              "tfx reads per-layer sets (model_kind: transcoder_set)")
+    if kind not in ("transcoder_set", "cross_layer_transcoder"):
+        raise TranscoderError(f"--transcoders {folder}: model_kind {kind} is not one tfx "
+                              "reads; use transcoder_set or cross_layer_transcoder")
     input_hook = _hook(config, "feature_input_hook", INPUT_HOOKS, folder)
     output_hook = _hook(config, "feature_output_hook", OUTPUT_HOOKS, folder)
+    if kind == "cross_layer_transcoder":
+        return _read_clt(folder, input_hook, output_hook, n_layers, d_model)
     files = config.get("transcoders")
     if not isinstance(files, list) or not files:
         raise TranscoderError(f"--transcoders {folder}: config.yaml lists no files under "
@@ -205,3 +216,46 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise TranscoderError(f"--transcoders: {path} cannot be read ({exc}); re-export "
                               "it as safetensors") from None
+
+
+def _read_clt(folder: Path, input_hook: str, output_hook: str, n_layers: int,
+              d_model: int) -> Transcoders:
+    """circuit-tracer's cross-layer layout: per layer I, W_enc_I.safetensors (W_enc_I
+    (F, D), b_enc_I, b_dec_I, optional threshold_I) and W_dec_I.safetensors (W_dec_I
+    (F, L - I, D))."""
+    found = len(list(folder.glob("W_enc_*.safetensors")))
+    if found != n_layers:
+        raise TranscoderError(f"--transcoders {folder} has {found} layers but the model has "
+                              f"{n_layers}; use the transcoders trained for this model")
+    tc = Transcoders(str(folder), input_hook, output_hook, INPUT_HOOKS[input_hook],
+                     [], [], [], [], [], [], cross=True)
+    for i in range(n_layers):
+        enc, dec = folder / f"W_enc_{i}.safetensors", folder / f"W_dec_{i}.safetensors"
+        for path in (enc, dec):
+            if not path.is_file():
+                raise TranscoderError(f"--transcoders {folder}: layer {i}'s file {path.name} "
+                                      "is missing; put it there")
+        tensors = {**_read_file(enc), **_read_file(dec)}
+        want = {f"W_enc_{i}": None, f"b_enc_{i}": None, f"b_dec_{i}": (d_model,),
+                f"W_dec_{i}": None}
+        missing = [k for k in want if k not in tensors]
+        if missing or any(k.startswith("W_skip") for k in tensors):
+            raise TranscoderError(f"--transcoders {folder}: layer {i} has "
+                                  f"{'no ' + ', '.join(missing) if missing else 'a W_skip'}; "
+                                  "tfx reads W_enc_I, b_enc_I, b_dec_I and W_dec_I, no skip")
+        W_enc, W_dec = tensors[f"W_enc_{i}"], tensors[f"W_dec_{i}"]
+        if W_enc.shape[1] != d_model or W_dec.shape != (W_enc.shape[0], n_layers - i, d_model):
+            raise TranscoderError(f"--transcoders {folder}: layer {i}'s W_enc "
+                                  f"{tuple(W_enc.shape)} or W_dec {tuple(W_dec.shape)} does not "
+                                  f"fit a model of d_model {d_model} and {n_layers} layers")
+        for key, value in tensors.items():
+            if not bool(torch.isfinite(value).all()):
+                raise TranscoderError(f"--transcoders {folder}: layer {i}'s {key} holds NaN "
+                                      "or infinite values; retrain or re-export it")
+        tc.W_enc.append(W_enc)
+        tc.W_dec.append(W_dec)
+        tc.b_enc.append(tensors[f"b_enc_{i}"])
+        tc.b_dec.append(tensors[f"b_dec_{i}"])
+        tc.W_skip.append(None)
+        tc.threshold.append(tensors.get(f"threshold_{i}"))
+    return tc
