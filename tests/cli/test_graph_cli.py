@@ -54,6 +54,8 @@ def test_thresholds_at_one_keep_more_and_the_terminal_tree(tmp_path):
     kept = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
                      **_api(SMALL))
     assert len(kept.nodes) > len(pruned.nodes)
+    page = pruned._repr_html_()  # draws itself in a notebook
+    assert "replacement score" in page and "<li>" in page
     assert kept.n_edges > pruned.n_edges
     out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", str(tc)])
     assert out.exit_code == 0, out.output

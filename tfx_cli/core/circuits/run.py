@@ -10,7 +10,7 @@ import torch
 
 from ...errors import UsageError
 from ..analysis.common import encode, input_info
-from ..results.circuits import GraphNode, GraphResult, PathStep
+from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  # noqa: F401
 from . import graph as G
 from .attribution import attribute
 from .setup import check_model, forward, targets, with_bos
@@ -154,19 +154,3 @@ def _save(full, path: str) -> str:
     save_file(tensors, str(tmp))
     tmp.replace(target)
     return str(target)
-
-
-def graph_payload(result: GraphResult) -> dict:
-    """The mapping the graph.json writer and the HTML page read."""
-    labels = {f"({n.layer}, {n.feature})": n.label for n in result.nodes
-              if n.kind == "feature" and n.label}
-    return {"prompt": result.input.text, "tokens": list(result.input.tokens),
-            "ids": list(result.input.ids), "model": result.model.config if result.model else "",
-            "n_layers": result.n_layers,
-            "nodes": [vars(n).copy() for n in result.nodes],
-            "adjacency": np.asarray(result.tensors["graph.adjacency"], dtype=np.float32),
-            "replacement_score": result.replacement_score,
-            "completeness_score": result.completeness_score,
-            "node_threshold": result.node_threshold, "edge_threshold": result.edge_threshold,
-            "transcoders": result.transcoders, "feature_input_hook": result.feature_input_hook,
-            "feature_output_hook": result.feature_output_hook, "labels": labels}

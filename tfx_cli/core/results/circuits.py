@@ -50,3 +50,24 @@ class GraphResult(Result):
     seconds: float
     paths: list = internal(default=None)
     saved: str | None = optional()
+
+
+def graph_payload(result: GraphResult) -> dict:
+    """The mapping the graph.json writer and the HTML page read: prompt, tokens, ids,
+    model, n_layers, nodes (with `probability` on logit targets), the pruned adjacency
+    (float32, targets × sources), both scores, both thresholds, the transcoders, their
+    hooks and the features' labels ("(layer, feature)" -> text)."""
+    import numpy as np
+
+    labels = {f"({n.layer}, {n.feature})": n.label for n in result.nodes
+              if n.kind == "feature" and n.label}
+    return {"prompt": result.input.text, "tokens": list(result.input.tokens),
+            "ids": list(result.input.ids), "model": result.model.config if result.model else "",
+            "n_layers": result.n_layers,
+            "nodes": [vars(n).copy() for n in result.nodes],
+            "adjacency": np.asarray(result.tensors["graph.adjacency"], dtype=np.float32),
+            "replacement_score": result.replacement_score,
+            "completeness_score": result.completeness_score,
+            "node_threshold": result.node_threshold, "edge_threshold": result.edge_threshold,
+            "transcoders": result.transcoders, "feature_input_hook": result.feature_input_hook,
+            "feature_output_hook": result.feature_output_hook, "labels": labels}
