@@ -65,3 +65,33 @@ def test_thresholds_at_one_keep_more_and_the_terminal_tree(tmp_path):
 
 def _api(args):
     return dict(config=args[1], layers=int(args[3]), d_model=int(args[5]), heads=int(args[7]))
+
+
+def _top_folder(folder: Path, site: str, units: dict) -> Path:
+    """A `tfx top --sae -o DIR` result.json, written by tfx's own TopResult."""
+    from tfx_cli.core.results import TopContext, TopExample, TopResult, TopUnit
+
+    result = TopResult(corpus={"source": "hand"}, ctx=8, batch_size=1, site=site, k=3,
+                       context=2, units=[TopUnit(u, [TopExample(
+                           1.0, 0, 1, tok, TopContext(["before", tok], [None, 1.0], 1))
+                           for tok in toks]) for u, toks in units.items()])
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    return folder
+
+
+def test_labels_from_top_folders(tmp_path):
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True)
+    plain = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
+                      **_api(SMALL))
+    feats = [n for n in plain.nodes if n.kind == "feature"]
+    first = feats[0]
+    top = _top_folder(tmp_path / "top", f"blocks.{first.layer}.ln2.normed",
+                      {first.feature: ["alpha", "beta"]})
+    labelled = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
+                         labels=[str(top)], **_api(SMALL))
+    by_key = {(n.layer, n.feature, n.pos): n.label for n in labelled.nodes
+              if n.kind == "feature"}
+    assert by_key[(first.layer, first.feature, first.pos)] == "before[alpha] · before[beta]"
+    others = [n for n in feats if (n.layer, n.feature) != (first.layer, first.feature)]
+    assert all(by_key[(n.layer, n.feature, n.pos)] == n.label for n in others)

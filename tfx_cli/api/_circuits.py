@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: float = 0.95,
           targets: Sequence[str] | None = None, max_features: int | None = 7500,
           node_threshold: float = 0.8, edge_threshold: float = 0.98,
-          save: str | None = None, truncate: bool = False, **model: Any) -> "GraphResult":
+          save: str | None = None, truncate: bool = False,
+          labels: Sequence[str] | None = None, **model: Any) -> "GraphResult":
     """The attribution graph of `text`'s next token on the transcoder set `transcoders`
     (circuit-tracer's layout): nodes (features, errors, tokens, logits) pruned to
     `node_threshold` / `edge_threshold` of the influence, the two scores, and tensor
@@ -27,4 +28,5 @@ def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: floa
                      max_logits=max_logits, logit_prob=logit_prob,
                      target=list(targets) if targets else None, max_features=max_features,
                      node_threshold=node_threshold, edge_threshold=edge_threshold,
-                     save=None if save is None else str(save), truncate=truncate)
+                     save=None if save is None else str(save), truncate=truncate,
+                     labels=[str(x) for x in labels] if labels else None)

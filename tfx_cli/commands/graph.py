@@ -34,6 +34,10 @@ SaveOpt = Annotated[Optional[Path], typer.Option(
 GraphJsonOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", metavar="FILE.json", show_default=False,
     help="Write graph.json, the file circuit-tracer's frontend and Neuronpedia open.")]
+LabelsOpt = Annotated[Optional[List[str]], typer.Option(
+    "--labels", metavar="DIR", show_default=False,
+    help="A `tfx top --sae ... -o DIR` folder (repeatable, one per layer): label the "
+    "features by their top examples instead of their strongest output tokens.")]
 HtmlOpt = Annotated[Optional[Path], typer.Option(
     "--html", metavar="FILE", show_default=False,
     help="Write one self-contained offline page drawing the pruned graph.")]
@@ -50,6 +54,7 @@ def graph(
     node_threshold: NodeThresholdOpt = 0.8,
     edge_threshold: EdgeThresholdOpt = 0.98,
     save: SaveOpt = None,
+    labels: LabelsOpt = None,
     output: GraphJsonOpt = None,
     html: HtmlOpt = None,
     truncate: TruncateOpt = False,
@@ -93,7 +98,8 @@ def graph(
     result = api.graph(read_text(text, encoding=encoding), transcoders=transcoders,
                        max_logits=max_logits, logit_prob=logit_prob, targets=target,
                        max_features=max_features, node_threshold=node_threshold,
-                       edge_threshold=edge_threshold, save=save, truncate=truncate, **model)
+                       edge_threshold=edge_threshold, save=save, truncate=truncate,
+                       labels=labels, **model)
     if output is not None or html is not None:
         _write_views(result, output, html)
     emit(result, json=json_out, precision=precision, full=full)

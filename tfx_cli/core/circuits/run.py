@@ -13,6 +13,7 @@ from ..analysis.common import encode, input_info
 from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  # noqa: F401
 from . import graph as G
 from .attribution import attribute
+from .labels import read_labels
 from .setup import check_model, forward, targets, with_bos
 from .transcoders import read_transcoders
 
@@ -40,7 +41,8 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
           logit_prob: float = 0.95, target: list[str] | None = None,
           max_features: int | None = 7500, node_threshold: float = 0.8,
           edge_threshold: float = 0.98, batch_size: int = 512,
-          save: str | None = None, truncate: bool = False) -> GraphResult:
+          save: str | None = None, truncate: bool = False,
+          labels: list[str] | None = None) -> GraphResult:
     check_threshold("--node-threshold", node_threshold)
     check_threshold("--edge-threshold", edge_threshold)
     if not 0 < logit_prob <= 1:
@@ -48,6 +50,7 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
     if max_logits < 1:
         raise UsageError("--max-logits must be at least 1")
     check_model(loaded)
+    named = read_labels(list(labels)) if labels else {}
     cfg = loaded.cfg
     tc = read_transcoders(transcoders, n_layers=cfg.n_layers, d_model=cfg.d_model)
     ids = with_bos(loaded, encode(loaded, text, truncate=truncate))
@@ -69,7 +72,7 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
     kept = torch.where(nodes)[0]
     pruned = full.adjacency[kept][:, kept] * edges[kept][:, kept]
     del edges
-    listed = _nodes(loaded, full, kept, cumulative)
+    listed = _nodes(loaded, full, kept, cumulative, named)
     result = GraphResult(
         model=loaded.info, input=input_info(loaded, text, ids), transcoders=str(transcoders),
         feature_input_hook=tc.input_hook, feature_output_hook=tc.output_hook,
@@ -100,7 +103,8 @@ def node_kinds(full, index: int) -> tuple:
     return "logit", None, T - 1, full.logit_ids[index - T]
 
 
-def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor) -> list[GraphNode]:
+def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor,
+           named: dict) -> list[GraphNode]:
     p, tok = full.prompt, loaded.tokenizer
     out = []
     for index in kept.tolist():
@@ -112,8 +116,8 @@ def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor) -> list[G
                          float(cumulative[index]))
         if kind == "logit":
             node.probability = float(full.probabilities[full.logit_ids.index(token)])
-        if kind == "feature":
-            node.label = _output_label(loaded, p, layer, what)
+        if kind == "feature":  # its top examples (--labels), else its strongest outputs
+            node.label = named.get((layer, what)) or _output_label(loaded, p, layer, what)
         out.append(node)
     return out
 
