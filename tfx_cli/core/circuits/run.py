@@ -106,7 +106,7 @@ def node_kinds(full, index: int) -> tuple:
 def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor,
            named: dict) -> list[GraphNode]:
     p, tok = full.prompt, loaded.tokenizer
-    out = []
+    out, unlabelled = [], []
     for index in kept.tolist():
         kind, layer, pos, what = node_kinds(full, index)
         token = what if kind in ("embedding", "logit") else None
@@ -117,17 +117,28 @@ def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor,
         if kind == "logit":
             node.probability = float(full.probabilities[full.logit_ids.index(token)])
         if kind == "feature":  # its top examples (--labels), else its strongest outputs
-            node.label = named.get((layer, what)) or _output_label(loaded, p, layer, what)
+            node.label = named.get((layer, what))
+            if node.label is None:
+                unlabelled.append(node)
         out.append(node)
+    _output_labels(loaded, p, unlabelled)
     return out
 
 
-def _output_label(loaded, p, layer: int, feature: int, k: int = 3) -> str:
-    """A feature's strongest output tokens: the largest entries of W_dec[f] · W_Uᵀ."""
-    W = p.frozen.tc.W_dec[layer][feature]
-    row = (W.sum(0) if W.ndim == 2 else W) @ p.unembed.T  # a cross-layer one: all it writes
-    top = torch.topk(row, k).indices.tolist()
-    return " ".join(repr(s) for s in loaded.tokenizer.pieces(top))
+def _output_labels(loaded, p, nodes: list[GraphNode], k: int = 3, chunk: int = 256) -> None:
+    """Each feature's strongest output tokens: the largest entries of its decoder row
+    times the unembedding (a cross-layer feature's rows into every layer, summed); the
+    rows go through the unembedding a chunk at a time, one matrix product each."""
+    tc = p.frozen.tc
+    for start in range(0, len(nodes), chunk):
+        part = nodes[start:start + chunk]
+        rows = []
+        for n in part:
+            W = tc.W_dec[n.layer][n.feature]
+            rows.append(W.sum(0) if W.ndim == 2 else W)
+        top = torch.topk(torch.stack(rows) @ p.unembed.T, k, dim=1).indices.tolist()
+        for n, ids in zip(part, top):
+            n.label = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
 
 
 def _paths(A: np.ndarray, nodes: list[GraphNode], depth: int = 4,
