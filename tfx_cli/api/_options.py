@@ -117,7 +117,8 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     # attribution graphs (tfx graph)
     "transcoders": _folder, "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
     "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
-    "save": as_path, "labels": as_texts,
+    "save": as_path, "labels": as_texts, "set_feature": as_texts,
+    "freeze_attention": as_flag, "constrained_layers": as_text,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
 }

@@ -8,6 +8,8 @@ from ..options import (AblateModeOpt, AblateOpt, AwayOpt, FullOpt, JsonOpt, Prec
                        ScaleOpt, SteerOpt, TextArg, TowardOpt, TruncateOpt,
                        edit_options,
                        model_command, read_text, split_list)
+from .graph import (ConstrainedLayersOpt, FeatureTranscodersOpt, FreezeAttentionOpt,
+                    SetFeatureOpt)  # transcoder features
 from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
@@ -71,6 +73,10 @@ def generate(
     sae: SaeOpt = None,
     sae_site: SaeSiteOpt = None,
     steer_feature: SteerFeatureOpt = None,
+    set_feature: SetFeatureOpt = None,
+    transcoders: FeatureTranscodersOpt = None,
+    freeze_attention: FreezeAttentionOpt = True,
+    constrained_layers: ConstrainedLayersOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     full: FullOpt = False,
@@ -137,7 +143,8 @@ def generate(
                               **edit_options(ablate, ablate_mode, steer=steer, toward=toward,
                                              away=away, scale=scale, sae=sae,
                                              sae_site=sae_site,
-                                             steer_feature=steer_feature), **model)
+                                             steer_feature=steer_feature), transcoders=transcoders, set_feature=set_feature,
+    freeze_attention=freeze_attention, constrained_layers=constrained_layers, **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

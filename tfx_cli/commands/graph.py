@@ -38,6 +38,23 @@ LabelsOpt = Annotated[Optional[List[str]], typer.Option(
     "--labels", metavar="DIR", show_default=False,
     help="A `tfx top --sae ... -o DIR` folder (repeatable, one per layer): label the "
     "features by their top examples instead of their strongest output tokens.")]
+# transcoder features set by hand on next and generate (circuit-tracer's feature_intervention)
+SetFeatureOpt = Annotated[Optional[List[str]], typer.Option(
+    "--set-feature", metavar="LAYER:POS:FEATURE=VALUE", show_default=False,
+    rich_help_panel="Transcoder features",
+    help="Set a transcoder feature (repeatable; needs --transcoders): its FFN output "
+    "changes by (VALUE − its activation) × its decoder row.")]
+FeatureTranscodersOpt = Annotated[Optional[str], typer.Option(
+    "--transcoders", metavar="DIR", show_default=False, rich_help_panel="Transcoder features",
+    help="The transcoder set --set-feature's features belong to (circuit-tracer's layout).")]
+FreezeAttentionOpt = Annotated[bool, typer.Option(
+    "--freeze-attention/--no-freeze-attention", rich_help_panel="Transcoder features",
+    help="Keep the attention patterns of the plain run while features are set.")]
+ConstrainedLayersOpt = Annotated[Optional[str], typer.Option(
+    "--constrained-layers", metavar="START:END", show_default=False,
+    rich_help_panel="Transcoder features",
+    help="Only these layers take the change, their FFN outputs otherwise frozen (all "
+    "layers: the norms' divisors frozen too): direct effects only.")]
 HtmlOpt = Annotated[Optional[Path], typer.Option(
     "--html", metavar="FILE", show_default=False,
     help="Write one self-contained offline page drawing the pruned graph.")]

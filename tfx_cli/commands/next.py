@@ -6,6 +6,8 @@ import typer
 from ..options import (AblateModeOpt, AblateOpt, AwayOpt, JsonOpt, PrecisionOpt, ScaleOpt,
                        SteerOpt, TargetOpt, TextArg, TowardOpt, TruncateOpt, edit_options,
                        model_command)
+from .graph import (ConstrainedLayersOpt, FeatureTranscodersOpt, FreezeAttentionOpt,
+                    SetFeatureOpt)  # transcoder features
 from ..options import SaeOpt, SaeSiteOpt, SteerFeatureOpt  # features of an SAE
 from .generate import TopKOpt, TopPOpt, read_prompt
 
@@ -31,6 +33,10 @@ def next_token(
     sae: SaeOpt = None,
     sae_site: SaeSiteOpt = None,
     steer_feature: SteerFeatureOpt = None,
+    set_feature: SetFeatureOpt = None,
+    transcoders: FeatureTranscodersOpt = None,
+    freeze_attention: FreezeAttentionOpt = True,
+    constrained_layers: ConstrainedLayersOpt = None,
     json_out: JsonOpt = False,
     precision: PrecisionOpt = 3,
     *,
@@ -79,5 +85,6 @@ def next_token(
                   top_p=top_p, candidates=candidates, truncate=truncate, target=target,
                   **edit_options(ablate, ablate_mode, steer=steer, toward=toward, away=away,
                                  scale=scale, sae=sae, sae_site=sae_site,
-                                 steer_feature=steer_feature), **model),
+                                 steer_feature=steer_feature), transcoders=transcoders, set_feature=set_feature,
+    freeze_attention=freeze_attention, constrained_layers=constrained_layers, **model),
          json=json_out, precision=precision)

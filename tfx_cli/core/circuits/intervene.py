@@ -11,8 +11,12 @@ norm's divisor is frozen when the range covers every layer, and interventions on
 outside it are dropped. Everything is done through the model's taps (`Tap.edit`)."""
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
+
 import torch
 
+from ...errors import RangeError, UsageError
 from .transcoders import Transcoders
 
 
@@ -46,6 +50,19 @@ def feature_intervention(model, ids: list[int], tc: Transcoders,
                          constrained: range | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (T, V), the transcoders' activations (L, T, F)) of the run with the
     interventions made."""
+    with intervening(model, ids, tc, interventions, freeze_attention=freeze_attention,
+                     constrained=constrained) as current, torch.inference_mode():
+        logits = model(torch.tensor([ids]))[0]
+    return logits.float(), torch.stack(current)
+
+
+@contextmanager
+def intervening(model, ids: list[int], tc: Transcoders,
+                interventions: list[tuple[int, int, int, float]], *,
+                freeze_attention: bool = True, constrained: range | None = None):
+    """The interventions made on the next forward pass over `ids` (a command's own run:
+    next's, generate's first step); the taps are left as they were after it. Yields the
+    list the run fills with each layer's transcoder activations."""
     L, T = len(model.blocks), len(ids)
     frozen = (freeze_attention or constrained is not None) and bool(interventions)
     plain = _record_plain(model, ids, tc) if frozen else None
@@ -91,15 +108,50 @@ def feature_intervention(model, ids: list[int], tc: Transcoders,
     if constrained is not None and frozen and set(range(L)) <= set(constrained):
         _freeze_divisors(model, plain, edits)
     taps = model.taps
+
+    def release():
+        for name in edits:
+            taps[name].edit = None
+        taps["logits"].edit = None
+
+    def after_first(x):  # the pass is over: later passes (decoding steps) run plain
+        release()
+        return x
+
     try:
         for name, fn in edits.items():
             taps[name].edit = fn
-        with torch.inference_mode():
-            logits = model(torch.tensor([ids]))[0]
+        taps["logits"].edit = after_first
+        yield current
     finally:
-        for name in edits:
-            taps[name].edit = None
-    return logits.float(), torch.stack(current)
+        release()
+
+
+def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
+                      n_tokens: int) -> list[tuple[int, int, int, float]]:
+    """--set-feature LAYER:POS:FEATURE=VALUE, each checked against the model and the
+    transcoders."""
+    out = []
+    for text in texts:
+        where, eq, value = str(text).partition("=")
+        parts = where.split(":")
+        try:
+            layer, pos, feat = (int(x) for x in parts)
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"--set-feature {text} is not LAYER:POS:FEATURE=VALUE; e.g. "
+                             "--set-feature 3:5:1234=0 (turn feature 1234 of layer 3 off "
+                             "at position 5)") from None
+        if not eq or not math.isfinite(number):
+            raise UsageError(f"--set-feature {text} needs a finite value after =; e.g. "
+                             f"--set-feature {where}=0")
+        for name, got, n in (("layer", layer, n_layers), ("position", pos, n_tokens),
+                             ("feature", feat, width)):
+            if not 0 <= got < n:
+                raise RangeError(f"--set-feature {text}: {name} {got} is out of range "
+                                 f"(0 to {n - 1})")
+        out.append((layer, pos, feat, number))
+    return out
 
 
 def _chain(first, second):
