@@ -47,7 +47,7 @@ class GraphResult(Result):
     completeness_score: float
     nodes: list[GraphNode]
     n_edges: int
-    seconds: float
+    seconds: float = internal(default=0.0)  # wall time of the graph (not in the JSON: runs differ)
     paths: list = internal(default=None)
     saved: str | None = optional()
 
