@@ -1,6 +1,7 @@
 """Write random transcoders with a realistic sparsity for a model, for timing `tfx graph`.
 
     python bench/graph_transcoders.py -w smollm2 --width 8192 --l0 64 OUT_DIR
+    python bench/graph_transcoders.py -c gpt124m OUT_DIR     (random GPT-2-small weights)
 
 Each layer's encoder and decoder rows are random unit vectors; the encoder bias is set so
 that on a calibration text about --l0 features fire per token at that layer (one
@@ -24,7 +25,8 @@ CALIBRATION = ("The quick brown fox jumps over the lazy dog. In 1905 Einstein pu
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("-w", "--weights", default="smollm2")
+    ap.add_argument("-w", "--weights", default=None)
+    ap.add_argument("-c", "--config", default=None, help="a preset with random weights")
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--l0", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
@@ -32,7 +34,8 @@ def main() -> None:
     from tfx_cli.core import load as loading
     from tfx_cli.core.spec import ModelSpec
 
-    m = loading.load(ModelSpec(weights=args.weights))
+    m = loading.load(ModelSpec(config=args.config) if args.config
+                     else ModelSpec(weights=args.weights or "smollm2"))
     L, D = m.cfg.n_layers, m.cfg.d_model
     ids = m.tokenizer.encode(CALIBRATION)
     names = [f"blocks.{i}.ln2.normed" for i in range(L)]  # ln2.hook_normalized: before the gain
