@@ -79,6 +79,7 @@ def _train_sae():
 
 
 # (CLI arguments, the same call through the API)
+CT = Path(__file__).resolve().parent / "recordings" / "circuit_tracer" / "gpt2"
 CASES = {
     "tokenize": (["tokenize", "Hello, I am"], lambda: api.tokenize("Hello, I am")),
     "tokenize-word": (["tokenize", SENTENCE, "-c", "toy"],
@@ -176,6 +177,11 @@ CASES = {
     # features of an SAE: the command, a feature ablated and steered, patch and attribute
     "features": (["features", CAPITAL, *SMALL, "--sae", SAE, "--per-token", "3"],
                  lambda: api.features(CAPITAL, sae=SAE, per_token=3, **SMALL_KW)),
+    # attribution graphs, on circuit-tracer's recorded tiny GPT-2 and its transcoders
+    "graph": (["graph", "The capital of France is", "-w", str(CT / "model"),
+               "--transcoders", str(CT / "transcoders"), "--max-logits", "3"],
+              lambda: api.graph("The capital of France is", weights=str(CT / "model"),
+                                transcoders=str(CT / "transcoders"), max_logits=3)),
     "next-feature-ablated": (["next", CAPITAL, *SMALL, "--sae", SAE, "--ablate",
                               "features.7:p=4", "--ablate-mode", "mean"],
                              lambda: api.next(CAPITAL, sae=SAE, ablate=["features.7:p=4"],

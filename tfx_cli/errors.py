@@ -108,6 +108,12 @@ class NonFiniteError(UsageError):
     """
 
 
+class TranscoderError(UsageError):
+    """A transcoder folder tfx cannot use for an attribution graph (exit 2): no
+    config.yaml, a hook tfx does not map, a layer file missing, another model's width or
+    layer count, NaN weights; the message names the folder and the fix."""
+
+
 class DiskFullError(TfxError):
     """The disk (or the user's quota) filled up while tfx wrote an output (exit 1).
 

@@ -133,6 +133,24 @@ _EDIT_OPTIONS = (  # interventions (core/interventions.py) and an SAE's features
          "at its site (the feature's activation raised by K at every position)."),
 )
 
+_TRANSCODER_EDIT_OPTIONS = (  # a transcoder set's features set (core/circuits/intervene.py)
+    _opt("set_feature", "--set-feature", kind="texts", metavar="LAYER:POS:FEATURE=VALUE",
+         show_default=False, panel="Transcoder features",
+         help="Set a transcoder feature (repeatable; needs --transcoders): its FFN output "
+         "changes by (VALUE − its activation) × its decoder row."),
+    _opt("transcoders", "--transcoders", kind="folder", metavar="DIR", show_default=False,
+         panel="Transcoder features",
+         help="The transcoder set --set-feature's features belong to (circuit-tracer's "
+         "layout)."),
+    _opt("freeze_attention", "--freeze-attention/--no-freeze-attention", kind="flag",
+         default=True, panel="Transcoder features",
+         help="Keep the attention patterns of the plain run while features are set."),
+    _opt("constrained_layers", "--constrained-layers", metavar="START:END",
+         show_default=False, panel="Transcoder features",
+         help="Only these layers take the change, their FFN outputs otherwise frozen (all "
+         "layers: the norms' divisors frozen too): direct effects only."),
+)
+
 _CORPUS_OPTIONS = (  # dataset commands (scan, top, collect, patch --pairs)
     _opt("field", "--field", default="text", panel="Corpus",
          help="The JSONL key or Parquet column holding each document."),
@@ -199,12 +217,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "model": tuple(o.name for o in _MODEL_OPTIONS),
     "edits": tuple(o.name for o in _EDIT_OPTIONS),
     "ablations": ("ablate", "ablate_mode", "sae", "sae_site"),  # no steering
+    "transcoder_edits": tuple(o.name for o in _TRANSCODER_EDIT_OPTIONS),
     "dataset": tuple(o.name for o in _CORPUS_OPTIONS),  # how a corpus is read
     "engine": tuple(o.name for o in _ENGINE_OPTIONS),
     "display": tuple(o.name for o in _DISPLAY_OPTIONS),
 }
 OPTIONS: dict[str, Option] = {o.name: o for o in (
-    *_MODEL_OPTIONS, *_EDIT_OPTIONS, *_CORPUS_OPTIONS, *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS,
+    *_MODEL_OPTIONS, *_EDIT_OPTIONS, *_TRANSCODER_EDIT_OPTIONS, *_CORPUS_OPTIONS, *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS,
     *_SINGLE_OPTIONS)}
 
 # a group is handed to a command under its own name, so that name is no option's but

@@ -82,6 +82,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("attribute", "attribute", "attribute", "interventions",
             "Direct logit attribution: which parts of the model write the answer's logit at "
             "the last position.", panel="interventions"),
+    Command("graph", "graph", "graph", "circuits",
+            "The attribution graph of TEXT's next token: which transcoder features, "
+            "through which paths, write the most likely logits.", panel="circuits"),
     Command("train", "train", "train", "train",
             "Train a model from random weights on a few examples, as seed 001 describes "
             "it: the model sees the target, errs, is corrected (cross-entropy) and its "

@@ -55,6 +55,32 @@ def _folder(name: str) -> Callable[[Path], None]:
     return lambda d: (d / name).mkdir()
 
 
+# attribution graphs: a transcoder folder in circuit-tracer's layout, small and seeded
+def _transcoders(name: str, *, layers: int = 1, d_model: int = 6, width: int = 4,
+                 nan: bool = False, hook: str = "ln2.hook_normalized",
+                 missing: bool = False) -> Callable[[Path], None]:
+    def make(d: Path) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        folder = d / name
+        folder.mkdir()
+        g = torch.Generator().manual_seed(0)
+        files = []
+        for layer in range(layers):
+            w = torch.randn(width, d_model, generator=g)
+            if nan:
+                w[0, 0] = float("nan")
+            files.append(f"layer_{layer}.safetensors")
+            if not (missing and layer == layers - 1):
+                save_file({"W_enc": w, "W_dec": w.clone(), "b_enc": torch.zeros(width),
+                           "b_dec": torch.zeros(d_model)}, str(folder / files[-1]))
+        (folder / "config.yaml").write_text(
+            f"feature_input_hook: {hook}\nfeature_output_hook: hook_mlp_out\ntranscoders:\n"
+            + "".join(f"  - {f}\n" for f in files), encoding="utf-8")
+    return make
+
+
 # Bytes that no reader accepts, but the same on every run (os.urandom would make the
 # message of a parser that quotes them change between runs).
 NOISE = bytes((i * 37 + 11) % 251 for i in range(1000))
@@ -1297,6 +1323,58 @@ CASES = [
                 _text("acts/shard-00000.safetensors", "rows")),
          keep={"acts/shard-00000.safetensors": "rows",
                "acts/manifest.json": '{"schema": "tfx/1", "ki'}),
+    # attribution graphs (tfx graph)
+    Case("graph-transcoders-width", "graph --transcoders of another width",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "the model's d_model is 6", files=(_transcoders("tc", d_model=8),)),
+    Case("graph-transcoders-layers", "graph --transcoders for another layer count",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "has 2 layers but the model has 1", files=(_transcoders("tc", layers=2),)),
+    Case("graph-transcoders-missing", "graph --transcoders with a layer file missing",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "is missing", files=(_transcoders("tc", missing=True),)),
+    Case("graph-transcoders-nan", "graph --transcoders with NaN weights",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "NaN or infinite", files=(_transcoders("tc", nan=True),)),
+    Case("graph-transcoders-hook", "graph --transcoders reading an unmapped hook",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "does not map", files=(_transcoders("tc", hook="attn.hook_z"),)),
+    Case("graph-transcoders-no-config", "graph --transcoders of a folder with no config.yaml",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "has no config.yaml", files=(_folder("tc"),)),
+    Case("graph-node-threshold", "graph --node-threshold 1.5",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--node-threshold", "1.5"],
+         "UsageError", "outside (0, 1]", files=(_transcoders("tc"),)),
+    Case("graph-edge-threshold", "graph --edge-threshold 0",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--edge-threshold", "0"],
+         "UsageError", "outside (0, 1]", files=(_transcoders("tc"),)),
+    Case("graph-labels-not-top", "graph --labels naming a folder tfx top did not write",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--labels", "tc"], "UsageError",
+         "no readable result.json", files=(_transcoders("tc"),)),
+    Case("set-feature-no-transcoders", "next --set-feature without --transcoders",
+         ["next", SENTENCE, *WORDY, "--set-feature", "0:1:2=0"], "UsageError",
+         "needs --transcoders"),
+    Case("set-feature-out-of-range", "next --set-feature naming a feature past the width",
+         ["next", SENTENCE, *WORDY, "--transcoders", "tc", "--set-feature", "0:1:99=0"],
+         "RangeError", "feature 99 is out of range", files=(_transcoders("tc"),)),
+    Case("set-feature-malformed", "generate --set-feature that is not LAYER:POS:FEATURE=VALUE",
+         ["generate", SENTENCE, *WORDY, "--transcoders", "tc", "--set-feature", "0:1=2"],
+         "UsageError", "is not LAYER:POS:FEATURE=VALUE", files=(_transcoders("tc"),)),
+    Case("constrained-layers-outside", "next --constrained-layers past the model's layers",
+         ["next", SENTENCE, *WORDY, "--transcoders", "tc", "--set-feature", "0:1:2=0",
+          "--constrained-layers", "0:5"], "UsageError", "not a range of this model's",
+         files=(_transcoders("tc"),)),
+    Case("graph-encoder-decoder", "graph on an encoder–decoder",
+         ["graph", SENTENCE, *TOY, "--transcoders", "tc"], "UsageError",
+         "is an encoder–decoder", files=(_transcoders("tc"),)),
+    Case("graph-json-exists", "graph -o onto a file that exists, without --force",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "-o", "g.json"],
+         "OutputFileError", "pass --force", files=(_transcoders("tc"), _text("g.json", "mine")),
+         keep={"g.json": "mine"}),
+    Case("graph-html-exists", "graph --html onto a file that exists, without --force",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--html", "g.html"],
+         "OutputFileError", "pass --force", files=(_transcoders("tc"), _text("g.html", "mine")),
+         keep={"g.html": "mine"}),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

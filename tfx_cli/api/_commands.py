@@ -259,9 +259,15 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              steer: str | None = None, toward: str | None = None, away: str | None = None,
              scale: float | None = None, target: str | None = None,
              sae: str | None = None, sae_site: str | None = None,
-             steer_feature: str | None = None, **model: Any) -> GenerateResult:
+             steer_feature: str | None = None, transcoders: str | None = None,
+             set_feature: Sequence[str] | None = None, freeze_attention: bool = True,
+             constrained_layers: str | None = None, **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
-    receives the continuation as it is produced."""
+    receives the continuation as it is produced. `set_feature` (with `transcoders`):
+    transcoder features set on the prompt's pass, as circuit-tracer's
+    feature_intervention (`freeze_attention`, `constrained_layers` "START:END")."""
+    from ._circuits import feature_edits
+
     from ..core.analysis.sampling import Sampling, check_new_tokens, check_sampling
 
     check_new_tokens(max_new_tokens)
@@ -272,10 +278,15 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     _check_edits(**edits)
     _needs_head(model, "generate")
     _masked_lm_checks(model, "generate")
-    return _model(model).generate(
-        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache, select=select,
-        truncate=truncate, ignore_eos=ignore_eos, on_text=on_text, target=target, **edits)
+    with feature_edits(model, prompt, transcoders=transcoders, set_feature=set_feature,
+                       freeze_attention=freeze_attention,
+                       constrained_layers=constrained_layers, truncate=truncate,
+                       no_cache=no_cache):
+        return _model(model).generate(
+            prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+            top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache,
+            select=select, truncate=truncate, ignore_eos=ignore_eos, on_text=on_text,
+            target=target, **edits)
 
 
 @checked
@@ -285,8 +296,14 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
          steer: str | None = None, toward: str | None = None, away: str | None = None,
          scale: float | None = None, target: str | None = None, sae: str | None = None,
          sae_site: str | None = None, steer_feature: str | None = None,
+         transcoders: str | None = None, set_feature: Sequence[str] | None = None,
+         freeze_attention: bool = True, constrained_layers: str | None = None,
          **model: Any) -> NextResult:
-    """The distribution over the token after `text`, and what sampling filters keep."""
+    """The distribution over the token after `text`, and what sampling filters keep.
+    `set_feature` (with `transcoders`): transcoder features set, as circuit-tracer's
+    feature_intervention (`freeze_attention`, `constrained_layers` "START:END")."""
+    from ._circuits import feature_edits
+
     from ..core.analysis.sampling import Sampling, check_sampling
 
     check_sampling(Sampling(temperature=temperature, top_k=top_k, top_p=top_p))
@@ -296,9 +313,12 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
     _check_edits(**edits)
     _needs_head(model, "next")
     _masked_lm_checks(model, "next", text)
-    return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
-                              candidates=candidates, truncate=truncate, target=target,
-                              **edits)
+    with feature_edits(model, text, transcoders=transcoders, set_feature=set_feature,
+                       freeze_attention=freeze_attention,
+                       constrained_layers=constrained_layers, truncate=truncate):
+        return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
+                                  candidates=candidates, truncate=truncate, target=target,
+                                  **edits)
 
 
 @checked

@@ -90,6 +90,10 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "shard_tokens": _whole, "per_token": _whole, "latents": _whole, "aux_k": _whole,
     "dead_after": _whole, "skip_first": _whole, "expansion": _finite, "l1": _finite,
     "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "checkpoint_every": _positive,
+    # attribution graphs (tfx graph; --transcoders and the feature edits are in the table)
+    "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
+    "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
+    "save": as_path, "labels": as_texts,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
     # the shared options, from their one declaration

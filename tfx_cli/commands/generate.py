@@ -37,7 +37,7 @@ def read_prompt(text: Optional[str], encoding: str) -> str:
     return read_text(text, encoding=encoding, what="prompt")
 
 
-@command("truncate", "edits", "display", "model")
+@command("truncate", "edits", "transcoder_edits", "display", "model")
 def generate(
     prompt: TextArg = None,
     max_new_tokens: Annotated[int, typer.Option(
@@ -59,7 +59,7 @@ def generate(
         "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
         "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
     target: GenerateTargetOpt = None,
-    *, truncate, edits, display, model, encoding,
+    *, truncate, edits, transcoder_edits, display, model, encoding,
 ) -> None:
     """Continue PROMPT token by token and show each step: the token chosen, its
     probability and the most likely alternatives.
@@ -107,7 +107,7 @@ def generate(
                               no_cache=no_cache, select=split_list(select, "--select"),
                               truncate=truncate, ignore_eos=ignore_eos,
                               on_text=stream.write if stream else None,
-                              target=target, **edits, **model)
+                              target=target, **edits, **transcoder_edits, **model)
     finally:  # end the streamed line, also on Ctrl-C, so an error starts a line of its own
         if stream:
             stream.close()

@@ -7,7 +7,7 @@ from ..options import TargetOpt, TextArg, command
 from .generate import TopKOpt, TopPOpt, read_prompt
 
 
-@command("truncate", "edits", "json", "precision", "model")
+@command("truncate", "edits", "transcoder_edits", "json", "precision", "model")
 def next_token(
     text: TextArg = None,
     temperature: Annotated[float, typer.Option(
@@ -18,7 +18,7 @@ def next_token(
     candidates: Annotated[int, typer.Option(
         "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
     target: TargetOpt = None,
-    *, truncate, edits, json, precision, model, encoding,
+    *, truncate, edits, transcoder_edits, json, precision, model, encoding,
 ) -> None:
     """The model's distribution over the token after TEXT: the most likely tokens with
     their logits and probabilities (softmax of the logits).
@@ -60,5 +60,5 @@ def next_token(
 
     emit(api.next(read_prompt(text, encoding), temperature=temperature, top_k=top_k,
                   top_p=top_p, candidates=candidates, truncate=truncate, target=target,
-                  **edits, **model),
+                  **edits, **transcoder_edits, **model),
          json=json, precision=precision)

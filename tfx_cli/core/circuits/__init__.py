@@ -5,6 +5,8 @@ features, error terms, token embeddings and logits, and its pruning and scores.
 Definitions follow circuit-tracer 0.5.0 (Ameisen et al. 2025, "Circuit Tracing"), whose
 numbers the parity tests compare against; the code is tfx's own.
 
-neuronpedia.py writes a pruned graph as the JSON file circuit-tracer's frontend and
-Neuronpedia open; it imports NumPy and tfx_cli.errors only, so the page drawer in render/
-may use its node ids. Like all of core, the package never imports typer, rich or click."""
+May import: core.analysis (encoding a text), core.load's models (run through their taps),
+core.results and the error catalogue; nothing above the core (no typer, no rich, no click).
+neuronpedia.py, which writes a pruned graph as the JSON file circuit-tracer's frontend and
+Neuronpedia open, imports NumPy and tfx_cli.errors only, so the page drawer in render/ may
+use its node ids."""

@@ -258,3 +258,33 @@ def report_page(result) -> str:
     page_html = esc(build_html(result))
     return ('<iframe sandbox="allow-scripts" style="width:100%;height:720px;border:1px solid '
             f'#d9dee5" srcdoc="{page_html}"></iframe>')
+
+
+@page("graph")
+def graph_page(result) -> str:
+    """tfx graph: the scores, the paths from each logit back to the tokens as nested
+    lists, and the kept features by influence."""
+    from ..views.circuits import node_text
+
+    tokens = list(result.input.tokens) if result.input else []
+    facts = kv({"transcoders": f"{result.transcoders} ({result.feature_input_hook} → "
+                               f"{result.feature_output_hook})",
+                "features": f"{result.n_active_features} active, "
+                            f"{result.n_selected_features} with rows",
+                "replacement score": number(result.replacement_score, 4),
+                "completeness score": number(result.completeness_score, 4),
+                "kept": f"{len(result.nodes)} nodes, {result.n_edges} edges"})
+
+    def tree(step) -> str:
+        items = "".join(f"<li>{number(c.weight, 3)} {esc(node_text(result.nodes[c.node], tokens))}"
+                        f"{tree(c)}</li>" for c in step.inputs)
+        return f"<ul>{items}</ul>" if items else ""
+
+    paths = "".join(f"<h4>{esc(node_text(result.nodes[s.node], tokens))}</h4>{tree(s)}"
+                    for s in result.paths or [])
+    features = sorted((n for n in result.nodes if n.kind == "feature"),
+                      key=lambda n: n.influence)[:20]
+    table = rows_table(["layer", "pos", "feature", "activation", "influence", "label"],
+                       [[n.layer, n.pos, n.feature, number(n.activation, 3),
+                         number(n.influence, 3), n.label or ""] for n in features])
+    return header(result) + facts + paths + "<h4>most influential features</h4>" + table

@@ -1,0 +1,97 @@
+"""`tfx graph` on the command line and api.graph: the JSON the issue fixes (nodes with
+their fields, the scores, graph.adjacency as targets × sources in nodes order), the
+tree of paths in the terminal, --save, and the thresholds at 1 keeping every node that
+has an edge."""
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from tfx_cli import api
+from tfx_cli.cli import app
+
+import sys
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from circuit_makers import write_transcoders  # noqa: E402
+
+SMALL = ["-c", "gpt124m", "--layers", "2", "--d-model", "64", "--heads", "4"]
+TEXT = "The capital of France is Paris"
+FIELDS = {"kind", "layer", "pos", "feature", "token", "text", "activation", "influence"}
+
+
+def test_json_nodes_scores_and_adjacency(tmp_path):
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True)
+    out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", str(tc),
+                                   "--json", "--save", str(tmp_path / "g.safetensors")])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    nodes = doc["result"]["nodes"]
+    assert {n["kind"] for n in nodes} == {"feature", "error", "embedding", "logit"}
+    for n in nodes:
+        assert FIELDS <= set(n)
+        if n["kind"] in ("feature", "error"):
+            assert 0 <= n["layer"] < 2
+        else:
+            assert n["layer"] is None and n["token"] is not None
+        assert (n["feature"] is None) == (n["kind"] != "feature")
+        assert (n["activation"] is None) == (n["kind"] != "feature")
+    n_tokens = len(doc["input"]["ids"])
+    assert sum(n["kind"] == "embedding" for n in nodes) == n_tokens  # tokens always kept
+    adj = np.asarray(doc["tensors"]["graph.adjacency"]["data"])
+    assert adj.shape == (len(nodes), len(nodes))
+    assert 0 < doc["result"]["replacement_score"] <= 1
+    assert 0 < doc["result"]["completeness_score"] <= 1
+    saved = load_file(str(tmp_path / "g.safetensors"))
+    assert saved["adjacency"].shape[0] > len(nodes)  # the unpruned graph
+    assert saved["input_ids"].tolist() == doc["input"]["ids"]
+
+
+def test_thresholds_at_one_keep_more_and_the_terminal_tree(tmp_path):
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96)
+    pruned = api.graph(TEXT, transcoders=str(tc), **_api(SMALL))
+    kept = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
+                     **_api(SMALL))
+    assert len(kept.nodes) > len(pruned.nodes)
+    page = pruned._repr_html_()  # draws itself in a notebook
+    assert "replacement score" in page and "<li>" in page
+    assert kept.n_edges > pruned.n_edges
+    out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", str(tc)])
+    assert out.exit_code == 0, out.output
+    assert "replacement score" in out.stdout and "logit" in out.stdout
+    assert "token “" in out.stdout  # paths reach the tokens
+
+
+def _api(args):
+    return dict(config=args[1], layers=int(args[3]), d_model=int(args[5]), heads=int(args[7]))
+
+
+def _top_folder(folder: Path, site: str, units: dict) -> Path:
+    """A `tfx top --sae -o DIR` result.json, written by tfx's own TopResult."""
+    from tfx_cli.core.results import TopContext, TopExample, TopResult, TopUnit
+
+    result = TopResult(corpus={"source": "hand"}, ctx=8, batch_size=1, site=site, k=3,
+                       context=2, units=[TopUnit(u, [TopExample(
+                           1.0, 0, 1, tok, TopContext(["before", tok], [None, 1.0], 1))
+                           for tok in toks]) for u, toks in units.items()])
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    return folder
+
+
+def test_labels_from_top_folders(tmp_path):
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True)
+    plain = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
+                      **_api(SMALL))
+    feats = [n for n in plain.nodes if n.kind == "feature"]
+    first = feats[0]
+    top = _top_folder(tmp_path / "top", f"blocks.{first.layer}.ln2.normed",
+                      {first.feature: ["alpha", "beta"]})
+    labelled = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
+                         labels=[str(top)], **_api(SMALL))
+    by_key = {(n.layer, n.feature, n.pos): n.label for n in labelled.nodes
+              if n.kind == "feature"}
+    assert by_key[(first.layer, first.feature, first.pos)] == "before[alpha] · before[beta]"
+    others = [n for n in feats if (n.layer, n.feature) != (first.layer, first.feature)]
+    assert all(by_key[(n.layer, n.feature, n.pos)] == n.label for n in others)

@@ -1,0 +1,202 @@
+"""Setting transcoder features by hand, as circuit-tracer 0.5.0's
+`ReplacementModel.feature_intervention` does (TransformerLens backend).
+
+Each intervention (layer, position, feature, value) adds (value − the feature's current
+activation) × its decoder row to the FFN output it writes (a cross-layer feature: to
+every later layer's too). With `freeze_attention` the attention patterns are the plain
+run's. With `constrained` (a range of layers) the FFN outputs of those layers are the
+plain run's too (plus the interventions, whose deltas are then taken from the plain
+run's activations; a transcoder's skip connection still sees the changed input), every
+norm's divisor is frozen when the range covers every layer, and interventions on layers
+outside it are dropped. Everything is done through the model's taps (`Tap.edit`)."""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+
+from ...errors import RangeError, UsageError
+from .transcoders import Transcoders
+
+
+def _record_plain(model, ids: list[int], tc: Transcoders) -> dict:
+    L = len(model.blocks)
+    names = [f"blocks.{i}.attn.pattern" for i in range(L)] + \
+        [f"blocks.{i}.ffn.out" for i in range(L)] + [f"blocks.{i}.{tc.site}" for i in range(L)]
+    norms = _norms(model)
+    names += [f"{n}.var" for n in norms]
+    with model.record(names) as tr, torch.inference_mode():
+        model(torch.tensor([ids]))
+    return {n: tr.raw(n).float()[None] for n in names}
+
+
+def _norms(model) -> list[str]:
+    out = []
+    for i in range(len(model.blocks)):
+        out += [f"blocks.{i}.ln1", f"blocks.{i}.ln2"]
+    return out + ["ln_f"]
+
+
+def _acts(tc: Transcoders, layer: int, x: torch.Tensor) -> torch.Tensor:
+    acts = tc.activate(layer, tc.pre(layer, x[0].float()))
+    acts[0] = 0  # circuit-tracer's zero_positions
+    return acts
+
+
+def feature_intervention(model, ids: list[int], tc: Transcoders,
+                         interventions: list[tuple[int, int, int, float]], *,
+                         freeze_attention: bool = True,
+                         constrained: range | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (T, V), the transcoders' activations (L, T, F)) of the run with the
+    interventions made."""
+    with intervening(model, ids, tc, interventions, freeze_attention=freeze_attention,
+                     constrained=constrained) as current, torch.inference_mode():
+        logits = model(torch.tensor([ids]))[0]
+    return logits.float(), torch.stack(current)
+
+
+@contextmanager
+def intervening(model, ids: list[int], tc: Transcoders,
+                interventions: list[tuple[int, int, int, float]], *,
+                freeze_attention: bool = True, constrained: range | None = None):
+    """The interventions made on the next forward pass over `ids` (a command's own run:
+    next's, generate's first step); the taps are left as they were after it. Yields the
+    list the run fills with each layer's transcoder activations."""
+    L, T = len(model.blocks), len(ids)
+    frozen = (freeze_attention or constrained is not None) and bool(interventions)
+    plain = _record_plain(model, ids, tc) if frozen else None
+    by_layer: dict[int, list] = {}
+    for layer, pos, feat, value in interventions:
+        by_layer.setdefault(layer, []).append((pos, feat, value))
+    deltas = torch.zeros(L, T, tc.d_model)
+    current: list = [None] * L
+    inputs: list = [None] * L
+    in_range = constrained if constrained is not None else range(L)
+    edits: dict[str, object] = {}
+
+    def site_edit(layer):
+        def edit(x):
+            inputs[layer] = x
+            current[layer] = _acts(tc, layer, x)
+            return x
+        return edit
+
+    def out_edit(layer):
+        def edit(x):
+            if constrained is not None and layer in constrained:
+                clean = plain[f"blocks.{layer}.ffn.out"].to(x.dtype)
+                if tc.W_skip[layer] is not None:  # the skip follows the changed input
+                    site = plain[f"blocks.{layer}.{tc.site}"]
+                    clean = clean + tc.skip(layer, inputs[layer].float()) - tc.skip(layer, site)
+                x = clean
+            if layer in by_layer:
+                base = _acts(tc, layer, plain[f"blocks.{layer}.{tc.site}"]) \
+                    if constrained is not None else current[layer]
+                _add_deltas(tc, deltas, layer, by_layer[layer], base)
+            if layer in in_range:
+                x = x + deltas[layer].to(x.dtype)
+            deltas[layer].zero_()
+            return x
+        return edit
+
+    for i in range(L):
+        edits[f"blocks.{i}.{tc.site}"] = site_edit(i)
+        edits[f"blocks.{i}.ffn.out"] = out_edit(i)
+        if frozen:
+            edits[f"blocks.{i}.attn.pattern"] = _fixed(plain[f"blocks.{i}.attn.pattern"])
+    if constrained is not None and frozen and set(range(L)) <= set(constrained):
+        _freeze_divisors(model, plain, edits)
+    taps = model.taps
+
+    def release():
+        for name in edits:
+            taps[name].edit = None
+        taps["logits"].edit = None
+
+    def after_first(x):  # the pass is over: later passes (decoding steps) run plain
+        release()
+        return x
+
+    try:
+        for name, fn in edits.items():
+            taps[name].edit = fn
+        taps["logits"].edit = after_first
+        yield current
+    finally:
+        release()
+
+
+def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
+                      n_tokens: int) -> list[tuple[int, int, int, float]]:
+    """--set-feature LAYER:POS:FEATURE=VALUE, each checked against the model and the
+    transcoders."""
+    out = []
+    for text in texts:
+        where, eq, value = str(text).partition("=")
+        parts = where.split(":")
+        try:
+            layer, pos, feat = (int(x) for x in parts)
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"--set-feature {text} is not LAYER:POS:FEATURE=VALUE; e.g. "
+                             "--set-feature 3:5:1234=0 (turn feature 1234 of layer 3 off "
+                             "at position 5)") from None
+        if not eq or not math.isfinite(number):
+            raise UsageError(f"--set-feature {text} needs a finite value after =; e.g. "
+                             f"--set-feature {where}=0")
+        for name, got, n in (("layer", layer, n_layers), ("position", pos, n_tokens),
+                             ("feature", feat, width)):
+            if not 0 <= got < n:
+                raise RangeError(f"--set-feature {text}: {name} {got} is out of range "
+                                 f"(0 to {n - 1})")
+        out.append((layer, pos, feat, number))
+    return out
+
+
+def _chain(first, second):
+    if first is None:
+        return second
+    return lambda x: second(first(x))
+
+
+def _fixed(value: torch.Tensor):
+    return lambda x: value.to(x.dtype)
+
+
+def _add_deltas(tc: Transcoders, deltas: torch.Tensor, layer: int, changes: list,
+                base: torch.Tensor) -> None:
+    """value − base activation, times the feature's decoder rows, into the layers it
+    writes."""
+    for pos, feat, value in changes:
+        change = float(value) - float(base[pos, feat])
+        if change == 0:
+            continue
+        for target in range(layer, deltas.shape[0]):
+            W = tc.decoder(layer, target)
+            if W is not None:
+                deltas[target, pos] += change * W[feat]
+
+
+def _freeze_divisors(model, plain: dict, edits: dict) -> None:
+    """Every norm divides by the plain run's divisor: its normalised rows are the input
+    (centred, for LayerNorm) over that fixed number (circuit-tracer's hook_scale
+    frozen). The input is taken at the norm's `in` tap, the rows replaced at `normed`."""
+    for name in _norms(model):
+        norm = model.get_submodule(name)
+        divisor = torch.sqrt(plain[f"{name}.var"] + norm.eps)[..., None]
+        seen: dict = {}
+
+        def keep(x, seen=seen):
+            seen["x"] = x
+            return x
+
+        def rows(x, seen=seen, divisor=divisor, centred=norm.kind != "rmsnorm"):
+            inp = seen["x"].float()
+            if centred:
+                inp = inp - inp.mean(dim=-1, keepdim=True)
+            return (inp / divisor).to(x.dtype)
+
+        previous = edits.get(f"{name}.normed")
+        edits[f"{name}.in"] = keep
+        edits[f"{name}.normed"] = rows if previous is None else _chain(rows, previous)
