@@ -131,6 +131,7 @@ def check_held(block: dx.Block, held_by: str) -> None:
 def test_the_examples_of(page, shim, tmp_path, monkeypatch):
     blocks = dx.blocks(ROOT / page, page)
     (tmp_path / "samples").symlink_to(ROOT / "samples")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the circuits page's tiny model
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "docs_example"}
     started, ran, held = time.monotonic(), 0, 0
