@@ -77,6 +77,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("train-sae", "train_sae", "train_sae", "features",
             "Train a sparse autoencoder on a collect folder's site and write it in SAELens's "
             "format (read back with --sae)."),
+    Command("eval-sae", "eval_sae", "eval_sae", "features",
+            "Judge a sparse autoencoder (or transcoder) over a corpus by SAEBench's core "
+            "scores: sparsity, reconstruction, and how much of the model's loss it keeps."),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

@@ -87,6 +87,7 @@ CALLS = {
     "train-sae": lambda f: api.train_sae(f / "acts", site="blocks.0.resid_out",
                                          output=f / "sae2", latents=32, k=4, batch_size=32,
                                          steps=2, force=True),
+    "eval-sae": lambda f: api.eval_sae("python-docs", sae=str(f / "sae"), **CORPUS, **TINY),
 }
 
 

@@ -4,7 +4,8 @@ The SAE options of the other commands are keywords of theirs: `sae` and `sae_sit
 `ablate=["features.12"]` on attend, trace, next, generate, lens, report and patch;
 `steer_feature="DIR:12"` with `scale` on next, generate and trace; `site="features"`
 with `sae` on patch; `sae` on attribute; `sae` on top (README "Features").
-`api.train_sae(collect_dir, site=..., output=...)` trains one on a collect folder.
+`api.train_sae(collect_dir, site=..., output=...)` trains one on a collect folder;
+`api.eval_sae(corpus, sae=DIR)` judges one over a corpus (SAEBench's core scores).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..values import as_path
 from ._options import _finite, checked
 
 if TYPE_CHECKING:
-    from ..core.results import FeaturesResult, TrainSAEResult
+    from ..core.results import EvalSAEResult, FeaturesResult, TrainSAEResult
 
 
 @checked
@@ -78,3 +79,31 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                b_dec_init=b_dec_init,
                dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
                progress=progress, checkpoint_every=checkpoint_every)
+
+
+@checked
+def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None,
+             field: str = "text", max_docs: int | None = None, max_tokens: int | None = None,
+             ctx: int | None = None, batch_size: int = 8, output: str | Path | None = None,
+             engine: str = "local", ray_address: str | None = None,
+             workers: int | None = None, gpus_per_worker: float | None = None,
+             verbose: bool = False, **model: Any) -> EvalSAEResult:
+    """SAEBench's core scores of the SAE (or transcoder) in folder `sae` over the corpus
+    `source`: l0, fvu, explained_variance, cosine, the next-token cross-entropy clean,
+    with the site zero-ablated and with it replaced by the reconstruction (ce_loss_score),
+    the same for KL (kl_score), dead and dense features; tensors["eval.density"] (F).
+    Corpus and engine keywords as api.scan's; `output` keeps a resumable run's state."""
+    from ..core.datasets.evaluate import eval_sae as run
+    from ..errors import UsageError
+    from ._datasets import _corpus, _engine, _loaded, _output
+
+    if sae is None or not str(sae).strip():
+        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
+                         "transcoder folder, e.g. one tfx train-sae wrote)")
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
+    opened = _corpus(source, field, max_docs)
+    with engine:
+        loaded, hooks = _loaded(model)
+        return run(loaded, opened, sae=sae, sae_site=sae_site, ctx=ctx,
+                   batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
+                   force=bool(model.get("force")), engine=engine, progress=hooks.progress)

@@ -263,7 +263,7 @@ _LAZY = {
                  "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
                  "PatchPairsResult"),
     "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
-                 "FeaturesResult", "TrainSAEResult"),
+                 "FeaturesResult", "TrainSAEResult", "EvalSAEResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -1,11 +1,13 @@
 """Result of `tfx features` (an SAE's features per token), the description of an SAE
-that every result run with one carries, and the result of `tfx train-sae`."""
+that every result run with one carries, and the results of `tfx train-sae` and
+`tfx eval-sae`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
 from . import Result, internal, optional
+from .datasets import CorpusRun
 
 
 @dataclass
@@ -118,3 +120,29 @@ class TrainSAEResult(Result):
     losses: list[float]  # the training loss, as means over up to 100 equal spans of steps
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
     tokens_per_s: float | None = internal(None)
+
+
+@dataclass(kw_only=True)
+class EvalSAEResult(CorpusRun, Result):
+    """`tfx eval-sae`: SAEBench's core scores of an SAE over a corpus (every real token;
+    CE and KL over the positions with a next token in their window).
+
+    tensors: eval.density (F) the fraction of tokens each feature is active on."""
+
+    command: ClassVar[str] = "eval-sae"
+    sae: SAEInfo
+    l0: float  # features active per token
+    fvu: float | None  # Σ|x − x̂|² / Σ|x − mean x|²
+    explained_variance: float | None  # 1 − fvu
+    cosine: float | None  # mean cos(x, x̂)
+    ce_clean: float | None  # mean next-token cross-entropy, the plain model
+    ce_ablation: float | None  # ... with the site set to zeros
+    ce_replaced: float | None  # ... with the site set to the SAE's reconstruction
+    ce_loss_score: float | None  # (ce_ablation − ce_replaced) / (ce_ablation − ce_clean)
+    kl_ablation: float | None  # mean KL(clean ‖ zero-ablated)
+    kl_replaced: float | None  # mean KL(clean ‖ replaced)
+    kl_score: float | None  # (kl_ablation − kl_replaced) / kl_ablation
+    dead: int  # features active on no token
+    dense: int  # features active on more than dense_above of the tokens
+    dense_above: float
+    predicted: int  # positions CE and KL are averaged over

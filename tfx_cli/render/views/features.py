@@ -139,3 +139,35 @@ def train_sae_view(result, console: Console, opts) -> None:
                          f"({100 * result.dead_fraction:.1f}%); {result.dead_in_training:,} "
                          f"had not fired in the last {result.dead_after:,} training tokens")
     console.print(held)
+
+
+@register("eval-sae")
+def eval_sae_view(result, console: Console, opts) -> None:
+    """The SAE, the corpus read, then SAEBench's core scores."""
+    from .datasets import corpus_line
+
+    header(console, result)
+    corpus_line(console, result)
+    p = opts.precision
+    console.print(kv_table(sae_lines(result.sae), precision=p))
+    num = lambda v: "—" if v is None else format_number(v, p)
+    n = result.sae.d_sae
+    scores = Table(title=Text("SAEBench core scores", style="bold"), title_justify="left",
+                   box=None, padding=(0, 1), show_header=False)
+    scores.add_column(style="dim", no_wrap=True)
+    scores.add_column()
+    scores.add_row("L0", f"{num(result.l0)} features per token")
+    scores.add_row("FVU", f"{num(result.fvu)} (explained variance "
+                          f"{num(result.explained_variance)})")
+    scores.add_row("cosine", num(result.cosine))
+    scores.add_row("CE loss", f"clean {num(result.ce_clean)} · site zeroed "
+                              f"{num(result.ce_ablation)} · reconstructed "
+                              f"{num(result.ce_replaced)} over {result.predicted:,} positions")
+    scores.add_row("CE-loss score", num(result.ce_loss_score))
+    scores.add_row("KL", f"site zeroed {num(result.kl_ablation)} · reconstructed "
+                         f"{num(result.kl_replaced)}")
+    scores.add_row("KL score", num(result.kl_score))
+    scores.add_row("dead", f"{result.dead:,} of {n:,} features active on no token")
+    scores.add_row("dense", f"{result.dense:,} active on more than "
+                            f"{100 * result.dense_above:g}% of tokens")
+    console.print(scores)
