@@ -114,6 +114,9 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "skip_first": _whole, "gpus_per_worker": _finite, "expansion": _finite, "l1": _finite,
     "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "verbose": as_flag,
     "checkpoint_every": _positive,
+    # eval-sae and train-transcoder (train-transcoder's `layer` takes its own kind: a
+    # layer, a list of them, a range or "all")
+    "input_site": as_text, "skip": as_flag,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
 }

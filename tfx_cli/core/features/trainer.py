@@ -23,6 +23,12 @@ default k_aux = 512 and coefficient 1/32 are theirs (appendix A.2).
 
 c is folded out when the SAE is saved (weights()): the saved SAE reads raw activations,
 its features are f / c and its decoder rows are still unit vectors.
+
+A transcoder (`transcoder=True`) reads one site and reconstructs another: x' = x·c_in
+(no b_dec taken off: its b_dec lives in the output's space), the target is y·c_out, and
+with `skip` x̂ gains a linear skip path x'·W_skipᵀ (W_skip (d_out, d_in), started at 0).
+Folded out on saving: features f / c_out, W_enc and W_skip × c_in / c_out, the biases
+÷ c_out (ReLU and TopK commute with a positive scale).
 """
 from __future__ import annotations
 
@@ -56,15 +62,27 @@ class Trainer:
     def __init__(self, d_in: int, latents: int, *, activation: str, k: int | None = None,
                  l1: float = 0.0, lr: float = 4e-4, aux_k: int = 0, aux_coef: float = 1 / 32,
                  dead_after: int = 10_000_000, scale: float = 1.0, seed: int = 0,
-                 b_dec: torch.Tensor | None = None):
+                 b_dec: torch.Tensor | None = None, transcoder: bool = False,
+                 d_out: int | None = None, scale_out: float | None = None,
+                 skip: bool = False):
         self.d_in, self.latents, self.activation = d_in, latents, activation
         self.k, self.l1, self.lr = k, l1, lr
         self.aux_k, self.aux_coef, self.dead_after, self.scale = aux_k, aux_coef, dead_after, scale
+        self.transcoder, self.skip = transcoder, skip
+        self.scale_out = scale if scale_out is None else scale_out
+        d_out = d_in if d_out is None else d_out
         g = torch.Generator().manual_seed(seed)
-        W_dec = torch.randn(latents, d_in, generator=g, dtype=torch.float32)
+        W_dec = torch.randn(latents, d_out, generator=g, dtype=torch.float32)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
-        self.p = {"W_enc": W_dec.clone(), "W_dec": W_dec, "b_enc": torch.zeros(latents),
-                  "b_dec": torch.zeros(d_in) if b_dec is None else b_dec.to(torch.float32)}
+        if d_out == d_in:
+            W_enc = W_dec.clone()
+        else:
+            W_enc = torch.randn(latents, d_in, generator=g, dtype=torch.float32)
+            W_enc /= W_enc.norm(dim=1, keepdim=True)
+        self.p = {"W_enc": W_enc, "W_dec": W_dec, "b_enc": torch.zeros(latents),
+                  "b_dec": torch.zeros(d_out) if b_dec is None else b_dec.to(torch.float32)}
+        if skip:
+            self.p["W_skip"] = torch.zeros(d_out, d_in)
         self.m = {n: torch.zeros_like(t) for n, t in self.p.items()}
         self.v = {n: torch.zeros_like(t) for n, t in self.p.items()}
         self.t = 0  # Adam's step count
@@ -80,7 +98,7 @@ class Trainer:
         return out
 
     def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        for n in PARAMS:
+        for n in self.p:
             self.p[n] = tensors[n].clone()
             self.m[n] = tensors[f"adam_m.{n}"].clone()
             self.v[n] = tensors[f"adam_v.{n}"].clone()
@@ -94,8 +112,17 @@ class Trainer:
 
     # -- the forward pass -----------------------------------------------------------------
     def _pre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xc = x - self.p["b_dec"]
+        xc = x if self.transcoder else x - self.p["b_dec"]
         return xc, torch.addmm(self.p["b_enc"], xc, self.p["W_enc"].T)  # (B, L)
+
+    def _decoded(self, x: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
+        """The reconstruction with the skip path's x·W_skipᵀ added (in place)."""
+        return recon.addmm_(x, self.p["W_skip"].T) if self.skip else recon
+
+    def _b_dec_grad(self, dr: torch.Tensor, g_b_enc: torch.Tensor) -> torch.Tensor:
+        """b_dec's gradient: its own, and (an SAE's) through the input it is taken off."""
+        own = dr.sum(0)
+        return own if self.transcoder else own - g_b_enc @ self.p["W_enc"]
 
     def _topk(self, pre: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         values, index = torch.topk(pre, k, dim=-1, sorted=False)
@@ -103,12 +130,12 @@ class Trainer:
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Raw activations (N, d_in) -> feature activations (N, latents) in the saved SAE's
-        units (f / scale), dense."""
+        units (f / scale_out), dense."""
         _, pre = self._pre(x.to(torch.float32) * self.scale)
         if self.activation == "relu":
-            return torch.relu(pre) / self.scale
+            return torch.relu(pre) / self.scale_out
         acts, index = self._topk(pre, self.k)
-        return torch.zeros_like(pre).scatter_(-1, index, acts) / self.scale
+        return torch.zeros_like(pre).scatter_(-1, index, acts) / self.scale_out
 
     # -- sparse products ---------------------------------------------------------------
     def _sparse(self, values: torch.Tensor, index: torch.Tensor) -> tuple:
@@ -144,27 +171,32 @@ class Trainer:
         return torch.sparse.sampled_addmm(mask, d, W.T, beta=0.0).values().reshape(B, k)
 
     # -- one step -----------------------------------------------------------------------
-    def loss_and_grads(self, x: torch.Tensor) -> tuple[float, dict, torch.Tensor]:
-        """The loss on batch x (B, d_in), already × scale; its gradients; (latents,) bool
-        of the latents that fired."""
+    def loss_and_grads(self, x: torch.Tensor, y: torch.Tensor | None = None
+                       ) -> tuple[float, dict, torch.Tensor]:
+        """The loss on batch x (B, d_in), already × scale (a transcoder's target y, ×
+        scale_out; an SAE's is x); its gradients; (latents,) bool of the latents that
+        fired."""
         B = len(x)
+        target = x if y is None else y
         W_enc, W_dec = self.p["W_enc"], self.p["W_dec"]
         xc, pre = self._pre(x)
         if self.activation == "relu":
             f = torch.relu(pre)
-            recon = torch.addmm(self.p["b_dec"], f, W_dec)
-            err = recon - x
+            recon = self._decoded(x, torch.addmm(self.p["b_dec"], f, W_dec))
+            err = recon - target
             loss = float((err ** 2).sum() / B + self.l1 * f.sum() / B)
             dr = err * (2.0 / B)
             g_f = dr @ W_dec.T + self.l1 / B
             g_pre = g_f * (pre > 0)
             g = {"W_dec": f.T @ dr, "W_enc": g_pre.T @ xc, "b_enc": g_pre.sum(0)}
-            g["b_dec"] = dr.sum(0) - g["b_enc"] @ W_enc
+            g["b_dec"] = self._b_dec_grad(dr, g["b_enc"])
+            if self.skip:
+                g["W_skip"] = dr.T @ x
             return loss, g, (f > 0).any(dim=0)
         acts, index = self._sorted(*self._topk(pre, self.k))
         f, fT = self._sparse(acts, index)
-        recon = (f @ W_dec).add_(self.p["b_dec"])  # (B, d)
-        err = recon - x
+        recon = self._decoded(x, (f @ W_dec).add_(self.p["b_dec"]))  # (B, d)
+        err = recon - target
         loss = float((err ** 2).sum() / B)
         dr = err * (2.0 / B)
         g_pre = self._gathered_dot(dr, index, W_dec) * (acts > 0)  # (B, k)
@@ -176,7 +208,7 @@ class Trainer:
         dead = self.dead
         n_dead = int(dead.sum())
         if self.aux_k > 0 and n_dead > 0:  # AuxK: dead latents model the residual
-            resid = (x - recon).detach()
+            resid = (target - recon).detach()
             aux_acts, aux_index = self._sorted(*self._topk(
                 pre.masked_fill(~dead, -math.inf), min(self.aux_k, n_dead)))
             a, aT = self._sparse(aux_acts, aux_index)
@@ -188,19 +220,22 @@ class Trainer:
             g_W_enc += self._sparse(g_aux, aux_index)[1] @ xc
             g_b_enc.index_add_(0, aux_index.reshape(-1), g_aux.reshape(-1))
         g = {"W_dec": g_W_dec, "W_enc": g_W_enc, "b_enc": g_b_enc,
-             "b_dec": dr.sum(0) - g_b_enc @ W_enc}
+             "b_dec": self._b_dec_grad(dr, g_b_enc)}
+        if self.skip:
+            g["W_skip"] = dr.T @ x
         return loss, g, fired
 
-    def step(self, x: torch.Tensor) -> float:
-        """One Adam update on batch x (B, d_in), already × scale; returns the loss."""
-        loss, grads, fired = self.loss_and_grads(x)
+    def step(self, x: torch.Tensor, y: torch.Tensor | None = None) -> float:
+        """One Adam update on batch x (B, d_in), already × scale (and a transcoder's
+        target y × scale_out); returns the loss."""
+        loss, grads, fired = self.loss_and_grads(x, y)
         W_dec = self.p["W_dec"]
         # keep the decoder rows' norms: no gradient along a row
         grads["W_dec"] -= (grads["W_dec"] * W_dec).sum(dim=1, keepdim=True) * W_dec
         self.t += 1
         b1, b2 = BETAS
         lr = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        for n in PARAMS:
+        for n in self.p:
             m, v, g = self.m[n], self.v[n], grads[n]
             m.mul_(b1).add_(g, alpha=1 - b1)
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
@@ -213,10 +248,16 @@ class Trainer:
     # -- the saved SAE ------------------------------------------------------------------
     def weights(self) -> dict[str, torch.Tensor]:
         """SAELens's tensors of the SAE that reads raw activations: the scale folded
-        into b_enc and b_dec (f and x̂ divided by it), W_dec's rows still unit norm."""
-        c = self.scale
-        return {"W_enc": self.p["W_enc"].T.contiguous(), "W_dec": self.p["W_dec"].clone(),
-                "b_enc": self.p["b_enc"] / c, "b_dec": self.p["b_dec"] / c}
+        into b_enc and b_dec (f and x̂ divided by it), W_dec's rows still unit norm (a
+        transcoder's: as the module's docstring says; W_skip (d_out, d_in) with skip)."""
+        c = self.scale_out
+        W_enc = self.p["W_enc"].T.contiguous()
+        out = {"W_enc": W_enc * (self.scale / c) if self.transcoder else W_enc,
+               "W_dec": self.p["W_dec"].clone(), "b_enc": self.p["b_enc"] / c,
+               "b_dec": self.p["b_dec"] / c}
+        if self.skip:
+            out["W_skip"] = self.p["W_skip"] * (self.scale / c)
+        return out
 
 
 __all__ = ["Trainer", "geometric_median", "PARAMS"]

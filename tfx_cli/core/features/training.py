@@ -154,8 +154,11 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
 class RunFolder:
     """SAE_DIR: refused when it holds something else, resumed when it holds this run."""
 
-    def __init__(self, path: Path, identity: dict, force: bool):
+    def __init__(self, path: Path, identity: dict, force: bool, products=None):
+        """`products`: the files a finished run leaves (default: SAELens's two in path)."""
         self.path, self.identity = path, identity
+        self.products = [path / SAELENS_CFG, path / SAELENS_WEIGHTS] if products is None \
+            else list(products)
         self.resume = None  # the checkpoint's tensors, when continuing
         self.finished = None  # the recorded result, when this very run is already done
         self.created, self.hold = False, None
@@ -208,7 +211,7 @@ class RunFolder:
                                   "pass --force to start over, or choose another folder")
         if state.get("complete"):
             if isinstance(state.get("result"), dict) and all(
-                    (path / name).is_file() for name in (SAELENS_CFG, SAELENS_WEIGHTS)):
+                    file.is_file() for file in self.products):
                 self.finished = state["result"]  # nothing to do: the run is done
                 return
             raise OutputFileError(f"-o {path} holds the finished SAE of this very run; pass "
@@ -348,10 +351,12 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
 
 
 def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: TrainOptions, *, seed,
-           progress, checkpoint_every) -> tuple[torch.Tensor, int, float]:
+           progress, checkpoint_every, targets: torch.Tensor | None = None,
+           what: str = "tfx train-sae") -> tuple[torch.Tensor, int, float]:
     """The steps not yet taken (from folder's checkpoint, if any), a checkpoint every
     `checkpoint_every` steps or CHECKPOINT_SECONDS: (the losses, the step started at, the
-    seconds taken)."""
+    seconds taken). `targets`: a transcoder's rows to reconstruct, row for row of
+    `train` (an SAE reconstructs `train` itself)."""
     total, B = opts.steps, opts.batch_size
     n_train = len(train)
     losses = torch.full((total,), float("nan"))
@@ -371,7 +376,7 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: Train
     began, saved_at = time.perf_counter(), time.perf_counter()
     per_epoch = n_train // B
     perm, epoch_of_perm = None, -1
-    with counting(progress, "tfx train-sae", total, "steps") as update:
+    with counting(progress, what, total, "steps") as update:
         update(start, start * B)
         for step in range(start, total):
             epoch, j = divmod(step, per_epoch)
@@ -379,8 +384,10 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: Train
                 # within the generator's 64 bits, whatever the seed (0 to 2**64 - 1)
                 g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
-            x = train[perm[j * B:(j + 1) * B]] * trainer.scale
-            losses[step] = _finite_loss(trainer.step(x), step, opts.lr, folder)
+            rows = perm[j * B:(j + 1) * B]
+            y = None if targets is None else targets[rows] * trainer.scale_out
+            losses[step] = _finite_loss(trainer.step(train[rows] * trainer.scale, y), step,
+                                        opts.lr, folder)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
                     time.perf_counter() - saved_at > CHECKPOINT_SECONDS:

@@ -263,7 +263,8 @@ _LAZY = {
                  "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
                  "PatchPairsResult"),
     "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
-                 "FeaturesResult", "TrainSAEResult", "EvalSAEResult"),
+                 "FeaturesResult", "TrainSAEResult", "EvalSAEResult", "TranscoderLayer",
+                 "TrainTranscoderResult"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

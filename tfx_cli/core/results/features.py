@@ -146,3 +146,52 @@ class EvalSAEResult(CorpusRun, Result):
     dense: int  # features active on more than dense_above of the tokens
     dense_above: float
     predicted: int  # positions CE and KL are averaged over
+
+
+@dataclass
+class TranscoderLayer:
+    """One layer's transcoder of `tfx train-transcoder`, judged on the held-out tokens."""
+
+    layer: int
+    file: str  # DIR/layer_{i}.safetensors
+    fvu: float | None  # of the MLP's output
+    l0: float
+    dead: int  # latents firing on no held-out token
+    dead_in_training: int
+    loss_first: float
+    loss_last: float
+    losses: list[float]
+    resumed_from: int  # the step a checkpoint let this run start at (steps: already done)
+    train_tokens: int
+    holdout_tokens: int
+    steps: int
+    epochs: float
+
+
+@dataclass(kw_only=True)
+class TrainTranscoderResult(Result):
+    """`tfx train-transcoder`: per-layer transcoders (an MLP's input -> its output) trained
+    on a collect folder's pairs and written in circuit-tracer's layout to `output`."""
+
+    command: ClassVar[str] = "train-transcoder"
+    collect: str
+    output: str
+    input_site: str  # within each block: ln2.out or resid_mid
+    feature_input_hook: str  # its TransformerLens name in config.yaml
+    feature_output_hook: str
+    architecture: str  # topk | standard (ReLU with an L1 penalty)
+    d_in: int
+    latents: int
+    k: int | None = optional()
+    l1: float | None = optional()
+    skip: bool
+    lr: float
+    batch_size: int
+    seed: int
+    holdout: float
+    layers: list[TranscoderLayer]
+    n_layers: int  # the model's
+    config: str | None  # DIR/config.yaml once every layer has its file
+    missing: list[int]  # layers with no file yet
+    seconds: float = internal(0.0)
+    tokens_per_s: float | None = internal(None)
