@@ -18,6 +18,7 @@ The MLP output's FVU on the held-out last tokens is reported per layer.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -35,6 +36,7 @@ from .training import (NEVER, STATE_JSON, STATE_SCHEMA, RunFolder, _b_dec_start,
 INPUT_SITES = {"ln2.out": "mlp.hook_in", "resid_mid": "hook_resid_mid"}
 OUTPUT_SITE, OUTPUT_HOOK = "ffn.out", "hook_mlp_out"
 CONFIG = "config.yaml"
+META_KEY = "tfx"  # the safetensors metadata key holding what the file is, as JSON
 STATE_DIR = "state"
 
 
@@ -254,7 +256,9 @@ def train_layer(acts, layer: int, *, out_dir: Path, input_site: str, options: di
                 "layer": str(layer), "input_site": identity["input"],
                 "output_site": identity["output"], "feature_input_hook": INPUT_SITES[input_site],
                 "feature_output_hook": OUTPUT_HOOK, **({"k": str(opts.k)} if opts.k else {})}
-        _atomic_tensors(file, tensors, meta)
+        # one key: safetensors writes a metadata map in no fixed order, and a rerun must
+        # give the same bytes
+        _atomic_tensors(file, tensors, {META_KEY: json.dumps(meta, sort_keys=True)})
         row = dict(layer=layer, file=str(file), fvu=judged["fvu"], l0=judged["l0"],
                    dead=judged["dead"], dead_in_training=int(trainer.dead.sum()),
                    loss_first=curve[0], loss_last=curve[-1], losses=curve,
@@ -280,6 +284,15 @@ def write_config(out_dir: Path, n_layers: int, input_site: str, model_name) -> P
     return path
 
 
+def file_metadata(opened) -> dict:
+    """What a layer file says it is (its META_KEY entry), from an opened safetensors."""
+    try:
+        meta = json.loads((opened.metadata() or {}).get(META_KEY) or "{}")
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def check_set(out_dir: Path, layers: list[int], input_site: str, latents: int,
               skip: bool) -> None:
     """The layer files DIR already holds (other layers') must belong to one set with this
@@ -289,7 +302,7 @@ def check_set(out_dir: Path, layers: list[int], input_site: str, latents: int,
     for file in sorted(out_dir.glob("layer_*.safetensors")):
         try:
             with safe_open(str(file), framework="pt") as f:
-                meta = f.metadata() or {}
+                meta = file_metadata(f)
                 width = f.get_slice("W_enc").get_shape()[0]
                 has_skip = "W_skip" in f.keys()
         except Exception:  # noqa: BLE001 - any unreadable file: refused by name below
@@ -355,6 +368,7 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
         seconds=seconds, tokens_per_s=trained / seconds if seconds > 0 and trained else None)
 
 
-__all__ = ["train_transcoders", "train_layer", "write_config", "check_set", "INPUT_SITES", "OUTPUT_SITE", "OUTPUT_HOOK", "layer_file", "parse_layers",
+__all__ = ["train_transcoders", "train_layer", "write_config", "check_set", "file_metadata",
+           "INPUT_SITES", "OUTPUT_SITE", "OUTPUT_HOOK", "layer_file", "parse_layers",
            "check_sites", "open_output", "circuit_tracer_tensors", "judge", "config_text",
-           "CONFIG"]
+           "CONFIG", "META_KEY"]
