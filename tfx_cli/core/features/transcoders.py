@@ -144,6 +144,25 @@ def circuit_tracer_tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
     return out
 
 
+def encode(tensors: dict, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
+    """A layer file's features of x (..., D): ReLU(x·W_encᵀ + b_enc), JumpReLU where the
+    file has circuit-tracer's threshold (pre kept where pre > θ), TopK with k."""
+    pre = x @ tensors["W_enc"].T + tensors["b_enc"]
+    theta = tensors.get("activation_function.threshold")
+    if theta is not None:
+        return pre * (pre > theta)
+    if k is None:
+        return torch.relu(pre)
+    values, index = torch.topk(pre, k, dim=-1)
+    return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
+
+
+def decode(tensors: dict, f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """f·W_dec + b_dec, plus x·W_skipᵀ where the file has a skip path."""
+    out = f @ tensors["W_dec"] + tensors["b_dec"]
+    return out + x @ tensors["W_skip"].T if "W_skip" in tensors else out
+
+
 def judge(tensors: dict, x: torch.Tensor, y: torch.Tensor, k: int | None,
           rows_at_once: int = 4096) -> dict:
     """The written transcoder on held-out pairs: FVU of y, mean L0, dead latents."""
@@ -152,16 +171,8 @@ def judge(tensors: dict, x: torch.Tensor, y: torch.Tensor, k: int | None,
     with torch.inference_mode():
         for i in range(0, len(x), rows_at_once):
             xs = x[i:i + rows_at_once]
-            pre = xs @ tensors["W_enc"].T + tensors["b_enc"]
-            if k is None:
-                f = torch.relu(pre)
-            else:
-                values, index = torch.topk(pre, k, dim=-1)
-                f = torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
-            out = f @ tensors["W_dec"] + tensors["b_dec"]
-            if "W_skip" in tensors:
-                out = out + xs @ tensors["W_skip"].T
-            recon.append(out)
+            f = encode(tensors, xs, k)
+            recon.append(decode(tensors, f, xs))
             l0_sum += int(metrics.l0(f).sum())
             fired |= (f != 0).any(dim=0)
     return {"fvu": metrics.fvu(y, torch.cat(recon)), "l0": l0_sum / max(len(x), 1),
@@ -370,5 +381,5 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
 
 __all__ = ["train_transcoders", "train_layer", "write_config", "check_set", "file_metadata",
            "INPUT_SITES", "OUTPUT_SITE", "OUTPUT_HOOK", "layer_file", "parse_layers",
-           "check_sites", "open_output", "circuit_tracer_tensors", "judge", "config_text",
-           "CONFIG", "META_KEY"]
+           "check_sites", "open_output", "circuit_tracer_tensors", "encode", "decode",
+           "judge", "config_text", "CONFIG", "META_KEY"]
