@@ -194,3 +194,63 @@ def test_a_killed_run_resumes_to_the_same_bytes(collected, tmp_path):
             a, b = load_file(str(cut / name)), load_file(str(whole / name))
             assert {n: float((a[n] - b[n]).abs().max()) for n in a} == {n: 0.0 for n in a}, name
         assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+class _JumpReLU(torch.autograd.Function):
+    """pre·[pre > θ] and [pre > θ] with the pseudo-derivatives of Rajamanoharan et al.
+    2024 for θ (rectangle kernel of bandwidth ε), written here apart from trainer.py."""
+
+    @staticmethod
+    def forward(ctx, pre, theta, eps):
+        ctx.save_for_backward(pre, theta)
+        ctx.eps = eps
+        gate = (pre > theta).to(pre.dtype)
+        return pre * gate, gate
+
+    @staticmethod
+    def backward(ctx, g_f, g_gate):
+        pre, theta = ctx.saved_tensors
+        eps = ctx.eps
+        gate = (pre > theta).to(pre.dtype)
+        kernel = (((pre - theta) / eps).abs() < 0.5).to(pre.dtype)
+        g_theta = (g_f * -(theta / eps) * kernel).sum(0) + (g_gate * -(1 / eps) * kernel).sum(0)
+        return g_f * gate, g_theta, None
+
+
+def test_the_jumprelu_step_is_the_papers_straight_through_gradient():
+    torch.manual_seed(0)
+    trainer = Trainer(16, 64, activation="jumprelu", l1=0.3, seed=1, b_dec=torch.randn(16),
+                      transcoder=True, d_out=16, skip=True)
+    trainer.bandwidth = 0.5  # wide enough that many pre-activations fall in the kernel
+    trainer.p["b_enc"] = torch.randn(64) * 0.1
+    trainer.p["log_threshold"] = torch.randn(64) * 0.3 - 1
+    trainer.p["W_skip"] = torch.randn(16, 16) * 0.2
+    x, y = torch.randn(32, 16), torch.randn(32, 16) * 2 + 1
+    loss, grads, _ = trainer.loss_and_grads(x, y)
+    with torch.enable_grad():
+        p = {n: t.clone().double().requires_grad_(True) for n, t in trainer.p.items()}
+        xd, yd = x.double(), y.double()
+        pre = xd @ p["W_enc"].T + p["b_enc"]
+        f, gate = _JumpReLU.apply(pre, p["log_threshold"].exp(), 0.5)
+        recon = f @ p["W_dec"] + p["b_dec"] + xd @ p["W_skip"].T
+        want_loss = ((recon - yd) ** 2).sum() / 32 + 0.3 * gate.sum() / 32
+        want_loss.backward()
+    assert loss == pytest.approx(float(want_loss.detach()), rel=1e-5)
+    assert float(p["log_threshold"].grad.abs().max()) > 0  # the kernel caught something
+    for name, t in p.items():
+        scale = float(t.grad.abs().max())
+        assert float((grads[name].double() - t.grad).abs().max()) <= 1e-4 * scale, name
+
+
+def test_a_jumprelu_set_writes_circuit_tracers_threshold(collected, tmp_path):
+    r = api.train_transcoder(collected, layer=0, output=tmp_path / "set", jumprelu=1e-3,
+                             steps=60, **SHORT)
+    t = load_file(str(tmp_path / "set" / "layer_0.safetensors"))
+    theta = t["activation_function.threshold"]
+    assert theta.shape == (64,) and bool((theta > 0).all())
+    acts = api.activations(collected)
+    x = torch.from_numpy(np.asarray(acts["blocks.0.ln2.out"][-r.layers[0].holdout_tokens:]))
+    pre = x @ t["W_enc"].T + t["b_enc"]
+    f = pre * (pre > theta)
+    assert r.layers[0].l0 == pytest.approx(float((f != 0).sum(1).double().mean()), abs=1e-6)
+    assert r.architecture == "jumprelu" and r.jumprelu == 1e-3 and r.layers[0].fvu < 1

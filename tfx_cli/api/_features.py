@@ -146,12 +146,14 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                      steps: int | None = None, epochs: float | None = None, seed: int = 0,
                      holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
                      dead_after: int | None = None, aux_k: int | None = None,
-                     aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
+                     aux_coef: float = 1 / 32, jumprelu: float | None = None,
+                     force: bool = False, progress: Any = None,
                      checkpoint_every: int = 500) -> TrainTranscoderResult:
     """Per-layer transcoders trained on the collect folder `collect` (each layer's MLP
     input `blocks.{i}.<input_site>` -> its output `blocks.{i}.ffn.out`) and written to
     `output` in circuit-tracer's layout (layer_{i}.safetensors; config.yaml once every
-    layer has one). `layer`: 3, [0, 3], "0:4" or "all". `skip`: a W_skip path. The
+    layer has one). `layer`: 3, [0, 3], "0:4" or "all". `skip`: a W_skip path. TopK
+    (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
     trainer, options and resumption are train_sae's; held-out FVU per layer."""
     from ..core.datasets.read import Activations
     from ..core.features.transcoders import train_transcoders as run
@@ -165,5 +167,5 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
                batch_size=batch_size, steps=steps, epochs=epochs, seed=seed, holdout=holdout,
                skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after,
-               aux_k=aux_k, aux_coef=aux_coef, force=force, progress=progress,
-               checkpoint_every=checkpoint_every)
+               aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu, force=force,
+               progress=progress, checkpoint_every=checkpoint_every)

@@ -116,7 +116,7 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "checkpoint_every": _positive,
     # eval-sae and train-transcoder (train-transcoder's `layer` takes its own kind: a
     # layer, a list of them, a range or "all")
-    "input_site": as_text, "skip": as_flag,
+    "input_site": as_text, "skip": as_flag, "jumprelu": _finite,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
 }

@@ -30,6 +30,11 @@ L1Opt = Annotated[Optional[float], typer.Option(
     help="Train ReLU transcoders with this L1 penalty instead of TopK (what "
          "circuit-tracer 0.5.0 loads).")]
 
+JumpReLUOpt = Annotated[Optional[float], typer.Option(
+    "--jumprelu", metavar="COEF", show_default=False,
+    help="Train JumpReLU transcoders with this L0 penalty (straight-through threshold "
+         "gradients; circuit-tracer loads the threshold).")]
+
 
 def train_transcoder(
     collect: Annotated[Optional[Path], typer.Argument(
@@ -45,6 +50,7 @@ def train_transcoder(
     latents: LatentsOpt = None,
     expansion: ExpansionOpt = None,
     l1: L1Opt = None,
+    jumprelu: JumpReLUOpt = None,
     lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 4e-4,
     batch_size: Annotated[int, typer.Option(
         "--batch-size", metavar="TOKENS", help="Tokens per step.")] = 4096,
@@ -72,13 +78,13 @@ def train_transcoder(
     Each layer's transcoder reads blocks.I.ln2.out (or --input-site resid_mid) and
     reconstructs the MLP's output blocks.I.ffn.out: f = act(x·W_encᵀ + b_enc),
     ŷ = f·W_dec + b_dec (+ x·W_skipᵀ with --skip), trained as train-sae trains an SAE
-    (TopK by default, --l1 for ReLU; Adam; checkpoints: a killed run continues when the
-    same command runs again). Collect both sites in one pass:
+    (TopK by default, --l1 for ReLU, --jumprelu for JumpReLU; Adam; checkpoints: a killed
+    run continues when the same command runs again). Collect both sites in one pass:
     tfx collect CORPUS --select 'blocks.*.ln2.out' --select 'blocks.*.ffn.out' -o acts.
     DIR gets layer_I.safetensors (W_enc (F, D), W_dec (F, D), b_enc, b_dec, [W_skip]) per
     layer and, once every layer of the model has one, config.yaml (feature_input_hook,
-    feature_output_hook, transcoders:). circuit-tracer 0.5.0 loads ReLU sets (--l1); it
-    has no TopK loader.
+    feature_output_hook, transcoders:). circuit-tracer 0.5.0 loads ReLU and JumpReLU sets
+    (--l1, --jumprelu); it has no TopK loader.
 
     JSON: result.layers (per layer: fvu on the held-out tokens, l0, dead, losses),
     result.config, result.missing, and every option.
@@ -100,7 +106,8 @@ def train_transcoder(
                          "-o DIR (a folder written by tfx collect)")
     result = api.train_transcoder(
         collect, layer=layer, output=output, input_site=input_site, skip=skip, k=k,
-        latents=latents, expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
+        latents=latents, expansion=expansion, l1=l1, jumprelu=jumprelu, lr=lr,
+        batch_size=batch_size,
         steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
         force=force, progress=progress)
     emit(result, json=json_out, precision=precision)

@@ -4,6 +4,7 @@
     x' = x·c − b_dec                      c: one constant making E|x·c| = √d_in
     pre = x'·W_encᵀ + b_enc               W_enc kept as (latents, d_in) rows here
     f = the k largest of pre, ReLU'd      (TopK)  |  ReLU(pre)  (ReLU, with --l1)
+                                          |  pre·[pre > θ]  (JumpReLU, an L0 penalty)
     x̂ = f·W_dec + b_dec                   W_dec's rows held at unit norm
     loss = Σ_d (x̂ − x·c)² averaged over the batch
            + l1 · Σ f                    (ReLU)
@@ -39,6 +40,9 @@ import torch
 
 PARAMS = ("W_enc", "W_dec", "b_enc", "b_dec")
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults (Kingma & Ba 2015)
+# JumpReLU's kernel bandwidth ε and starting threshold θ, on inputs scaled to a mean norm
+# of √d_in: Gemma Scope's (Lieberum et al. 2024, "Gemma Scope", section 3.2)
+JUMP_BANDWIDTH, JUMP_THRESHOLD = 0.001, 0.001
 
 
 def geometric_median(x: torch.Tensor, iterations: int = 64) -> torch.Tensor:
@@ -83,6 +87,9 @@ class Trainer:
                   "b_dec": torch.zeros(d_out) if b_dec is None else b_dec.to(torch.float32)}
         if skip:
             self.p["W_skip"] = torch.zeros(d_out, d_in)
+        self.bandwidth = JUMP_BANDWIDTH
+        if activation == "jumprelu":
+            self.p["log_threshold"] = torch.full((latents,), math.log(JUMP_THRESHOLD))
         self.m = {n: torch.zeros_like(t) for n, t in self.p.items()}
         self.v = {n: torch.zeros_like(t) for n, t in self.p.items()}
         self.t = 0  # Adam's step count
@@ -134,6 +141,8 @@ class Trainer:
         _, pre = self._pre(x.to(torch.float32) * self.scale)
         if self.activation == "relu":
             return torch.relu(pre) / self.scale_out
+        if self.activation == "jumprelu":
+            return pre * (pre > self.p["log_threshold"].exp()) / self.scale_out
         acts, index = self._topk(pre, self.k)
         return torch.zeros_like(pre).scatter_(-1, index, acts) / self.scale_out
 
@@ -171,6 +180,43 @@ class Trainer:
         return torch.sparse.sampled_addmm(mask, d, W.T, beta=0.0).values().reshape(B, k)
 
     # -- one step -----------------------------------------------------------------------
+    def _dense_step(self, x, target, xc, pre) -> tuple[float, dict, torch.Tensor]:
+        """ReLU with its L1 penalty, or JumpReLU with its L0 penalty (both weighted by
+        `l1`): every latent's activation is computed, so the products are dense. JumpReLU's
+        threshold θ = exp(log_threshold) gets the straight-through pseudo-derivatives of
+        Rajamanoharan et al. 2024 ("Jumping Ahead", eqs. 11-12): with the rectangle
+        kernel K(u) = [|u| < ½] of bandwidth ε, ∂f/∂θ = −(θ/ε)·K((pre − θ)/ε) and
+        ∂[pre > θ]/∂θ = −(1/ε)·K((pre − θ)/ε); f itself passes gradient to pre where it
+        is open."""
+        B, W_dec = len(x), self.p["W_dec"]
+        if self.activation == "relu":
+            gate = pre > 0
+            f = torch.relu(pre)
+        else:
+            theta = self.p["log_threshold"].exp()
+            gate = pre > theta
+            f = pre * gate
+        recon = self._decoded(x, torch.addmm(self.p["b_dec"], f, W_dec))
+        err = recon - target
+        penalty = f.sum() if self.activation == "relu" else gate.sum()
+        loss = float((err ** 2).sum() / B + self.l1 * penalty / B)
+        dr = err * (2.0 / B)
+        g_f = dr @ W_dec.T
+        if self.activation == "relu":
+            g_f += self.l1 / B
+        g_pre = g_f * gate
+        g = {"W_dec": f.T @ dr, "W_enc": g_pre.T @ xc, "b_enc": g_pre.sum(0)}
+        g["b_dec"] = self._b_dec_grad(dr, g["b_enc"])
+        if self.skip:
+            g["W_skip"] = dr.T @ x
+        if self.activation == "jumprelu":
+            eps = self.bandwidth
+            K = ((pre - theta).abs() < eps / 2).to(pre.dtype)
+            g_theta = (g_f * K).sum(0) * (-theta / eps) - (self.l1 / (B * eps)) * K.sum(0)
+            g["log_threshold"] = g_theta * theta
+        return loss, g, gate.any(dim=0)
+
+
     def loss_and_grads(self, x: torch.Tensor, y: torch.Tensor | None = None
                        ) -> tuple[float, dict, torch.Tensor]:
         """The loss on batch x (B, d_in), already × scale (a transcoder's target y, ×
@@ -180,19 +226,8 @@ class Trainer:
         target = x if y is None else y
         W_enc, W_dec = self.p["W_enc"], self.p["W_dec"]
         xc, pre = self._pre(x)
-        if self.activation == "relu":
-            f = torch.relu(pre)
-            recon = self._decoded(x, torch.addmm(self.p["b_dec"], f, W_dec))
-            err = recon - target
-            loss = float((err ** 2).sum() / B + self.l1 * f.sum() / B)
-            dr = err * (2.0 / B)
-            g_f = dr @ W_dec.T + self.l1 / B
-            g_pre = g_f * (pre > 0)
-            g = {"W_dec": f.T @ dr, "W_enc": g_pre.T @ xc, "b_enc": g_pre.sum(0)}
-            g["b_dec"] = self._b_dec_grad(dr, g["b_enc"])
-            if self.skip:
-                g["W_skip"] = dr.T @ x
-            return loss, g, (f > 0).any(dim=0)
+        if self.activation in ("relu", "jumprelu"):
+            return self._dense_step(x, target, xc, pre)
         acts, index = self._sorted(*self._topk(pre, self.k))
         f, fT = self._sparse(acts, index)
         recon = self._decoded(x, (f @ W_dec).add_(self.p["b_dec"]))  # (B, d)
@@ -257,6 +292,8 @@ class Trainer:
                "b_dec": self.p["b_dec"] / c}
         if self.skip:
             out["W_skip"] = self.p["W_skip"] * (self.scale / c)
+        if self.activation == "jumprelu":
+            out["threshold"] = self.p["log_threshold"].exp() / c
         return out
 
 

@@ -58,10 +58,10 @@ class TrainOptions:
     filled in). The fields, in this order, are the options part of the run's identity
     in train-state.json (see `recorded`)."""
 
-    architecture: str  # "topk", or "standard": ReLU with an L1 penalty
+    architecture: str  # "topk", "standard": ReLU with an L1 penalty, or "jumprelu"
     latents: int
     k: int | None  # TopK's k; None for a ReLU SAE
-    l1: float | None  # the L1 coefficient of a ReLU SAE; None for TopK
+    l1: float | None  # the L1 coefficient of a ReLU SAE (JumpReLU: its L0's); None for TopK
     lr: float
     batch_size: int
     steps: int
@@ -73,7 +73,7 @@ class TrainOptions:
     @property
     def activation(self) -> str:
         """The trainer's and SAELens's name of the activation."""
-        return "relu" if self.architecture == "standard" else "topk"
+        return {"standard": "relu", "jumprelu": "jumprelu"}.get(self.architecture, "topk")
 
     def recorded(self) -> dict:
         """The options as the state file records them (field order, plain values)."""
@@ -83,8 +83,15 @@ class TrainOptions:
 def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expansion=None,
                     l1=None, lr=4e-4, batch_size=4096, steps=None, epochs=None,
                     b_dec_init="median", dead_after=None, aux_k=None,
-                    aux_coef=1 / 32) -> TrainOptions:
-    """The options checked and completed (defaults that depend on the data filled in)."""
+                    aux_coef=1 / 32, jumprelu=None) -> TrainOptions:
+    """The options checked and completed (defaults that depend on the data filled in).
+    `jumprelu`: a JumpReLU's L0 coefficient (train-transcoder's --jumprelu)."""
+    if jumprelu is not None:
+        return _jumprelu_options(jumprelu, l1=l1, k=k, d_in=d_in, train_tokens=train_tokens,
+                                 latents=latents, expansion=expansion, lr=lr,
+                                 batch_size=batch_size, steps=steps, epochs=epochs,
+                                 b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
+                                 aux_coef=aux_coef)
     if latents is not None and expansion is not None:
         raise UsageError("--latents and --expansion both give the SAE's width; give one")
     if expansion is not None:
@@ -148,6 +155,17 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
                         k=None if relu else k, l1=l1, lr=lr, batch_size=batch_size,
                         steps=steps, b_dec_init=b_dec_init, dead_after=dead_after,
                         aux_k=aux_k, aux_coef=aux_coef if aux_k else None)
+
+
+def _jumprelu_options(coef, *, l1, k, **rest) -> TrainOptions:
+    """A JumpReLU's options: a ReLU's, its L1 coefficient the L0 penalty's."""
+    if l1 is not None or k is not None:
+        raise UsageError("--jumprelu trains JumpReLU latents with an L0 penalty; --k "
+                         "(TopK) and --l1 (ReLU) are other architectures: give one")
+    if not coef > 0:
+        raise RangeError(f"--jumprelu {coef} must be above 0 (the L0 penalty's coefficient)")
+    opts = resolve_options(l1=coef, **rest)
+    return TrainOptions(**{**asdict(opts), "architecture": "jumprelu"})
 
 
 # -- the output folder -------------------------------------------------------------------

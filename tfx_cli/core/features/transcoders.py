@@ -3,12 +3,13 @@ collect folder's pairs (an MLP's input and its output, collected in one pass), w
 circuit-tracer's layout.
 
 For each layer: x = blocks.{i}.ln2.out (or resid_mid), y = blocks.{i}.ffn.out; the
-transcoder f = act(x·W_encᵀ + b_enc), ŷ = f·W_dec + b_dec (+ x·W_skipᵀ with --skip) is
+transcoder f = act(x·W_encᵀ + b_enc) (TopK, ReLU, or JumpReLU whose threshold the file
+holds as `activation_function.threshold`), ŷ = f·W_dec + b_dec (+ x·W_skipᵀ with --skip) is
 trained by train-sae's trainer (trainer.py, transcoder=True) with the same options,
 checkpoints and resumption (training.py's RunFolder and step loop), each layer's run in
 DIR/state/layer_{i}/. DIR gets, per layer, layer_{i}.safetensors: W_enc (F, D), W_dec
 (F, D), b_enc (F), b_dec (D) and W_skip (D, D) with --skip, as circuit-tracer 0.5.0's
-load_relu_transcoder reads them (ReLU when no `activation_function.threshold` is there);
+load_relu_transcoder reads them (ReLU, or JumpReLU with a threshold);
 once every layer of the model has its file, DIR/config.yaml names the set:
 model_kind transcoder_set, feature_input_hook / feature_output_hook (TransformerLens
 names inside a block: mlp.hook_in = ln2's output, hook_resid_mid, hook_mlp_out) and
@@ -141,6 +142,8 @@ def circuit_tracer_tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
            "b_dec": w["b_dec"]}
     if "W_skip" in w:
         out["W_skip"] = w["W_skip"]
+    if "threshold" in w:  # JumpReLU: circuit-tracer's name, inside its activation module
+        out["activation_function.threshold"] = w["threshold"]
     return out
 
 
@@ -335,7 +338,7 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
                       latents=None, expansion=None, l1=None, lr=4e-4, batch_size=4096,
                       steps=None, epochs=None, seed=0, holdout=0.05, skip_first=0,
                       b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
-                      force=False, progress=None, checkpoint_every=500):
+                      jumprelu=None, force=False, progress=None, checkpoint_every=500):
     from ..results import TrainTranscoderResult, TranscoderLayer
 
     model = acts.manifest.get("model") or {}
@@ -350,7 +353,7 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
                          "last 5% of the tokens)")
     options = dict(k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
                    batch_size=batch_size, steps=steps, epochs=epochs, b_dec_init=b_dec_init,
-                   dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef)
+                   dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu)
     d_in = {s["name"]: int(s["shape"][1]) for s in acts.manifest["sites"]}[
         f"blocks.{chosen[0]}.{input_site}"]
     n = acts.n_tokens
@@ -372,7 +375,7 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
         collect=str(acts.path), output=str(out_dir), input_site=input_site,
         feature_input_hook=INPUT_SITES[input_site], feature_output_hook=OUTPUT_HOOK,
         architecture=opts.architecture, d_in=d_in, latents=opts.latents, k=opts.k,
-        l1=opts.l1, skip=skip, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
+        l1=None if jumprelu else opts.l1, jumprelu=jumprelu, skip=skip, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
         holdout=holdout, layers=rows, n_layers=n_layers,
         config=None if config is None else str(config),
         missing=[i for i in range(n_layers) if not (out_dir / layer_file(i)).is_file()],

@@ -179,11 +179,12 @@ class TrainTranscoderResult(Result):
     input_site: str  # within each block: ln2.out or resid_mid
     feature_input_hook: str  # its TransformerLens name in config.yaml
     feature_output_hook: str
-    architecture: str  # topk | standard (ReLU with an L1 penalty)
+    architecture: str  # topk | standard (ReLU with an L1 penalty) | jumprelu
     d_in: int
     latents: int
     k: int | None = optional()
     l1: float | None = optional()
+    jumprelu: float | None = optional()  # JumpReLU's L0 coefficient
     skip: bool
     lr: float
     batch_size: int

@@ -179,6 +179,7 @@ def train_transcoder_view(result, console: Console, opts) -> None:
     header(console, result)
     p = opts.precision
     what = ("TopK" + f" (k={result.k})") if result.architecture == "topk" else \
+        f"JumpReLU (L0 {format_number(result.jumprelu, p)})" if result.jumprelu else \
         f"ReLU (L1 {format_number(result.l1, p)})"
     console.print(kv_table({
         "data": f"{result.collect} · blocks.I.{result.input_site} → blocks.I.ffn.out",
