@@ -7,12 +7,12 @@ with the CPU torch tfx uses). From the repository root, with tfx's own environme
 
     python bench/circuit_tracer_loads.py --circuit-tracer-python /work/venvs/circuit-tracer/bin/python
 
-It makes one set the same way every time (tfx collect of the seeded `repeated-tokens`
+It makes two sets the same way every time (tfx collect of the seeded `repeated-tokens`
 corpus on a tiny random 2-layer model, both MLP sites of each block in one pass, then
 tfx train-transcoder --layers all with a seed: ReLU with an L1 penalty and a skip path,
-what circuit-tracer's load_relu_transcoder reads) into
-tests/recordings/circuit_tracer_transcoders/set/ (config.yaml and one small
-layer_{i}.safetensors per layer), traces every block's MLP input on a fixed text with tfx
+and JumpReLU with an L0 penalty, the two kinds circuit-tracer's load_relu_transcoder
+reads) into tests/recordings/circuit_tracer_transcoders/{relu_skip,jumprelu}/
+(config.yaml and one small layer_{i}.safetensors per layer), traces every block's MLP input on a fixed text with tfx
 (the input), runs itself again under circuit-tracer's Python (`--read`, which imports
 circuit-tracer and never tfx) to load the set with `load_transcoder_set` on the config's
 paths (relative to the set's folder) and encode/decode that input layer by layer, and
@@ -35,12 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "recordings" / "circuit_tracer_transcoders"
-FOLDER = HERE / "set"
 RECORDING = HERE / "recording.json"
 MODEL = dict(config="gpt2", layers=2, d_model=16, heads=2, seed=0)
 CORPUS = dict(source="repeated-tokens", max_docs=40)
-TRAIN = dict(layer="all", l1=3e-3, skip=True, latents=48, steps=300, batch_size=256,
-             lr=3e-3, seed=0)
+COMMON = dict(layer="all", latents=48, steps=300, batch_size=256, lr=3e-3, seed=0)
+SETS = {"relu_skip": dict(COMMON, l1=3e-3, skip=True), "jumprelu": dict(COMMON, jumprelu=0.05)}
 TEXT = "The cat sat on the mat, and then the dog sat on the cat."
 INPUT = "blocks.{i}.ln2.out"
 
@@ -50,27 +49,32 @@ def fingerprint(folder: Path) -> dict:
             for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def make(folder: Path) -> dict:
-    """(tfx's environment) collect, then train-transcoder into `folder`; the input traced."""
+def make() -> dict:
+    """(tfx's environment) collect, then train-transcoder into HERE/NAME for each of SETS;
+    the input traced."""
     sys.path.insert(0, str(ROOT))
     from tfx_cli import api
 
     with tempfile.TemporaryDirectory() as tmp:
-        acts, out = Path(tmp) / "acts", Path(tmp) / "set"
+        acts = Path(tmp) / "acts"
         api.collect(CORPUS["source"], max_docs=CORPUS["max_docs"], output=acts,
                     select=["blocks.*.ln2.out", "blocks.*.ffn.out"], **MODEL)
         corpus = json.loads((acts / "manifest.json").read_text())["corpus"]
-        result = api.train_transcoder(acts, output=out, **TRAIN)
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        for p in out.iterdir():
-            if p.is_file():
-                shutil.copyfile(p, folder / p.name)
+        fvu = {}
+        for name, train in SETS.items():
+            out, folder = Path(tmp) / name, HERE / name
+            fvu[name] = [row.fvu for row in api.train_transcoder(acts, output=out,
+                                                                 **train).layers]
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            for p in out.iterdir():
+                if p.is_file():
+                    shutil.copyfile(p, folder / p.name)
     names = [INPUT.format(i=i) for i in range(MODEL["layers"])]
     traced = api.trace(TEXT, select=names, **MODEL).tensors
     return {"model": MODEL, "corpus": {**CORPUS, "sha256": corpus.get("sha256")},
-            "train": TRAIN, "train_fvu": [row.fvu for row in result.layers], "text": TEXT,
+            "train": SETS, "train_fvu": fvu, "text": TEXT,
             "input_sites": names,
             "input": [[[float(v) for v in row] for row in traced[n]] for n in names]}
 
@@ -124,24 +128,28 @@ def main() -> None:
     if not args.circuit_tracer_python:
         parser.error("--circuit-tracer-python is missing: the Python of circuit-tracer's "
                      "environment (see this file's header)")
-    made = make(FOLDER)
+    made = make()
+    seen = {}
     with tempfile.TemporaryDirectory() as tmp:
         request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
-        request.write_text(json.dumps({"folder": str(FOLDER), "input": made["input"]}))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tfx there
-        subprocess.run([args.circuit_tracer_python, __file__, "--read", str(request),
-                        str(answer)], check=True, env=env, cwd=tmp)
-        seen = json.loads(answer.read_text())
-    record = {"what": "circuit-tracer's load_transcoder_set of the set under "
-                      "tests/recordings/circuit_tracer_transcoders/set, made by "
+        for name in SETS:
+            request.write_text(json.dumps({"folder": str(HERE / name),
+                                           "input": made["input"]}))
+            subprocess.run([args.circuit_tracer_python, __file__, "--read", str(request),
+                            str(answer)], check=True, env=env, cwd=tmp)
+            seen[name] = json.loads(answer.read_text())
+    record = {"what": "circuit-tracer's load_transcoder_set of the sets under "
+                      "tests/recordings/circuit_tracer_transcoders/, made by "
                       "bench/circuit_tracer_loads.py",
-              "folder": "tests/recordings/circuit_tracer_transcoders/set",
-              "fingerprint": fingerprint(FOLDER), "made_with": made, "circuit_tracer": seen}
+              "fingerprint": {name: fingerprint(HERE / name) for name in SETS},
+              "made_with": made, "circuit_tracer": seen}
     RECORDING.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {RECORDING.relative_to(ROOT)}: circuit-tracer "
-          f"{seen['versions']['circuit-tracer']}, {seen['n_layers']} layers × "
-          f"{seen['d_transcoder']} features, skip {seen['skip_connection']}, activation "
-          f"{seen['activation']}; held-out FVU in training {made['train_fvu']}")
+    for name, got in seen.items():
+        print(f"{name}: circuit-tracer {got['versions']['circuit-tracer']}, "
+              f"{got['n_layers']} layers × {got['d_transcoder']} features, skip "
+              f"{got['skip_connection']}, activation {got['activation']}; held-out FVU in "
+              f"training {made['train_fvu'][name]}")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ import torch
 PARAMS = ("W_enc", "W_dec", "b_enc", "b_dec")
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults (Kingma & Ba 2015)
 # JumpReLU's kernel bandwidth ε and starting threshold θ, on inputs scaled to a mean norm
-# of √d_in: Gemma Scope's (Lieberum et al. 2024, "Gemma Scope", section 3.2)
-JUMP_BANDWIDTH, JUMP_THRESHOLD = 0.001, 0.001
+# of √d_in: SAELens's defaults (6.54, JumpReLUTrainingSAEConfig). Gemma Scope's 0.001 for
+# both (Lieberum et al. 2024) suits its billions of tokens: over a short run almost no
+# pre-activation falls within ε/2 of θ, and θ would barely move.
+JUMP_BANDWIDTH, JUMP_THRESHOLD = 0.05, 0.01
 
 
 def geometric_median(x: torch.Tensor, iterations: int = 64) -> torch.Tensor:
