@@ -159,3 +159,42 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path, corpus):
     assert first["result"] == again["result"]
     assert json.loads((tmp_path / "run" / "result.json").read_text())["result"] == \
         first["result"]
+
+
+def test_a_transcoder_is_judged_on_the_site_it_writes(tmp_path, corpus, model):
+    """A SAELens transcoder reading block 0's MLP input and writing its output: FVU of the
+    output, and the replaced run with the output site set to the reconstruction."""
+    F = 48
+    g = np.random.default_rng(5)
+    w = {"W_enc": g.normal(0, 0.3, (D, F)), "W_dec": g.normal(0, 0.3, (F, D)),
+         "b_enc": g.normal(0, 0.1, F), "b_dec": g.normal(0, 0.1, D)}
+    folder = tmp_path / "tc"
+    folder.mkdir()
+    (folder / "cfg.json").write_text(json.dumps({
+        "architecture": "transcoder", "d_in": D, "d_sae": F, "d_out": D,
+        "apply_b_dec_to_input": False, "metadata": {"hook_name": "blocks.0.hook_mlp_in",
+                                                    "hook_name_out": "blocks.0.hook_mlp_out"}}))
+    from safetensors.torch import save_file
+
+    save_file({k: torch.tensor(v, dtype=torch.float32) for k, v in w.items()},
+              str(folder / "sae_weights.safetensors"))
+    w = {k: np.asarray(v, np.float32).astype(np.float64) for k, v in w.items()}
+    r = _eval(corpus, folder)
+    assert r.sae.site_out == "blocks.0.ffn.out"
+    ys, recons, ce = [], [], []
+    for text in DOCS:
+        traced = model.trace(text, select=["blocks.0.ln2.out", "blocks.0.ffn.out"])
+        x = np.asarray(traced.tensors["blocks.0.ln2.out"], np.float64)
+        recon = np.maximum(x @ w["W_enc"] + w["b_enc"], 0) @ w["W_dec"] + w["b_dec"]
+        ys.append(np.asarray(traced.tensors["blocks.0.ffn.out"], np.float64))
+        recons.append(recon)
+        put = torch.tensor(recon, dtype=torch.float32)[None]
+        with editing(model.module, [("blocks.0.ffn.out", lambda v: put.to(v.dtype))]):
+            logits = np.asarray(model.trace(text, select=["logits"]).tensors["logits"])
+        if len(traced.input.ids) > 1:
+            ce.append(_next_token_losses(logits, traced.input.ids))
+    y, recon = np.concatenate(ys), np.concatenate(recons)
+    fvu = ((y - recon) ** 2).sum() / ((y - y.mean(0)) ** 2).sum()
+    assert abs(r.fvu - fvu) <= 1e-4 * max(1.0, fvu)
+    want = np.concatenate(ce).mean()
+    assert abs(r.ce_replaced - want) <= 1e-4 * max(1.0, abs(want))
