@@ -18,18 +18,19 @@ every window:
 
 x is the value of the site the SAE reconstructs (a transcoder's output site), x̂ the
 reconstruction from its input site. Only that one site is changed in a run, so
-everything before it is the clean run's: the replaced run sets the site to the clean
-run's x̂. Each batch's partial holds float64 sums and integer counts, merged in batch
+everything before it is the clean run's: the two changed runs resume at the site's block
+from the clean run's input to it, and the replaced run sets the site to the clean run's x̂. Each batch's partial holds float64 sums and integer counts, merged in batch
 order (the same bytes whichever engine runs it).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..analysis.sites import editing
+from ..analysis.sites import editing, resid_pre_name
 from .tasks import forward, valid_positions
 
 DENSE = 0.1  # a feature active on more than this fraction of tokens is dense
@@ -83,14 +84,32 @@ class EvalTask:
     sae: object  # core.features.SAE, opened on the model (dims, dims_out set)
 
     @property
-    def select(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.sae.site, self.sae.site_out, "logits")))
+    def layer(self) -> int | None:
+        """The block the edited site is in (None: outside the blocks, e.g. the embedding)."""
+        found = re.match(r"^blocks\.(\d+)\.", self.sae.site_out)
+        return int(found.group(1)) if found else None
 
-    def _run(self, loaded, ids, lengths, edit) -> torch.Tensor:
-        got: dict = {}
-        with editing(loaded.model, [(self.sae.site_out, edit)]):
-            forward(loaded, ids, lengths, ("logits",), got.__setitem__)
-        return got["logits"]
+    @property
+    def select(self) -> tuple[str, ...]:
+        names = [self.sae.site, self.sae.site_out, "logits"]
+        if self.layer is not None:
+            names.append(resid_pre_name(self.layer))
+        return tuple(dict.fromkeys(names))
+
+    def _run(self, loaded, ids, lengths, edit, got: dict) -> torch.Tensor:
+        """The logits with the site edited. A site inside block L: the run resumes at
+        block L from the clean run's input to it (everything before is unchanged), so a
+        site halfway up the model costs half a forward pass."""
+        model = loaded.model
+        if self.layer is None:
+            out: dict = {}
+            with editing(model, [(self.sae.site_out, edit)]):
+                forward(loaded, ids, lengths, ("logits",), out.__setitem__)
+            return out["logits"]
+        x = got[resid_pre_name(self.layer)]
+        with editing(model, [(self.sae.site_out, edit)]), torch.inference_mode():
+            return model.run_blocks(x, model.attention_context(x.shape[1]), first=self.layer,
+                                    head="all")
 
     def compute(self, loaded, batch) -> EvalPartial:
         from ..features import SAE, metrics
@@ -107,8 +126,8 @@ class EvalTask:
             recon = sae.decode(acts, x_in)  # (B, T, d_out)
             like = got[sae.site_out]
             replaced = SAE.unflatten(recon, sae.dims_out, like).to(like.dtype)
-            ablation = self._run(loaded, ids, lengths, lambda x: torch.zeros_like(x))
-            replacing = self._run(loaded, ids, lengths, lambda x: replaced.to(x.device))
+            ablation = self._run(loaded, ids, lengths, lambda x: torch.zeros_like(x), got)
+            replacing = self._run(loaded, ids, lengths, lambda x: replaced.to(x.device), got)
         valid = valid_positions(lengths, T, x_out.device)
         part = EvalPartial.empty(sae.d_out, sae.d_sae)
         x = x_out[valid].to(torch.float64).cpu()
