@@ -78,7 +78,8 @@ def parse_layers(layers, n_layers: int) -> list[int]:
                 if layer not in out:
                     out.append(layer)
     if not out:
-        raise UsageError(f"--layer {layers!r} names no layer; e.g. --layer 0 or --layers all")
+        raise UsageError(f"--layer {','.join(map(str, items))!r} names no layer; e.g. "
+                         "--layer 0 or --layers all")
     return sorted(out)
 
 
@@ -222,18 +223,27 @@ def _finite(tensors: dict, judged: dict, curve: list, folder: RunFolder, lr: flo
                              f"file is written for it; train with a lower --lr (now {lr:g})")
 
 
+def split(acts, holdout: float, skip_first: int):
+    """(the rows kept, None for all; tokens trained on; tokens held out), checked."""
+    if not 0 < holdout < 1:
+        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
+                         "last 5% of the tokens)")
+    keep = _kept_rows(acts, skip_first)
+    n = acts.n_tokens if keep is None else len(keep)
+    held = max(1, int(round(n * holdout)))
+    if n - held < 1 or held < 2:
+        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
+                         "them and train on the rest; collect more tokens")
+    return keep, n - held, held
+
+
 def train_layer(acts, layer: int, *, out_dir: Path, input_site: str, options: dict,
                 skip: bool, seed: int, holdout: float, skip_first: int, force: bool,
                 progress, checkpoint_every: int) -> tuple[dict, float]:
     """One layer's transcoder trained (or resumed, or found finished) and its file written:
     (its row for the result, the seconds this run trained)."""
-    keep = _kept_rows(acts, skip_first)
-    n = acts.n_tokens if keep is None else len(keep)
-    held = max(1, int(round(n * holdout)))
-    n_train = n - held
-    if n_train < 1 or held < 2:
-        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
-                         "them and train on the rest; collect more tokens")
+    keep, n_train, held = split(acts, holdout, skip_first)
+    n = n_train + held
     widths = {s["name"]: int(s["shape"][1]) for s in acts.manifest["sites"]}
     d_in = widths[f"blocks.{layer}.{input_site}"]
     d_out = widths[f"blocks.{layer}.{OUTPUT_SITE}"]
@@ -348,17 +358,13 @@ def train_transcoders(acts, *, layers, output, input_site="ln2.out", skip=False,
                          "transcoders on a folder written by tfx collect")
     chosen = parse_layers(layers, n_layers)
     check_sites(acts, chosen, input_site)
-    if not 0 < holdout < 1:
-        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
-                         "last 5% of the tokens)")
+    _, n_train, _ = split(acts, holdout, skip_first)  # bad input refused before DIR is made
     options = dict(k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
                    batch_size=batch_size, steps=steps, epochs=epochs, b_dec_init=b_dec_init,
                    dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu)
     d_in = {s["name"]: int(s["shape"][1]) for s in acts.manifest["sites"]}[
         f"blocks.{chosen[0]}.{input_site}"]
-    n = acts.n_tokens
-    opts = resolve_options(d_in=d_in, train_tokens=max(1, n - max(1, round(n * holdout))),
-                           **options)
+    opts = resolve_options(d_in=d_in, train_tokens=n_train, **options)
     out_dir = open_output(Path(output).expanduser(), force)
     check_set(out_dir, chosen, input_site, opts.latents, skip)
     rows, seconds, trained = [], 0.0, 0
