@@ -198,3 +198,21 @@ def test_a_transcoder_is_judged_on_the_site_it_writes(tmp_path, corpus, model):
     assert abs(r.fvu - fvu) <= 1e-4 * max(1.0, fvu)
     want = np.concatenate(ce).mean()
     assert abs(r.ce_replaced - want) <= 1e-4 * max(1.0, abs(want))
+
+
+def test_encoding_a_few_rows_at_a_time_changes_nothing(tmp_path, corpus, monkeypatch):
+    from tfx_cli.core.datasets import evaluate
+
+    g = torch.Generator().manual_seed(2)
+    sae = write_tfx(tmp_path / "sae", activation="topk", k=5, W_enc=torch.randn(D, 40, generator=g),
+                    W_dec=torch.randn(40, D, generator=g), b_enc=torch.zeros(40),
+                    b_dec=torch.zeros(D), site="blocks.0.resid_out")
+    whole = _eval(corpus, sae)
+    monkeypatch.setattr(evaluate, "ROWS", 7)
+    parts = _eval(corpus, sae)
+    assert (parts.l0, parts.dead, parts.dense, parts.tokens) == \
+        (whole.l0, whole.dead, whole.dense, whole.tokens)
+    assert np.array_equal(parts.tensors["eval.density"], whole.tensors["eval.density"])
+    for name in ("fvu", "cosine", "ce_replaced", "ce_loss_score", "kl_replaced", "kl_score"):
+        a, b = getattr(parts, name), getattr(whole, name)  # float32 products: last bits
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), name

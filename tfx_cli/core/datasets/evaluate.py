@@ -34,6 +34,7 @@ from ..analysis.sites import editing, resid_pre_name
 from .tasks import forward, valid_positions
 
 DENSE = 0.1  # a feature active on more than this fraction of tokens is dense
+ROWS = 4096  # rows encoded at once
 
 
 @dataclass
@@ -112,40 +113,55 @@ class EvalTask:
                                     head="all")
 
     def compute(self, loaded, batch) -> EvalPartial:
-        from ..features import SAE, metrics
+        from ..features import SAE
 
         sae = self.sae
         ids, lengths = batch.padded()
         B, T = ids.shape
         got: dict = {}
         forward(loaded, ids, lengths, self.select, got.__setitem__)
+        part = EvalPartial.empty(sae.d_out, sae.d_sae)
         with torch.inference_mode():
             x_in = SAE.flatten(got[sae.site], sae.dims)  # (B, T, d_in)
             x_out = SAE.flatten(got[sae.site_out], sae.dims_out)  # (B, T, d_out)
-            acts = sae.encode(x_in)  # (B, T, F)
-            recon = sae.decode(acts, x_in)  # (B, T, d_out)
+            valid = valid_positions(lengths, T, x_out.device)
+            recon, l0 = self._features(x_in[valid], part)  # the real positions' rows
+            flat = x_out.clone()  # padding keeps its own value: no real position sees it
+            flat[valid] = recon.to(flat.dtype)
             like = got[sae.site_out]
-            replaced = SAE.unflatten(recon, sae.dims_out, like).to(like.dtype)
+            replaced = SAE.unflatten(flat, sae.dims_out, like).to(like.dtype)
             ablation = self._run(loaded, ids, lengths, lambda x: torch.zeros_like(x), got)
             replacing = self._run(loaded, ids, lengths, lambda x: replaced.to(x.device), got)
-        valid = valid_positions(lengths, T, x_out.device)
-        part = EvalPartial.empty(sae.d_out, sae.d_sae)
         x = x_out[valid].to(torch.float64).cpu()
-        r = recon[valid].to(torch.float64).cpu()
-        a = acts[valid].cpu()
-        l0 = metrics.l0(a)
+        r = recon.to(torch.float64).cpu()
         norms = x.norm(dim=-1) * r.norm(dim=-1)
         has = norms > 0
         cos = (x * r).sum(-1)[has] / norms[has]
         sums = dict(rss=float(((x - r) ** 2).sum()), x_sq=float((x ** 2).sum()),
-                    l0=float(l0.sum()), cosine=float(cos.sum()))
+                    l0=l0, cosine=float(cos.sum()))
         sums.update(self._losses(ids, lengths, got["logits"], ablation, replacing))
         part.sums[:] = [sums.get(name, 0.0) for name in EvalPartial.SUMS]
         part.x_sum[:] = x.sum(0).numpy()
-        part.fired[:] = (a != 0).sum(0).numpy()
         part.tokens, part.cosines = int(valid.sum()), int(has.sum())
         part.predicted = int(np.maximum(lengths - 1, 0).sum())
         return part
+
+    def _features(self, rows: torch.Tensor, part: EvalPartial) -> tuple[torch.Tensor, float]:
+        """(N, d_in) rows -> their reconstructions (N, d_out) and the summed L0, ROWS at a
+        time (a wide SAE's (N, F) activations never exist at once); each feature's count
+        of active rows goes into `part.fired`."""
+        from ..features import metrics
+
+        recon, l0 = [], 0.0
+        for i in range(0, len(rows), ROWS):
+            block = rows[i:i + ROWS]
+            acts = self.sae.encode(block)
+            recon.append(self.sae.decode(acts, block))
+            l0 += float(metrics.l0(acts).sum())
+            part.fired += (acts != 0).sum(0).cpu().numpy()
+        if not recon:
+            return rows.new_zeros((0, self.sae.d_out)), 0.0
+        return torch.cat(recon), l0
 
     @staticmethod
     def _losses(ids, lengths, clean, ablation, replaced) -> dict:
