@@ -2,6 +2,14 @@
 activations (one site of a tfx collect folder) and the same settings (TopK, k, latents,
 batch size, Adam lr, AuxK on), in tokens per second.
 
+The `tfx-transcoder` peer is train-transcoder's step on pairs of the same folder
+(--site the MLP's input, --target-site its output, --skip for W_skip). SAELens 6.54 has
+no transcoder trainer (its Transcoder classes only run trained ones), so its SAE of the
+same width on --site's rows is the nearest work to set beside it: one encoder and one
+decoder product per step either way.
+
+    python bench/sae_bench.py --collect acts --site blocks.15.ln2.out --target-site blocks.15.ffn.out --peers tfx-transcoder,tfx,saelens
+
     python bench/sae_bench.py --collect acts --site blocks.15.resid_out --steps 20
     python bench/sae_bench.py --collect acts --site blocks.15.resid_out --peers tfx
 
@@ -71,6 +79,33 @@ def run_tfx(a) -> float:
     return a.steps * a.batch_size / (time.perf_counter() - start)
 
 
+def run_tfx_transcoder(a) -> float:
+    """The same trainer as a transcoder (train-transcoder's): rows of --site in, the same
+    rows of --target-site out, a skip path with --skip."""
+    import torch
+
+    from tfx_cli.core.features.trainer import Trainer
+
+    if not a.target_site:
+        raise SystemExit("the tfx-transcoder peer needs --target-site (the MLP's output)")
+    x = torch.from_numpy(_rows(a.collect, a.site, a.rows))
+    y = torch.from_numpy(_rows(a.collect, a.target_site, a.rows))
+    c_in = float(x.shape[1] ** 0.5 / x.norm(dim=1).mean())
+    c_out = float(y.shape[1] ** 0.5 / y.norm(dim=1).mean())
+    trainer = Trainer(x.shape[1], a.latents, activation="topk", k=a.k, lr=a.lr,
+                      aux_k=min(512, a.latents // 2), dead_after=a.dead_after, scale=c_in,
+                      transcoder=True, d_out=y.shape[1], scale_out=c_out, skip=a.skip)
+    g = torch.Generator().manual_seed(0)
+    index = [torch.randint(0, len(x), (a.batch_size,), generator=g) for _ in range(a.steps + 2)]
+    pairs = [(x[i] * c_in, y[i] * c_out) for i in index]
+    for bx, by in pairs[:2]:
+        trainer.step(bx, by)
+    start = time.perf_counter()
+    for bx, by in pairs[2:]:
+        trainer.step(bx, by)
+    return a.steps * a.batch_size / (time.perf_counter() - start)
+
+
 def run_saelens(a, sparse: bool) -> float:
     import torch
     from sae_lens import LoggingConfig, SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig
@@ -103,7 +138,8 @@ def child(a) -> None:
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    rate = run_tfx(a) if a.peer == "tfx" else run_saelens(a, a.peer == "saelens-sparse")
+    rate = run_tfx(a) if a.peer == "tfx" else run_tfx_transcoder(a) \
+        if a.peer == "tfx-transcoder" else run_saelens(a, a.peer == "saelens-sparse")
     print(json.dumps({"peer": a.peer, "tokens_per_s": rate}))
 
 
@@ -121,6 +157,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--peers", default="tfx,saelens")
+    p.add_argument("--target-site", help="tfx-transcoder's output site (the MLP's output)")
+    p.add_argument("--skip", action="store_true", help="tfx-transcoder with a skip path")
     p.add_argument("--out")
     p.add_argument("--peer", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -133,7 +171,8 @@ def main() -> None:
         for peer in (peers if r % 2 == 0 else peers[::-1]):
             args = [sys.executable, __file__, "--peer", peer] + [
                 f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                if k not in ("peer", "out", "peers") and v is not None]
+                if k not in ("peer", "out", "peers", "skip") and v is not None] + (
+                ["--skip"] if a.skip else [])
             done = subprocess.run(args, capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 errors = [line for line in done.stderr.splitlines() if "Error" in line]

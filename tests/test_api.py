@@ -28,8 +28,9 @@ COLLECTED = "<collected>"
 SAE = "<sae>"  # a random SAE (written by the fixture)
 SAE_ACTS = "<sae-acts>"  # train-sae reads it
 TRAINED_SAE = "<trained-sae>"
+TRANSCODERS = "<transcoders>"  # train-transcoder writes it (from SAE_ACTS' pairs)
 FOLDERS = {"TRAINED": TRAINED, "COLLECTED": COLLECTED, "SAE": SAE, "SAE_ACTS": SAE_ACTS,
-           "TRAINED_SAE": TRAINED_SAE}
+           "TRAINED_SAE": TRAINED_SAE, "TRANSCODERS": TRANSCODERS}
 
 
 def _write_sae(folder) -> None:
@@ -69,11 +70,23 @@ def in_folders(folders, monkeypatch):
     return resolve
 
 
+def _sae_acts():
+    """The small collect folder train-sae and train-transcoder read (made once)."""
+    if not (Path(SAE_ACTS) / "tokens.parquet").exists():
+        api.collect("python-docs", max_tokens=600, output=SAE_ACTS, force=True,
+                    select=["blocks.1.resid_out", "blocks.*.ln2.out", "blocks.*.ffn.out"],
+                    **SMALL_KW)
+
+
+def _train_transcoder():
+    _sae_acts()
+    return api.train_transcoder(SAE_ACTS, layer="all", output=TRANSCODERS, l1=1e-3,
+                                latents=64, batch_size=128, steps=5, force=True)
+
+
 def _train_sae():
     """train-sae's case: a small collect folder first (made once), then the training."""
-    if not (Path(SAE_ACTS) / "tokens.parquet").exists():
-        api.collect("python-docs", max_tokens=600, select=["blocks.1.resid_out"],
-                    output=SAE_ACTS, force=True, **SMALL_KW)
+    _sae_acts()
     return api.train_sae(SAE_ACTS, site="blocks.1.resid_out", output=TRAINED_SAE, k=4,
                          latents=64, batch_size=128, steps=20, force=True)
 
@@ -214,6 +227,12 @@ CASES = {
     "train-sae": (["train-sae", SAE_ACTS, "--site", "blocks.1.resid_out", "-o", TRAINED_SAE,
                    "--k", "4", "--latents", "64", "--batch-size", "128", "--steps", "20",
                    "--force"], _train_sae),
+    "train-transcoder": (["train-transcoder", SAE_ACTS, "--layers", "all", "-o", TRANSCODERS,
+                          "--l1", "1e-3", "--latents", "64", "--batch-size", "128", "--steps",
+                          "5", "--force"], _train_transcoder),
+    "eval-sae": (["eval-sae", "python-docs", "--max-docs", "3", "--sae", SAE, "--ctx", "32",
+                  *SMALL],
+                 lambda: api.eval_sae("python-docs", max_docs=3, sae=SAE, ctx=32, **SMALL_KW)),
     "collect": (["collect", "python-docs", "--max-docs", "3", "--select",
                  "blocks.0.resid_out", "-o", COLLECTED, "--force", *SMALL],
                 lambda: api.collect("python-docs", max_docs=3, select=["blocks.0.resid_out"],

@@ -101,6 +101,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("train-sae", "train_sae", "train_sae", "features",
             "Train a sparse autoencoder on a collect folder's site and write it in SAELens's "
             "format (read back with --sae).", panel="features"),
+    Command("eval-sae", "eval_sae", "eval_sae", "features",
+            "Judge a sparse autoencoder (or transcoder) over a corpus by SAEBench's core "
+            "scores: sparsity, reconstruction, and how much of the model's loss it keeps.",
+            panel="features"),
+    Command("train-transcoder", "train_transcoder", "train_transcoder", "features",
+            "Train per-layer transcoders on a collect folder's MLP input/output pairs and "
+            "write them in circuit-tracer's layout (read by circuit-tracer's "
+            "load_transcoder_set).", panel="circuits"),
     Command("report", "report", "report", None,
             "Write one self-contained HTML page: tokens, a layers × heads grid of attention "
             "maps, a clickable head view with hover values, layer-norm statistics, and the "

@@ -413,6 +413,21 @@ def _other_sae_run(d: Path) -> None:
         "complete": False}))
 
 
+def _mlp_input_only(d: Path) -> None:
+    """A collect folder of a 2-layer model holding block 0's MLP input but not its output."""
+    hand_collected(d / "acts")
+    site = "blocks.0.ln2.out"
+    shard = d / "acts" / "shard-00000.safetensors"
+    from safetensors.numpy import load_file, save_file
+
+    save_file({site: load_file(str(shard))["blocks.0.resid_out"]}, str(shard))
+    manifest = json.loads((d / "acts" / "manifest.json").read_text())
+    manifest["model"]["n_layers"] = 2
+    manifest["sites"][0]["name"] = site
+    manifest["shards"][0]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (d / "acts" / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _hf_config(name: str, **change) -> Callable[[Path], None]:
     """A small Mixtral config.json with `change` applied (None: the key left out)."""
     hf = {"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
@@ -1375,6 +1390,27 @@ CASES = [
          ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--html", "g.html"],
          "OutputFileError", "pass --force", files=(_transcoders("tc"), _text("g.html", "mine")),
          keep={"g.html": "mine"}),
+    # eval-sae and train-transcoder
+    Case("eval-sae-no-sae", "eval-sae without --sae",
+         ["eval-sae", "python-docs", *WORDY], "UsageError", "--sae is missing"),
+    Case("eval-sae-masked-lm", "eval-sae on a masked language model",
+         ["eval-sae", "python-docs", *MLM, "--sae", "sae", "--max-docs", "1"], "ConfigError",
+         "not the token after the text", files=(_sae("sae", "blocks.0.hook_resid_post", 8),)),
+    Case("train-transcoder-no-output", "train-transcoder on a collect folder without the "
+         "MLP's output", ["train-transcoder", "acts", "--layer", "0", "-o", "tc"],
+         "SelectError", "has no blocks.0.ffn.out", files=(_mlp_input_only,)),
+    Case("train-transcoder-layer-range", "train-transcoder --layer past the model's layers",
+         ["train-transcoder", "acts", "--layer", "5", "-o", "tc"], "RangeError",
+         "has 2 layers", files=(_mlp_input_only,)),
+    Case("train-transcoder-no-layer", "train-transcoder without --layer",
+         ["train-transcoder", "acts", "-o", "tc"], "UsageError", "--layer is missing",
+         files=(_mlp_input_only,)),
+    Case("train-transcoder-layer-word", "train-transcoder --layer that is not a number",
+         ["train-transcoder", "acts", "--layer", "last", "-o", "tc"], "UsageError",
+         "not a layer number", files=(_mlp_input_only,)),
+    Case("train-transcoder-input-site", "train-transcoder --input-site tfx does not train on",
+         ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--input-site", "ffn.act"],
+         "UsageError", "the MLP's input", files=(_mlp_input_only,)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -38,6 +38,8 @@ def files(tmp_path_factory):
     (root / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
     api.collect("python-docs", select=["blocks.0.resid_out"], output=root / "acts",
                 **CORPUS, **TINY)
+    api.collect("python-docs", select=["blocks.*.ln2.out", "blocks.*.ffn.out"],
+                output=root / "pairs-acts", **CORPUS, **TINY)
     g = torch.Generator().manual_seed(0)
     write_saelens(root / "sae", activation="relu", W_enc=torch.randn(16, 32, generator=g),
                   W_dec=torch.randn(32, 16, generator=g), b_enc=torch.zeros(32),
@@ -87,6 +89,10 @@ CALLS = {
     "train-sae": lambda f: api.train_sae(f / "acts", site="blocks.0.resid_out",
                                          output=f / "sae2", latents=32, k=4, batch_size=32,
                                          steps=2, force=True),
+    "train-transcoder": lambda f: api.train_transcoder(
+        f / "pairs-acts", layer="all", output=f / "tc", l1=1e-3, latents=32, batch_size=16,
+        steps=2, force=True),
+    "eval-sae": lambda f: api.eval_sae("python-docs", sae=str(f / "sae"), **CORPUS, **TINY),
 }
 
 

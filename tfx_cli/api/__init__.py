@@ -43,7 +43,7 @@ from ._commands import (attend, attribute, configs, count_params, embed, ffn, ge
 from ._model import Model, load, report_html, write_report
 from ._route import route  # mixtures of experts
 from ._datasets import activations, collect, scan, top, write_top_html
-from ._features import features, train_sae
+from ._features import eval_sae, features, train_sae, train_transcoder
 from ._circuits import graph  # attribution graphs
 from ..registry import DRAWERS
 
@@ -69,4 +69,4 @@ __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "pos
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
            "report_html", "write_report", "patch", "attribute", "train", "model_config",
            "route", "scan", "top", "collect", "activations", "write_top_html", "features",
-           "train_sae", "graph"]
+           "train_sae", "graph", "eval_sae", "train_transcoder"]

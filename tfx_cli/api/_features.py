@@ -4,7 +4,10 @@ The SAE options of the other commands are keywords of theirs: `sae` and `sae_sit
 `ablate=["features.12"]` on attend, trace, next, generate, lens, report and patch;
 `steer_feature="DIR:12"` with `scale` on next, generate and trace; `site="features"`
 with `sae` on patch; `sae` on attribute; `sae` on top (README "Features").
-`api.train_sae(collect_dir, site=..., output=...)` trains one on a collect folder.
+`api.train_sae(collect_dir, site=..., output=...)` trains one on a collect folder;
+`api.eval_sae(corpus, sae=DIR)` judges one over a corpus (SAEBench's core scores);
+`api.train_transcoder(collect_dir, layers="all", output=DIR)` trains per-layer
+transcoders in circuit-tracer's layout.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from ..values import as_path
 from ._options import _finite, checked
 
 if TYPE_CHECKING:
-    from ..core.results import FeaturesResult, TrainSAEResult
+    from ..core.results import (EvalSAEResult, FeaturesResult, TrainSAEResult,
+                                TrainTranscoderResult)
 
 
 @checked
@@ -77,4 +81,91 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
                b_dec_init=b_dec_init,
                dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
+               progress=progress, checkpoint_every=checkpoint_every)
+
+
+@checked
+def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None,
+             field: str = "text", max_docs: int | None = None, max_tokens: int | None = None,
+             ctx: int | None = None, batch_size: int = 8, output: str | Path | None = None,
+             engine: str = "local", ray_address: str | None = None,
+             workers: int | None = None, gpus_per_worker: float | None = None,
+             verbose: bool = False, **model: Any) -> EvalSAEResult:
+    """SAEBench's core scores of the SAE (or transcoder) in folder `sae` over the corpus
+    `source`: l0, fvu, explained_variance, cosine, the next-token cross-entropy clean,
+    with the site zero-ablated and with it replaced by the reconstruction (ce_loss_score),
+    the same for KL (kl_score), dead and dense features; tensors["eval.density"] (F).
+    Corpus and engine keywords as api.scan's; `output` keeps a resumable run's state."""
+    from ..core.datasets.evaluate import eval_sae as run
+    from ..errors import UsageError
+    from ._datasets import _corpus, _engine, _loaded, _output
+
+    if sae is None or not str(sae).strip():
+        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
+                         "transcoder folder, e.g. one tfx train-sae wrote)")
+    engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
+    opened = _corpus(source, field, max_docs)
+    with engine:
+        loaded, hooks = _loaded(model)
+        return run(loaded, opened, sae=sae, sae_site=sae_site, ctx=ctx,
+                   batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
+                   force=bool(model.get("force")), engine=engine, progress=hooks.progress)
+
+
+def _collect_folder(collect, command: str) -> Path:
+    from ..errors import InputTextError, UsageError
+
+    if collect is None:
+        raise UsageError("COLLECT_DIR is missing: give the folder tfx collect wrote")
+    path = Path(collect).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputTextError(f"{path} is a file, not a tfx collect folder; {command} reads "
+                             "the folder tfx collect writes")
+    if not path.is_dir():
+        raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
+    return path
+
+
+def _layers(value: Any, option: str) -> Any:
+    """train-transcoder's layers: 3, [0, 3], "0:4", "0,3" or "all" (None: not given)."""
+    from ..errors import UsageError
+
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if value is None or all(isinstance(v, str) or (isinstance(v, int) and
+                                                   not isinstance(v, bool)) for v in items):
+        return value
+    raise UsageError(f"{option} {value!r} is not a layer, a list of layers, a range such as "
+                     "0:4, or all")
+
+
+@checked(lr=_finite, collect=as_path, layer=_layers)
+def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Path,
+                     input_site: str = "ln2.out", skip: bool = False, k: int | None = None,
+                     latents: int | None = None, expansion: float | None = None,
+                     l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
+                     steps: int | None = None, epochs: float | None = None, seed: int = 0,
+                     holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
+                     dead_after: int | None = None, aux_k: int | None = None,
+                     aux_coef: float = 1 / 32, jumprelu: float | None = None,
+                     force: bool = False, progress: Any = None,
+                     checkpoint_every: int = 500) -> TrainTranscoderResult:
+    """Per-layer transcoders trained on the collect folder `collect` (each layer's MLP
+    input `blocks.{i}.<input_site>` -> its output `blocks.{i}.ffn.out`) and written to
+    `output` in circuit-tracer's layout (layer_{i}.safetensors; config.yaml once every
+    layer has one). `layer`: 3, [0, 3], "0:4" or "all". `skip`: a W_skip path. TopK
+    (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
+    trainer, options and resumption are train_sae's; held-out FVU per layer."""
+    from ..core.datasets.read import Activations
+    from ..core.features.transcoders import train_transcoders as run
+    from ..errors import UsageError
+
+    path = _collect_folder(collect, "train-transcoder")
+    if output is None or not str(output).strip():
+        raise UsageError("-o DIR is missing: train-transcoder writes a folder, e.g. -o "
+                         "transcoders")
+    return run(Activations(path), layers=layer, output=Path(output), input_site=input_site,
+               skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
+               batch_size=batch_size, steps=steps, epochs=epochs, seed=seed, holdout=holdout,
+               skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after,
+               aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu, force=force,
                progress=progress, checkpoint_every=checkpoint_every)

@@ -94,6 +94,9 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
     "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
     "save": as_path, "labels": as_texts,
+    # eval-sae and train-transcoder (train-transcoder's `layer` takes its own kind: a
+    # layer, a list of them, a range or "all")
+    "input_site": as_text, "skip": as_flag, "jumprelu": _finite,
     # the API's hooks: functions, or None
     "progress": _hook, "notice": _hook,
     # the shared options, from their one declaration

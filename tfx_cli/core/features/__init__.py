@@ -8,7 +8,8 @@ as tfx runs it (sae.py: encode, decode, the change of a site that a change of fe
 makes), the numbers an SAE is judged by (metrics.py: FVU, L0, dead features) and
 writing SAELens's and tfx's folders (write.py), and training an SAE on a collect
 folder's rows (trainer.py: parameters, Adam, the hand-written TopK/ReLU step;
-training.py: `tfx train-sae`'s run, checkpoints and resumption). The collect folder
+training.py: `tfx train-sae`'s run, checkpoints and resumption; transcoders.py:
+`tfx train-transcoder`'s per-layer runs and circuit-tracer's file layout). The collect folder
 comes in opened (core.datasets.read.Activations, opened by the API): this layer sits
 below the datasets layer and does not import it. Running an SAE on a model's text (the `features`
 command, features as intervention sites) is analysis's (core/analysis/features.py).

@@ -54,10 +54,10 @@ class TrainOptions:
     filled in). The fields, in this order, are the options part of the run's identity
     in train-state.json (see `recorded`)."""
 
-    architecture: str  # "topk", or "standard": ReLU with an L1 penalty
+    architecture: str  # "topk", "standard": ReLU with an L1 penalty, or "jumprelu"
     latents: int
     k: int | None  # TopK's k; None for a ReLU SAE
-    l1: float | None  # the L1 coefficient of a ReLU SAE; None for TopK
+    l1: float | None  # the L1 coefficient of a ReLU SAE (JumpReLU: its L0's); None for TopK
     lr: float
     batch_size: int
     steps: int
@@ -69,7 +69,7 @@ class TrainOptions:
     @property
     def activation(self) -> str:
         """The trainer's and SAELens's name of the activation."""
-        return "relu" if self.architecture == "standard" else "topk"
+        return {"standard": "relu", "jumprelu": "jumprelu"}.get(self.architecture, "topk")
 
     def recorded(self) -> dict:
         """The options as the state file records them (field order, plain values)."""
@@ -79,8 +79,15 @@ class TrainOptions:
 def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expansion=None,
                     l1=None, lr=4e-4, batch_size=4096, steps=None, epochs=None,
                     b_dec_init="median", dead_after=None, aux_k=None,
-                    aux_coef=1 / 32) -> TrainOptions:
-    """The options checked and completed (defaults that depend on the data filled in)."""
+                    aux_coef=1 / 32, jumprelu=None) -> TrainOptions:
+    """The options checked and completed (defaults that depend on the data filled in).
+    `jumprelu`: a JumpReLU's L0 coefficient (train-transcoder's --jumprelu)."""
+    if jumprelu is not None:
+        return _jumprelu_options(jumprelu, l1=l1, k=k, d_in=d_in, train_tokens=train_tokens,
+                                 latents=latents, expansion=expansion, lr=lr,
+                                 batch_size=batch_size, steps=steps, epochs=epochs,
+                                 b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
+                                 aux_coef=aux_coef)
     if latents is not None and expansion is not None:
         raise UsageError("--latents and --expansion both give the SAE's width; give one")
     if expansion is not None:
@@ -146,6 +153,17 @@ def resolve_options(*, d_in: int, train_tokens: int, k=None, latents=None, expan
                         aux_k=aux_k, aux_coef=aux_coef if aux_k else None)
 
 
+def _jumprelu_options(coef, *, l1, k, **rest) -> TrainOptions:
+    """A JumpReLU's options: a ReLU's, its L1 coefficient the L0 penalty's."""
+    if l1 is not None or k is not None:
+        raise UsageError("--jumprelu trains JumpReLU latents with an L0 penalty; --k "
+                         "(TopK) and --l1 (ReLU) are other architectures: give one")
+    if not coef > 0:
+        raise RangeError(f"--jumprelu {coef} must be above 0 (the L0 penalty's coefficient)")
+    opts = resolve_options(l1=coef, **rest)
+    return TrainOptions(**{**asdict(opts), "architecture": "jumprelu"})
+
+
 # -- the output folder -------------------------------------------------------------------
 class TrainState(NestedManifest):
     """train-state.json: {"schema": "tfx-train-sae/1", "identity": {...}, "complete", and
@@ -166,7 +184,10 @@ class RunFolder(OutputFolder):
     WRITE_HINT = "; the last checkpoint is kept, so the same command resumes"
     MAKE_FOLDER = True
 
-    def __init__(self, path: Path, identity: dict, force: bool):
+    def __init__(self, path: Path, identity: dict, force: bool, products=None):
+        """`products`: the files a finished run leaves (default: SAELens's two in path)."""
+        self.products = [Path(path) / SAELENS_CFG, Path(path) / SAELENS_WEIGHTS] \
+            if products is None else list(products)
         self.resume_from = None  # the checkpoint's tensors, when continuing
         self.finished = None  # the recorded result, when this very run is already done
         super().__init__(path, TrainState.KIND, identity, force=force)
@@ -178,7 +199,7 @@ class RunFolder(OutputFolder):
         path = self.path
         if record.state.get("complete"):
             if isinstance(record.state.get("result"), dict) and all(
-                    (path / name).is_file() for name in (SAELENS_CFG, SAELENS_WEIGHTS)):
+                    file.is_file() for file in self.products):
                 self.finished = record.state["result"]  # nothing to do: the run is done
                 return
             raise OutputFileError(f"-o {path} holds the finished SAE of this very run; pass "
@@ -283,10 +304,12 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
 
 
 def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: TrainOptions, *, seed,
-           progress, checkpoint_every) -> tuple[torch.Tensor, int, float]:
+           progress, checkpoint_every, targets: torch.Tensor | None = None,
+           what: str = "tfx train-sae") -> tuple[torch.Tensor, int, float]:
     """The steps not yet taken (from folder's checkpoint, if any), a checkpoint every
     `checkpoint_every` steps or CHECKPOINT_SECONDS: (the losses, the step started at, the
-    seconds taken)."""
+    seconds taken). `targets`: a transcoder's rows to reconstruct, row for row of
+    `train` (an SAE reconstructs `train` itself)."""
     total, B = opts.steps, opts.batch_size
     n_train = len(train)
     losses = torch.full((total,), float("nan"))
@@ -305,7 +328,7 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: Train
     began, saved_at = time.perf_counter(), time.perf_counter()
     per_epoch = n_train // B
     perm, epoch_of_perm = None, -1
-    with counting(progress, "tfx train-sae", total, "steps") as update:
+    with counting(progress, what, total, "steps") as update:
         update(start, start * B)
         for step in range(start, total):
             epoch, j = divmod(step, per_epoch)
@@ -313,8 +336,10 @@ def _train(folder: RunFolder, trainer: Trainer, train: torch.Tensor, opts: Train
                 # within the generator's 64 bits, whatever the seed (0 to 2**64 - 1)
                 g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64)
                 perm, epoch_of_perm = torch.randperm(n_train, generator=g), epoch
-            x = train[perm[j * B:(j + 1) * B]] * trainer.scale
-            losses[step] = _finite_loss(trainer.step(x), step, opts.lr, folder)
+            rows = perm[j * B:(j + 1) * B]
+            y = None if targets is None else targets[rows] * trainer.scale_out
+            losses[step] = _finite_loss(trainer.step(train[rows] * trainer.scale, y), step,
+                                        opts.lr, folder)
             update(step + 1, (step + 1) * B)
             if (step + 1) % checkpoint_every == 0 or \
                     time.perf_counter() - saved_at > CHECKPOINT_SECONDS:

@@ -263,7 +263,8 @@ _LAZY = {
                  "TopResult", "SiteInfo", "ShardInfo", "CollectResult", "PairInfo",
                  "PatchPairsResult"),
     "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
-                 "FeaturesResult", "TrainSAEResult"),
+                 "FeaturesResult", "TrainSAEResult", "EvalSAEResult", "TranscoderLayer",
+                 "TrainTranscoderResult"),
     "circuits": ("GraphNode", "PathStep", "GraphResult", "graph_payload"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}

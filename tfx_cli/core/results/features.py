@@ -1,11 +1,13 @@
 """Result of `tfx features` (an SAE's features per token), the description of an SAE
-that every result run with one carries, and the result of `tfx train-sae`."""
+that every result run with one carries, and the results of `tfx train-sae` and
+`tfx eval-sae`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
 from . import Result, internal, optional
+from .datasets import CorpusRun
 
 
 @dataclass
@@ -117,4 +119,80 @@ class TrainSAEResult(Result):
     loss_last: float
     losses: list[float]  # the training loss, as means over up to 100 equal spans of steps
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
+    tokens_per_s: float | None = internal(None)
+
+
+@dataclass(kw_only=True)
+class EvalSAEResult(CorpusRun, Result):
+    """`tfx eval-sae`: SAEBench's core scores of an SAE over a corpus (every real token;
+    CE and KL over the positions with a next token in their window).
+
+    tensors: eval.density (F) the fraction of tokens each feature is active on."""
+
+    command: ClassVar[str] = "eval-sae"
+    sae: SAEInfo
+    l0: float  # features active per token
+    fvu: float | None  # Σ|x − x̂|² / Σ|x − mean x|²
+    explained_variance: float | None  # 1 − fvu
+    cosine: float | None  # mean cos(x, x̂)
+    ce_clean: float | None  # mean next-token cross-entropy, the plain model
+    ce_ablation: float | None  # ... with the site set to zeros
+    ce_replaced: float | None  # ... with the site set to the SAE's reconstruction
+    ce_loss_score: float | None  # (ce_ablation − ce_replaced) / (ce_ablation − ce_clean)
+    kl_ablation: float | None  # mean KL(clean ‖ zero-ablated)
+    kl_replaced: float | None  # mean KL(clean ‖ replaced)
+    kl_score: float | None  # (kl_ablation − kl_replaced) / kl_ablation
+    dead: int  # features active on no token
+    dense: int  # features active on more than dense_above of the tokens
+    dense_above: float
+    predicted: int  # positions CE and KL are averaged over
+
+
+@dataclass
+class TranscoderLayer:
+    """One layer's transcoder of `tfx train-transcoder`, judged on the held-out tokens."""
+
+    layer: int
+    file: str  # DIR/layer_{i}.safetensors
+    fvu: float | None  # of the MLP's output
+    l0: float
+    dead: int  # latents firing on no held-out token
+    dead_in_training: int
+    loss_first: float
+    loss_last: float
+    losses: list[float]
+    resumed_from: int  # the step a checkpoint let this run start at (steps: already done)
+    train_tokens: int
+    holdout_tokens: int
+    steps: int
+    epochs: float
+
+
+@dataclass(kw_only=True)
+class TrainTranscoderResult(Result):
+    """`tfx train-transcoder`: per-layer transcoders (an MLP's input -> its output) trained
+    on a collect folder's pairs and written in circuit-tracer's layout to `output`."""
+
+    command: ClassVar[str] = "train-transcoder"
+    collect: str
+    output: str
+    input_site: str  # within each block: ln2.out or resid_mid
+    feature_input_hook: str  # its TransformerLens name in config.yaml
+    feature_output_hook: str
+    architecture: str  # topk | standard (ReLU with an L1 penalty) | jumprelu
+    d_in: int
+    latents: int
+    k: int | None = optional()
+    l1: float | None = optional()
+    jumprelu: float | None = optional()  # JumpReLU's L0 coefficient
+    skip: bool
+    lr: float
+    batch_size: int
+    seed: int
+    holdout: float
+    layers: list[TranscoderLayer]
+    n_layers: int  # the model's
+    config: str | None  # DIR/config.yaml once every layer has its file
+    missing: list[int]  # layers with no file yet
+    seconds: float = internal(0.0)
     tokens_per_s: float | None = internal(None)

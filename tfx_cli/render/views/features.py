@@ -139,3 +139,72 @@ def train_sae_view(result, console: Console, opts) -> None:
                          f"({100 * result.dead_fraction:.1f}%); {result.dead_in_training:,} "
                          f"had not fired in the last {result.dead_after:,} training tokens")
     console.print(held)
+
+
+@register("eval-sae")
+def eval_sae_view(result, console: Console, opts) -> None:
+    """The SAE, the corpus read, then SAEBench's core scores."""
+    from .datasets import corpus_line
+
+    header(console, result)
+    corpus_line(console, result)
+    p = opts.precision
+    console.print(kv_table(sae_lines(result.sae), precision=p))
+    num = lambda v: "—" if v is None else format_number(v, p)
+    n = result.sae.d_sae
+    scores = Table(title=Text("SAEBench core scores", style="bold"), title_justify="left",
+                   box=None, padding=(0, 1), show_header=False)
+    scores.add_column(style="dim", no_wrap=True)
+    scores.add_column()
+    scores.add_row("L0", f"{num(result.l0)} features per token")
+    scores.add_row("FVU", f"{num(result.fvu)} (explained variance "
+                          f"{num(result.explained_variance)})")
+    scores.add_row("cosine", num(result.cosine))
+    scores.add_row("CE loss", f"clean {num(result.ce_clean)} · site zeroed "
+                              f"{num(result.ce_ablation)} · reconstructed "
+                              f"{num(result.ce_replaced)} over {result.predicted:,} positions")
+    scores.add_row("CE-loss score", num(result.ce_loss_score))
+    scores.add_row("KL", f"site zeroed {num(result.kl_ablation)} · reconstructed "
+                         f"{num(result.kl_replaced)}")
+    scores.add_row("KL score", num(result.kl_score))
+    scores.add_row("dead", f"{result.dead:,} of {n:,} features active on no token")
+    scores.add_row("dense", f"{result.dense:,} active on more than "
+                            f"{100 * result.dense_above:g}% of tokens")
+    console.print(scores)
+
+
+@register("train-transcoder")
+def train_transcoder_view(result, console: Console, opts) -> None:
+    """What was trained, then one row per layer: held-out FVU, L0, dead latents, loss."""
+    header(console, result)
+    p = opts.precision
+    what = ("TopK" + f" (k={result.k})") if result.architecture == "topk" else \
+        f"JumpReLU (L0 {format_number(result.jumprelu, p)})" if result.jumprelu else \
+        f"ReLU (L1 {format_number(result.l1, p)})"
+    console.print(kv_table({
+        "data": f"{result.collect} · blocks.I.{result.input_site} → blocks.I.ffn.out",
+        "transcoders": f"{what}, {result.d_in:,} → {result.latents:,} latents"
+                       + (", with a skip path W_skip" if result.skip else ""),
+        "training": f"Adam lr {result.lr:g}, {result.batch_size:,} tokens per step, seed "
+                    f"{result.seed}" + (f" · {result.seconds:.1f} s, "
+                                        f"{result.tokens_per_s:,.0f} tokens/s"
+                                        if result.tokens_per_s else ""),
+        "written": f"{result.output} (layer_I.safetensors; "
+                   + (f"config.yaml: {result.feature_input_hook} → "
+                      f"{result.feature_output_hook})" if result.config else
+                      f"config.yaml once every layer has a file: missing "
+                      f"{', '.join(map(str, result.missing))})"),
+    }, precision=p))
+    table = Table(title=Text("held-out tokens, per layer", style="bold"), title_justify="left",
+                  box=None, padding=(0, 1), header_style="dim")
+    for col in ("layer", "FVU (MLP out)", "L0", "dead", "loss", "steps"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for row in result.layers:
+        done = "already trained" if row.resumed_from >= row.steps else (
+            f"{row.steps:,} (from {row.resumed_from:,})" if row.resumed_from else
+            f"{row.steps:,}")
+        table.add_row(str(row.layer), "—" if row.fvu is None else format_number(row.fvu, p),
+                      format_number(row.l0, p), f"{row.dead:,}",
+                      f"{format_number(row.loss_first, p)} → {format_number(row.loss_last, p)}",
+                      done)
+    console.print(table)

@@ -1,0 +1,113 @@
+"""`tfx train-transcoder COLLECT_DIR --layer I -o DIR`: per-layer transcoders trained on
+collected MLP input/output pairs, written in circuit-tracer's layout."""
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..options import ForceOpt, JsonOpt, PrecisionOpt
+
+LayerOpt = Annotated[Optional[List[str]], typer.Option(
+    "--layer", "--layers", metavar="I", show_default=False,
+    help="The layer to train (repeatable), a range 0:4, a list 0,3, or all.")]
+InputSiteOpt = Annotated[str, typer.Option(
+    "--input-site", metavar="SITE",
+    help="What the transcoders read in each block: ln2.out (the MLP's input, "
+         "circuit-tracer's mlp.hook_in) or resid_mid (hook_resid_mid).")]
+SkipOpt = Annotated[bool, typer.Option(
+    "--skip", help="Add a linear skip path x·W_skipᵀ (W_skip (D, D)) to each transcoder.")]
+KOpt = Annotated[Optional[int], typer.Option(
+    "--k", metavar="K", show_default=False,
+    help="TopK: the latents kept per token (default 32).")]
+LatentsOpt = Annotated[Optional[int], typer.Option(
+    "--latents", metavar="N", show_default=False,
+    help="Each transcoder's width (default 4096).")]
+ExpansionOpt = Annotated[Optional[float], typer.Option(
+    "--expansion", metavar="X", show_default=False,
+    help="The width as a multiple of d_model.")]
+L1Opt = Annotated[Optional[float], typer.Option(
+    "--l1", metavar="COEF", show_default=False,
+    help="Train ReLU transcoders with this L1 penalty instead of TopK (what "
+         "circuit-tracer 0.5.0 loads).")]
+
+JumpReLUOpt = Annotated[Optional[float], typer.Option(
+    "--jumprelu", metavar="COEF", show_default=False,
+    help="Train JumpReLU transcoders with this L0 penalty (straight-through threshold "
+         "gradients; circuit-tracer loads the threshold).")]
+
+
+def train_transcoder(
+    collect: Annotated[Optional[Path], typer.Argument(
+        metavar="COLLECT_DIR", show_default=False,
+        help="A folder written by tfx collect holding both sites of each layer.")] = None,
+    layer: LayerOpt = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", metavar="DIR", show_default=False,
+        help="The transcoder set's folder (a killed run in it is continued).")] = None,
+    input_site: InputSiteOpt = "ln2.out",
+    skip: SkipOpt = False,
+    k: KOpt = None,
+    latents: LatentsOpt = None,
+    expansion: ExpansionOpt = None,
+    l1: L1Opt = None,
+    jumprelu: JumpReLUOpt = None,
+    lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 4e-4,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="TOKENS", help="Tokens per step.")] = 4096,
+    steps: Annotated[Optional[int], typer.Option(
+        "--steps", metavar="N", show_default=False,
+        help="Adam steps per layer (default 1000).")] = None,
+    epochs: Annotated[Optional[float], typer.Option(
+        "--epochs", metavar="E", show_default=False,
+        help="Passes over the training tokens, instead of --steps.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")] = 0,
+    holdout: Annotated[float, typer.Option(
+        "--holdout", metavar="FRACTION",
+        help="The last tokens held out to judge each transcoder (FVU of the MLP's "
+             "output).")] = 0.05,
+    skip_first: Annotated[int, typer.Option(
+        "--skip-first", metavar="N", min=0,
+        help="Leave out each window's first N positions (an attention sink).")] = 0,
+    json_out: JsonOpt = False,
+    precision: PrecisionOpt = 3,
+    force: ForceOpt = False,
+) -> None:
+    """Train per-layer transcoders on a collect folder's MLP input/output pairs and write
+    them in circuit-tracer's layout (read by circuit-tracer's load_transcoder_set).
+
+    Each layer's transcoder reads blocks.I.ln2.out (or --input-site resid_mid) and
+    reconstructs the MLP's output blocks.I.ffn.out: f = act(x·W_encᵀ + b_enc),
+    ŷ = f·W_dec + b_dec (+ x·W_skipᵀ with --skip), trained as train-sae trains an SAE
+    (TopK by default, --l1 for ReLU, --jumprelu for JumpReLU; Adam; checkpoints: a killed
+    run continues when the same command runs again). Collect both sites in one pass:
+    tfx collect CORPUS --select 'blocks.*.ln2.out' --select 'blocks.*.ffn.out' -o acts.
+    DIR gets layer_I.safetensors (W_enc (F, D), W_dec (F, D), b_enc, b_dec, [W_skip]) per
+    layer and, once every layer of the model has one, config.yaml (feature_input_hook,
+    feature_output_hook, transcoders:). circuit-tracer 0.5.0 loads ReLU and JumpReLU sets
+    (--l1, --jumprelu); it has no TopK loader.
+
+    JSON: result.layers (per layer: fvu on the held-out tokens, l0, dead, losses),
+    result.config, result.missing, and every option.
+
+    Examples:
+
+      tfx collect python-docs -w smollm2 --select 'blocks.*.ln2.out' --select 'blocks.*.ffn.out' -o acts --max-tokens 200000
+
+      tfx train-transcoder acts --layers all -o transcoders --l1 3e-4 --latents 4096 --epochs 5
+
+      tfx train-transcoder acts --layer 3 -o transcoders --k 32 --skip --json | jq '.result.layers[0].fvu'
+    """
+    from .. import api
+    from ..errors import UsageError
+    from ..render.emit import emit, progress
+
+    if collect is None:
+        raise UsageError("COLLECT_DIR is missing: tfx train-transcoder COLLECT_DIR --layer I "
+                         "-o DIR (a folder written by tfx collect)")
+    result = api.train_transcoder(
+        collect, layer=layer, output=output, input_site=input_site, skip=skip, k=k,
+        latents=latents, expansion=expansion, l1=l1, jumprelu=jumprelu, lr=lr,
+        batch_size=batch_size,
+        steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
+        force=force, progress=progress)
+    emit(result, json=json_out, precision=precision)
