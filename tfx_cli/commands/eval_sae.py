@@ -1,35 +1,14 @@
 """`tfx eval-sae CORPUS --sae DIR`: an SAE judged over a corpus by SAEBench's core scores."""
-from ..options import (BatchSizeOpt, CorpusArg, CtxOpt, EngineOpt, FieldOpt, ForceOpt,
-                       FullOpt, GpusPerWorkerOpt, JsonOpt, MaxDocsOpt, MaxTokensOpt,
-                       PlotOpt, PrecisionOpt, RayAddressOpt, SaeOpt, SaeSiteOpt, StateDirOpt,
-                       VerboseOpt, WorkersOpt, corpus_options, engine_options, model_command,
-                       need_corpus)
+from ..options import CorpusArg, SaeOpt, SaeSiteOpt, StateDirOpt, command, need_corpus
 
 
-@model_command
+@command("dataset", "engine", "display", "plot", "force", "model")
 def eval_sae(
     source: CorpusArg = None,
     sae: SaeOpt = None,
     sae_site: SaeSiteOpt = None,
-    field: FieldOpt = "text",
-    max_docs: MaxDocsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    ctx: CtxOpt = None,
-    batch_size: BatchSizeOpt = 8,
     output: StateDirOpt = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    workers: WorkersOpt = None,
-    gpus_per_worker: GpusPerWorkerOpt = None,
-    verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    full: FullOpt = False,
-    plot: PlotOpt = None,
-    force: ForceOpt = False,
-    *,
-    model,
-    encoding,
+    *, dataset, engine, display, plot, force, model, encoding,
 ) -> None:
     """Judge a sparse autoencoder (or transcoder) over a corpus by SAEBench's core
     scores: sparsity, reconstruction, and how much of the model's loss it keeps.
@@ -66,8 +45,6 @@ def eval_sae(
         raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
                          "transcoder folder, e.g. one tfx train-sae wrote)")
     result = api.eval_sae(need_corpus(source), sae=sae, sae_site=sae_site, output=output,
-                          **corpus_options(field, max_docs, max_tokens, ctx, batch_size, engine),
-                          **engine_options(ray_address, workers, gpus_per_worker, verbose),
-                          **model)
+                          **dataset, **engine, **model)
     plot_to(result, plot, force)
-    emit(result, json=json_out, precision=precision, full=full)
+    emit(result, **display)

@@ -7,7 +7,7 @@ import typer
 from ..options import command
 
 
-# the training options (the API checks their values: api.train_sae)
+# the training options, train-sae's and train-transcoder's (the API checks their values)
 SiteOpt = Annotated[Optional[str], typer.Option(
     "--site", metavar="SITE", show_default=False,
     help="The collected site to train on, e.g. blocks.15.resid_out.")]
@@ -19,26 +19,27 @@ KOpt = Annotated[Optional[int], typer.Option(
     help="TopK: the latents kept per token (default 32).")]
 LatentsOpt = Annotated[Optional[int], typer.Option(
     "--latents", metavar="N", show_default=False,
-    help="The SAE's width (default 4096).")]
+    help="The width: latents of the SAE (of each transcoder) (default 4096).")]
 ExpansionOpt = Annotated[Optional[float], typer.Option(
     "--expansion", metavar="X", show_default=False,
-    help="The width as a multiple of the site's (latents = X × d_in).")]
+    help="The width as a multiple of the input's (latents = X × d_in).")]
 L1Opt = Annotated[Optional[float], typer.Option(
     "--l1", metavar="COEF", show_default=False,
-    help="Train a ReLU SAE with this L1 penalty on its activations instead of TopK.")]
+    help="Train ReLU latents with this L1 penalty on their activations instead of TopK "
+         "(what circuit-tracer 0.5.0 loads, for transcoders).")]
 LrOpt = Annotated[float, typer.Option("--lr", help="Adam's learning rate.")]
 BatchSizeOpt = Annotated[int, typer.Option(
     "--batch-size", metavar="TOKENS", help="Tokens per step.")]
 StepsOpt = Annotated[Optional[int], typer.Option(
     "--steps", metavar="N", show_default=False,
-    help="Adam steps (default 1000).")]
+    help="Adam steps (per layer for transcoders; default 1000).")]
 EpochsOpt = Annotated[Optional[float], typer.Option(
     "--epochs", metavar="E", show_default=False,
     help="Passes over the training tokens, instead of --steps.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")]
 HoldoutOpt = Annotated[float, typer.Option(
     "--holdout", metavar="FRACTION",
-    help="The last tokens held out to judge the SAE (FVU, L0, dead latents).")]
+    help="The last tokens held out to judge what is trained (FVU, L0, dead latents).")]
 SkipFirstOpt = Annotated[int, typer.Option(
     "--skip-first", metavar="N", min=0,
     help="Leave out each window's first N positions (train and held-out): a model's "

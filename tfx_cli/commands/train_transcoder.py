@@ -5,7 +5,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import ForceOpt, JsonOpt, PrecisionOpt
+from ..options import command
+from .train_sae import (EpochsOpt, ExpansionOpt, HoldoutOpt, KOpt, L1Opt, LatentsOpt, LrOpt,
+                        BatchSizeOpt, SeedOpt, SkipFirstOpt, StepsOpt)
 
 LayerOpt = Annotated[Optional[List[str]], typer.Option(
     "--layer", "--layers", metavar="I", show_default=False,
@@ -16,26 +18,13 @@ InputSiteOpt = Annotated[str, typer.Option(
          "circuit-tracer's mlp.hook_in) or resid_mid (hook_resid_mid).")]
 SkipOpt = Annotated[bool, typer.Option(
     "--skip", help="Add a linear skip path x·W_skipᵀ (W_skip (D, D)) to each transcoder.")]
-KOpt = Annotated[Optional[int], typer.Option(
-    "--k", metavar="K", show_default=False,
-    help="TopK: the latents kept per token (default 32).")]
-LatentsOpt = Annotated[Optional[int], typer.Option(
-    "--latents", metavar="N", show_default=False,
-    help="Each transcoder's width (default 4096).")]
-ExpansionOpt = Annotated[Optional[float], typer.Option(
-    "--expansion", metavar="X", show_default=False,
-    help="The width as a multiple of d_model.")]
-L1Opt = Annotated[Optional[float], typer.Option(
-    "--l1", metavar="COEF", show_default=False,
-    help="Train ReLU transcoders with this L1 penalty instead of TopK (what "
-         "circuit-tracer 0.5.0 loads).")]
-
 JumpReLUOpt = Annotated[Optional[float], typer.Option(
     "--jumprelu", metavar="COEF", show_default=False,
     help="Train JumpReLU transcoders with this L0 penalty (straight-through threshold "
          "gradients; circuit-tracer loads the threshold).")]
 
 
+@command("json", "precision", "force")
 def train_transcoder(
     collect: Annotated[Optional[Path], typer.Argument(
         metavar="COLLECT_DIR", show_default=False,
@@ -51,26 +40,14 @@ def train_transcoder(
     expansion: ExpansionOpt = None,
     l1: L1Opt = None,
     jumprelu: JumpReLUOpt = None,
-    lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 4e-4,
-    batch_size: Annotated[int, typer.Option(
-        "--batch-size", metavar="TOKENS", help="Tokens per step.")] = 4096,
-    steps: Annotated[Optional[int], typer.Option(
-        "--steps", metavar="N", show_default=False,
-        help="Adam steps per layer (default 1000).")] = None,
-    epochs: Annotated[Optional[float], typer.Option(
-        "--epochs", metavar="E", show_default=False,
-        help="Passes over the training tokens, instead of --steps.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")] = 0,
-    holdout: Annotated[float, typer.Option(
-        "--holdout", metavar="FRACTION",
-        help="The last tokens held out to judge each transcoder (FVU of the MLP's "
-             "output).")] = 0.05,
-    skip_first: Annotated[int, typer.Option(
-        "--skip-first", metavar="N", min=0,
-        help="Leave out each window's first N positions (an attention sink).")] = 0,
-    json_out: JsonOpt = False,
-    precision: PrecisionOpt = 3,
-    force: ForceOpt = False,
+    lr: LrOpt = 4e-4,
+    batch_size: BatchSizeOpt = 4096,
+    steps: StepsOpt = None,
+    epochs: EpochsOpt = None,
+    seed: SeedOpt = 0,
+    holdout: HoldoutOpt = 0.05,
+    skip_first: SkipFirstOpt = 0,
+    *, json, precision, force,
 ) -> None:
     """Train per-layer transcoders on a collect folder's MLP input/output pairs and write
     them in circuit-tracer's layout (read by circuit-tracer's load_transcoder_set).
@@ -110,4 +87,4 @@ def train_transcoder(
         batch_size=batch_size,
         steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
         force=force, progress=progress)
-    emit(result, json=json_out, precision=precision)
+    emit(result, json=json, precision=precision)

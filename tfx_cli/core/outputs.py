@@ -316,6 +316,31 @@ class NestedManifest(Manifest):
 
 
 # -- a resumable folder: held, checked, resumed --------------------------------------------
+def make_folder(path: Path, is_file: str = "-o {path} is a file; give a folder (it is "
+                                          "created)") -> bool:
+    """An output folder made when missing (its parent must exist) and checked writable;
+    True when this call made it. `is_file`: the refusal when `path` is a file."""
+    if path.exists() and not path.is_dir():
+        raise OutputFileError(is_file.format(path=path))
+    made = False
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise OutputFileError(f"cannot write {path}: the folder {path.parent} does "
+                                  "not exist; create it first")
+        try:
+            path.mkdir()
+        except OSError as exc:
+            if exc.errno in DISK_FULL:
+                raise write_error(path, exc) from None
+            raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
+                                  "another place") from None
+        made = True
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {path}: the folder is not writable; choose "
+                              "another place")
+    return made
+
+
 class OutputFolder:
     """A resumable output folder (`-o DIR`), held by this run alone (FolderHold) from its
     opening to close() (or the end of a `with` block, or of the process).
@@ -366,26 +391,7 @@ class OutputFolder:
         self.clear()
 
     def _make(self) -> bool:
-        path = self.path
-        if path.exists() and not path.is_dir():
-            raise OutputFileError(self.IS_FILE.format(path=path))
-        made = False
-        if not path.exists():
-            if not path.parent.is_dir():
-                raise OutputFileError(f"cannot write {path}: the folder {path.parent} does "
-                                      "not exist; create it first")
-            try:
-                path.mkdir()
-            except OSError as exc:
-                if exc.errno in DISK_FULL:
-                    raise write_error(path, exc) from None
-                raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
-                                      "another place") from None
-            made = True
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise OutputFileError(f"cannot write {path}: the folder is not writable; choose "
-                                  "another place")
-        return made
+        return make_folder(self.path, self.IS_FILE)
 
     def _open(self, force: bool) -> None:
         old = None if self.created else self.MANIFEST.read(self.path)

@@ -232,6 +232,20 @@ def _kept_rows(acts, skip_first):
     return np.flatnonzero((positions % ctx if ctx else positions) >= skip_first)
 
 
+
+def split(acts, holdout: float, skip_first: int):
+    """(the rows kept, None for all; tokens trained on; tokens held out), checked."""
+    if not 0 < holdout < 1:
+        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
+                         "last 5% of the tokens)")
+    keep = _kept_rows(acts, skip_first)
+    n = acts.n_tokens if keep is None else len(keep)
+    held = max(1, int(round(n * holdout)))
+    if n - held < 1 or held < 2:
+        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
+                         "them and train on the rest; collect more tokens")
+    return keep, n - held, held
+
 def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, l1=None,
               lr=4e-4, batch_size=4096, steps=None, epochs=None, seed=0, holdout=0.05,
               skip_first=0, b_dec_init="median", dead_after=None, aux_k=None, aux_coef=1 / 32,
@@ -242,16 +256,8 @@ def train_sae(acts, *, site: str, output, k=None, latents=None, expansion=None, 
         raise SelectError(f"--site {site!r} is not in {acts.path} (it holds "
                           f"{', '.join(acts.sites)}); collect it with tfx collect --select "
                           f"{site}, or name one of those")
-    if not 0 < holdout < 1:
-        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
-                         "last 5% of the tokens)")
-    keep = _kept_rows(acts, skip_first)
-    n = acts.n_tokens if keep is None else len(keep)
-    held = max(1, int(round(n * holdout)))
-    n_train = n - held
-    if n_train < 1 or held < 2:
-        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
-                         "them and train on the rest; collect more tokens")
+    keep, n_train, held = split(acts, holdout, skip_first)
+    n = n_train + held
     width = int(next(s for s in acts.manifest["sites"] if s["name"] == site)["shape"][1])
     opts = resolve_options(d_in=width, train_tokens=n_train, k=k, latents=latents,
                            expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,

@@ -28,10 +28,11 @@ import numpy as np
 import torch
 
 from ...errors import OutputFileError, RangeError, SelectError, UsageError, write_error
+from ..outputs import make_folder
 from . import metrics
 from .trainer import Trainer
-from .training import (NEVER, RunFolder, _b_dec_start, _curve,
-                       _forget_run, _kept_rows, _train, resolve_options)
+from .training import (NEVER, RunFolder, split, _b_dec_start, _curve,
+                       _forget_run, _train, resolve_options)
 
 # the MLP's input as tfx names it in a block -> circuit-tracer's feature_input_hook
 INPUT_SITES = {"ln2.out": "mlp.hook_in", "resid_mid": "hook_resid_mid"}
@@ -101,17 +102,7 @@ def check_sites(acts, layers: list[int], input_site: str) -> None:
 
 def open_output(path: Path, force: bool) -> Path:
     """DIR: new, empty, or holding only a transcoder set's own files (or --force)."""
-    if path.exists() and not path.is_dir():
-        raise OutputFileError(f"-o {path} is a file; give a folder for the transcoders")
-    if not path.exists():
-        if not path.parent.is_dir():
-            raise OutputFileError(f"cannot write {path}: the folder {path.parent} does not "
-                                  "exist; create it first")
-        try:
-            path.mkdir()
-        except OSError as exc:
-            raise OutputFileError(f"cannot create {path}: {exc.strerror or exc}; choose "
-                                  "another place") from None
+    make_folder(path, "-o {path} is a file; give a folder for the transcoders")
     others = [p.name for p in path.iterdir() if not _ours(p.name)]
     if others and not force:
         raise OutputFileError(f"-o {path} holds files tfx train-transcoder did not write "
@@ -221,20 +212,6 @@ def _finite(tensors: dict, judged: dict, curve: list, folder: RunFolder, lr: flo
             "its loss or held-out FVU is not a finite number"
         raise NonFiniteError(f"layer {layer}'s transcoder diverged in training: {what}, so no "
                              f"file is written for it; train with a lower --lr (now {lr:g})")
-
-
-def split(acts, holdout: float, skip_first: int):
-    """(the rows kept, None for all; tokens trained on; tokens held out), checked."""
-    if not 0 < holdout < 1:
-        raise RangeError(f"--holdout {holdout} must be a fraction between 0 and 1 (0.05: the "
-                         "last 5% of the tokens)")
-    keep = _kept_rows(acts, skip_first)
-    n = acts.n_tokens if keep is None else len(keep)
-    held = max(1, int(round(n * holdout)))
-    if n - held < 1 or held < 2:
-        raise RangeError(f"{acts.path} has {n:,} tokens: too few to hold out {holdout} of "
-                         "them and train on the rest; collect more tokens")
-    return keep, n - held, held
 
 
 def train_layer(acts, layer: int, *, out_dir: Path, input_site: str, options: dict,
