@@ -142,8 +142,8 @@ def api_reference() -> str:
     import tfx_cli.api as api
     from tfx_cli.registry import BY_NAME, PANELS
 
-    members = [name for name, value in vars(api).items() if not name.startswith("_")
-               and str(getattr(value, "__module__", "")).startswith("tfx_cli.api")]
+    members = [name for name in api.__all__  # the public API (some imported on first use)
+               if str(getattr(getattr(api, name), "__module__", "")).startswith("tfx_cli.api")]
     groups: dict[str, list[str]] = {"Loading a model": [m for m in ("load", "Model")
                                                         if m in members]}
     for key, title in PANELS.items():

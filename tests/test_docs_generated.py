@@ -70,8 +70,9 @@ def test_api_reference_names_every_public_function_once():
 
     page = generate.api_reference()
     shown = re.findall(r"^::: tfx_cli\.api\.(\w+)$", page, flags=re.M)
-    public = {name for name, value in vars(api).items() if callable(value)
-              and not name.startswith("_") and value.__module__.startswith("tfx_cli.api")}
+    public = {name for name in dir(api) if not name.startswith("_")
+              and callable(getattr(api, name))
+              and getattr(api, name).__module__.startswith("tfx_cli.api")}
     assert sorted(shown) == sorted(public)
     assert "attend" in _sections(page, "##")["Stages"]
     assert "train_sae" in _sections(page, "##")["Features"]

@@ -132,31 +132,36 @@ def model_command(fn):
     return command("model")(fn)
 
 
-# The declared options as Typer types, for a command that spells one in its signature.
-JsonOpt = cli_type("json")
-PrecisionOpt = cli_type("precision")
-FullOpt = cli_type("full")
-ForceOpt = cli_type("force")
-PlotOpt = cli_type("plot")
-TruncateOpt = cli_type("truncate")
-TargetOpt = cli_type("target")
-StackOpt = cli_type("stack")
-EncodingOpt = cli_type("encoding")
+# The declared options as Typer types, for a command that spells one in its signature:
+# built on first use (module __getattr__), so a command pays only for the ones it names.
+_ALIASES = {
+    "JsonOpt": "json", "PrecisionOpt": "precision", "FullOpt": "full", "ForceOpt": "force",
+    "PlotOpt": "plot", "TruncateOpt": "truncate", "TargetOpt": "target", "StackOpt": "stack",
+    "EncodingOpt": "encoding", "AblateOpt": "ablate", "AblateModeOpt": "ablate_mode",
+    "SteerOpt": "steer", "TowardOpt": "toward", "AwayOpt": "away", "ScaleOpt": "scale",
+    "SaeOpt": "sae", "SaeSiteOpt": "sae_site", "SteerFeatureOpt": "steer_feature",
+    "ConfigOpt": "config", "WeightsOpt": "weights", "SeedOpt": "seed", "HeadsOpt": "heads",
+    "LayersOpt": "layers", "DModelOpt": "d_model", "ContextOpt": "context",
+    "TokenizerOpt": "tokenizer", "CorpusOpt": "corpus", "NoCacheWeightsOpt": "no_cache_weights",
+    "DtypeOpt": "dtype", "MaxMemoryOpt": "max_memory", "DeviceOpt": "device",
+    "FieldOpt": "field", "MaxDocsOpt": "max_docs", "MaxTokensOpt": "max_tokens",
+    "CtxOpt": "ctx", "BatchSizeOpt": "batch_size", "EngineOpt": "engine",
+    "RayAddressOpt": "ray_address", "WorkersOpt": "workers",
+    "GpusPerWorkerOpt": "gpus_per_worker", "VerboseOpt": "verbose",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ALIASES:
+        value = globals()[name] = cli_type(_ALIASES[name])
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 TextArg = Annotated[Optional[str], typer.Argument(
     help="Input text; '-' reads standard input.", show_default=False)]
 Stack = _choices(OPTIONS["stack"])
 AblateMode = _choices(OPTIONS["ablate_mode"])
-AblateOpt, AblateModeOpt, SteerOpt, TowardOpt, AwayOpt, ScaleOpt = map(cli_type, (
-    "ablate", "ablate_mode", "steer", "toward", "away", "scale"))
-SaeOpt, SaeSiteOpt, SteerFeatureOpt = map(cli_type, ("sae", "sae_site", "steer_feature"))
-ConfigOpt, WeightsOpt, SeedOpt, HeadsOpt, LayersOpt, DModelOpt, ContextOpt = map(cli_type, (
-    "config", "weights", "seed", "heads", "layers", "d_model", "context"))
-TokenizerOpt, CorpusOpt, NoCacheWeightsOpt, DtypeOpt, MaxMemoryOpt, DeviceOpt = map(
-    cli_type, ("tokenizer", "corpus", "no_cache_weights", "dtype", "max_memory", "device"))
-FieldOpt, MaxDocsOpt, MaxTokensOpt, CtxOpt, BatchSizeOpt = map(cli_type, (
-    "field", "max_docs", "max_tokens", "ctx", "batch_size"))
-EngineOpt, RayAddressOpt, WorkersOpt, GpusPerWorkerOpt, VerboseOpt = map(cli_type, (
-    "engine", "ray_address", "workers", "gpus_per_worker", "verbose"))
 
 
 # For a command that spells these options one by one rather than taking their group:

@@ -37,15 +37,41 @@ core (lazily, where it needs torch), render (to write a report page) and errors.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._commands import (attend, attribute, configs, count_params, embed, ffn, generate,
                         layernorm, lens, model_config, next, patch, posenc, report, tokenize,
                         trace, train)
 from ._model import Model, load, report_html, write_report
-from ._route import route  # mixtures of experts
-from ._datasets import activations, collect, scan, top, write_top_html
-from ._features import eval_sae, features, train_sae, train_transcoder
-from ._circuits import graph  # attribution graphs
 from ..registry import DRAWERS
+
+if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for readers
+    from ._route import route  # mixtures of experts
+    from ._datasets import activations, collect, scan, top, write_top_html
+    from ._features import eval_sae, features, train_sae, train_transcoder
+    from ._circuits import graph  # attribution graphs
+
+# the functions of the modules a stage command does not need, imported when first used,
+# so that `tfx tokenize` or `tfx count-params` does not pay for the corpus, SAE and
+# circuit modules
+_LAZY = {"route": "_route", "activations": "_datasets", "collect": "_datasets",
+         "scan": "_datasets", "top": "_datasets", "write_top_html": "_datasets",
+         "eval_sae": "_features", "features": "_features", "train_sae": "_features",
+         "train_transcoder": "_features", "graph": "_circuits"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _html(result) -> str:
