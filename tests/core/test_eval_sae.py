@@ -172,7 +172,7 @@ def test_a_transcoder_is_judged_on_the_site_it_writes(tmp_path, corpus, model):
     folder.mkdir()
     (folder / "cfg.json").write_text(json.dumps({
         "architecture": "transcoder", "d_in": D, "d_sae": F, "d_out": D,
-        "apply_b_dec_to_input": False, "metadata": {"hook_name": "blocks.0.hook_mlp_in",
+        "apply_b_dec_to_input": False, "metadata": {"hook_name": "blocks.0.mlp.hook_in",
                                                     "hook_name_out": "blocks.0.hook_mlp_out"}}))
     from safetensors.torch import save_file
 

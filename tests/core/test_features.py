@@ -196,7 +196,7 @@ def test_a_transcoder_reads_one_site_and_reconstructs_another(tmp_path):
     w.pop("threshold")
     (folder / "cfg.json").write_text(json.dumps({
         "architecture": "transcoder", "d_in": 16, "d_sae": D_SAE, "d_out": 16,
-        "apply_b_dec_to_input": False, "metadata": {"hook_name": "blocks.0.hook_mlp_in",
+        "apply_b_dec_to_input": False, "metadata": {"hook_name": "blocks.0.mlp.hook_in",
                                                     "hook_name_out": "blocks.0.hook_mlp_out"}}))
     save_file(w, str(folder / "sae_weights.safetensors"))
     r = api.features(TEXT, sae=str(folder), **MODEL)
@@ -418,3 +418,16 @@ def test_hook_names_round_trip_and_the_metrics():
     assert metrics.fvu(x, x.mean(dim=0).expand(3, 2)) == pytest.approx(1.0)
     acts = torch.tensor([[0.0, 2.0, 0.0], [1.0, 3.0, 0.0]])
     assert metrics.l0(acts).tolist() == [1, 2] and metrics.dead(acts) == 1
+
+
+def test_hook_mlp_in_is_the_stream_before_ln2():
+    """TransformerLens hooks hook_mlp_in on the residual stream before ln2
+    (`self.hook_mlp_in(resid_mid.clone())`, then `self.ln2(mlp_in)`): an SAE on it reads
+    tfx's resid_mid, not ln2's output, which is circuit-tracer's mlp.hook_in."""
+    from tfx_cli.core.features.hooks import hook_name, tfx_site
+
+    assert tfx_site("blocks.3.hook_mlp_in", "--sae x reads") == "blocks.3.resid_mid"
+    assert tfx_site("blocks.3.mlp.hook_in", "--sae x reads") == "blocks.3.ln2.out"
+    assert tfx_site("blocks.3.mlp.hook_out", "--sae x writes") == "blocks.3.ffn.out"
+    assert hook_name("blocks.3.resid_mid") == "blocks.3.hook_resid_mid"
+    assert hook_name("blocks.3.ln2.out") == "blocks.3.mlp.hook_in"

@@ -20,7 +20,12 @@ BLOCK_HOOKS = {
     "hook_resid_post": "blocks.{i}.resid_out",
     "hook_attn_out": "blocks.{i}.attn.out",
     "hook_mlp_out": "blocks.{i}.ffn.out",
-    "hook_mlp_in": "blocks.{i}.ln2.out",
+    # TransformerLens's hook_mlp_in is the stream before ln2 (transformer_block.py:
+    # `mlp_in = self.hook_mlp_in(resid_mid.clone())`, then ln2); the MLP's own input,
+    # ln2's output, is circuit-tracer's ReplacementMLP mlp.hook_in
+    "hook_mlp_in": "blocks.{i}.resid_mid",
+    "mlp.hook_in": "blocks.{i}.ln2.out",
+    "mlp.hook_out": "blocks.{i}.ffn.out",
     "attn.hook_z": "blocks.{i}.attn.context",
     "mlp.hook_pre": "blocks.{i}.ffn.hidden",
     "mlp.hook_post": "blocks.{i}.ffn.act",
