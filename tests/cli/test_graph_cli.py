@@ -95,3 +95,61 @@ def test_labels_from_top_folders(tmp_path):
     assert by_key[(first.layer, first.feature, first.pos)] == "before[alpha] · before[beta]"
     others = [n for n in feats if (n.layer, n.feature) != (first.layer, first.feature)]
     assert all(by_key[(n.layer, n.feature, n.pos)] == n.label for n in others)
+
+
+def _as_saelens(layout: Path, out: Path, model: str) -> Path:
+    """The set in `layout` (circuit-tracer's files) rewritten as SAELens transcoder
+    folders: cfg.json + sae_weights.safetensors, W_enc stored (D, F), the threshold named
+    as SAELens names it."""
+    from safetensors.torch import save_file
+
+    out.mkdir()
+    config = (layout / "config.yaml").read_text(encoding="utf-8")
+    names = [line.strip()[2:] for line in config.splitlines() if line.strip().startswith("- ")]
+    for layer, name in enumerate(names):
+        t = load_file(str(layout / name))
+        folder = out / f"layer_{layer}"
+        folder.mkdir()
+        jump = "activation_function.threshold" in t
+        tensors = {"W_enc": t["W_enc"].T.contiguous(), "W_dec": t["W_dec"],
+                   "b_enc": t["b_enc"], "b_dec": t["b_dec"]}
+        if jump:
+            tensors["threshold"] = t["activation_function.threshold"]
+        save_file(tensors, str(folder / "sae_weights.safetensors"))
+        d, f = t["W_enc"].shape[1], t["W_enc"].shape[0]
+        (folder / "cfg.json").write_text(json.dumps({
+            "architecture": "jumprelu_transcoder" if jump else "transcoder",
+            "d_in": d, "d_sae": f, "d_out": d, "apply_b_dec_to_input": False,
+            "normalize_activations": "none",
+            "metadata": {"model_name": model, "hook_name": f"blocks.{layer}.mlp.hook_in",
+                         "hook_name_out": f"blocks.{layer}.mlp.hook_out"}}), encoding="utf-8")
+    listed = "".join(f"  - layer_{i}\n" for i in range(len(names)))
+    head = config.split("transcoders:")[0]
+    (out / "config.yaml").write_text(head + "transcoders:\n" + listed, encoding="utf-8")
+    return out
+
+
+def test_saelens_transcoder_folders_give_the_same_graph(tmp_path):
+    """A set whose config.yaml lists SAELens transcoder folders is read as the same
+    transcoders: the graph of the recorded Llama-style model (JumpReLU) is the one its
+    circuit-tracer-layout files give."""
+    case = Path(__file__).resolve().parents[1] / "recordings" / "circuit_tracer" / "llama"
+    folders = _as_saelens(case / "transcoders", tmp_path / "saelens", "llama")
+    text = "The cat sat on the"
+    args = dict(weights=str(case / "model"), node_threshold=1, edge_threshold=1)
+    plain = api.graph(text, transcoders=str(case / "transcoders"), **args)
+    saelens = api.graph(text, transcoders=str(folders), **args)
+    assert [(n.kind, n.layer, n.pos, n.feature) for n in saelens.nodes] == \
+        [(n.kind, n.layer, n.pos, n.feature) for n in plain.nodes]
+    a, b = plain.tensors["graph.adjacency"], saelens.tensors["graph.adjacency"]
+    assert np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(a).max())
+    assert saelens.replacement_score == plain.replacement_score
+    # an SAE that is not a transcoder is refused by name
+    (folders / "layer_1" / "cfg.json").write_text(json.dumps({
+        "architecture": "standard", "d_in": 48, "d_sae": 128, "apply_b_dec_to_input": False,
+        "metadata": {"hook_name": "blocks.1.hook_resid_post"}}), encoding="utf-8")
+    import pytest
+    from tfx_cli.errors import TranscoderError
+
+    with pytest.raises(TranscoderError, match="is a SAELens standard folder"):
+        api.graph(text, transcoders=str(folders), **args)

@@ -79,7 +79,7 @@ def check_model(loaded) -> None:
     if cfg.is_encoder_decoder:
         why = "an encoder–decoder"
     elif model.residency.streamed:
-        why = "streamed from disk (--stream)"
+        why = "streamed from disk (its weights do not fit in --max-memory)"
     elif not cfg.causal or not cfg.lm_head or cfg.mlm_head:
         why = "not a causal language model"
     elif cfg.norm_position != "pre" or not cfg.pre_norms or not cfg.first_block_norm:
@@ -92,7 +92,8 @@ def check_model(loaded) -> None:
         why = "built with an embedding norm, token types or relative positions"
     if why:
         raise UsageError(f"tfx graph needs a pre-norm decoder-only model; {cfg.name} is {why}; "
-                         "use a GPT-2- or Llama-style model held in memory")
+                         "use a GPT-2- or Llama-style model held in memory (a larger "
+                         "--max-memory, where it is streamed)")
 
 
 def _norm(norm, var: torch.Tensor) -> FrozenNorm:

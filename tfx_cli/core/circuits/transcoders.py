@@ -4,7 +4,8 @@ safetensors file per layer, layer 0 first), each file holding W_enc (F, D), W_de
 b_enc (F), b_dec (D), optionally W_skip (D, D) and `activation_function.threshold` (F)
 for a JumpReLU; without a threshold the activation is a ReLU (as circuit-tracer's
 load_relu_transcoder). Gemma Scope's `params.npz` per layer (W_enc stored (D, F),
-`threshold`) is read too, when the list names .npz files.
+`threshold`) is read too, when the list names .npz files, and SAELens transcoder folders
+(cfg.json + sae_weights.safetensors, W_enc stored (D, F)) when it names folders.
 
 The hooks are TransformerLens names inside a block; the ones mapped here are the tensors
 tfx's blocks compute identically (circuit-tracer loads models unfolded: a norm's output
@@ -157,7 +158,7 @@ def read_transcoders(folder: str | Path, *, n_layers: int, d_model: int) -> Tran
 
 def _add_layer(tc: Transcoders, folder: Path, layer: int, name: str, d_model: int) -> None:
     path = Path(name) if Path(name).is_absolute() else folder / name
-    if not path.is_file():
+    if not path.is_file() and not (path / "cfg.json").is_file():
         raise TranscoderError(f"--transcoders {folder}: layer {layer}'s file {name} is "
                               "missing; put it there or fix the transcoders: list")
     tensors = _read_file(path)
@@ -198,7 +199,36 @@ def _add_layer(tc: Transcoders, folder: Path, layer: int, name: str, d_model: in
     tc.threshold.append(tensors.get("activation_function.threshold"))
 
 
+def _read_saelens(path: Path) -> dict[str, torch.Tensor]:
+    """A SAELens transcoder folder (cfg.json + sae_weights.safetensors, architecture
+    transcoder or jumprelu_transcoder) as circuit-tracer's tensors: SAELens stores W_enc
+    (D, F); its threshold is circuit-tracer's activation_function.threshold. Read by
+    core/features (its checks: architecture, shapes, finite values, scaling factor)."""
+    from ...errors import WeightsError
+    from ..features.formats import read_sae
+
+    try:
+        sae = read_sae(path)
+    except WeightsError as exc:
+        raise TranscoderError(str(exc)) from None
+    if not sae.transcoder or sae.normalize != "none" or sae.rescale_by_decoder_norm:
+        raise TranscoderError(f"--transcoders: {path} is a SAELens {sae.architecture} folder"
+                              f"{' that normalises its input' if sae.transcoder else ''}; "
+                              "list transcoder (or jumprelu_transcoder) folders whose input "
+                              "is not normalised")
+    t = {k: v.detach().float() for k, v in sae.tensors.items()}
+    out = {"W_enc": t["W_enc"].T.contiguous(), "W_dec": t["W_dec"], "b_enc": t["b_enc"],
+           "b_dec": t["b_dec"]}
+    if "threshold" in t:
+        out["activation_function.threshold"] = t["threshold"]
+    if "W_skip" in t:
+        out["W_skip"] = t["W_skip"]
+    return out
+
+
 def _read_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.is_dir():
+        return _read_saelens(path)
     try:
         if path.suffix == ".npz":  # Gemma Scope: W_enc stored (D, F), `threshold`
             import numpy as np
