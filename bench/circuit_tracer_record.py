@@ -195,6 +195,26 @@ def mlp_inputs(case: dict, model, tok) -> list[torch.Tensor]:
     return out
 
 
+def crossing(pre: torch.Tensor, fire_fraction: float) -> torch.Tensor:
+    """Per feature, where its pre-activation should cross zero (or the threshold) so that
+    about `fire_fraction` of the tokens seen fire it: halfway across the gap between two
+    neighbouring pre-activations of those tokens that is nearest that fraction and at
+    least MARGIN of their spread wide. A quantile can land exactly on a token's value
+    (and the prompts share tokens: the BOS, the first word), and then rounding alone
+    decides whether the feature fires on it."""
+    ordered = pre.sort(dim=0).values  # (tokens, F)
+    k = min(max(int(round((1 - fire_fraction) * (len(ordered) - 1))), 0), len(ordered) - 2)
+    gaps = ordered[1:] - ordered[:-1]  # (tokens - 1, F)
+    wide = gaps > MARGIN * (ordered[-1] - ordered[0])
+    distance = (torch.arange(len(gaps))[:, None] - k).abs().float()
+    j = torch.where(wide, distance, torch.inf).argmin(dim=0)  # the nearest wide gap
+    cols = torch.arange(pre.shape[1])
+    return (ordered[j, cols] + ordered[j + 1, cols]) / 2
+
+
+MARGIN = 1e-3  # of a feature's spread of pre-activations
+
+
 def make_transcoders(case: dict, inputs: list[torch.Tensor], folder: Path) -> list[str]:
     """One safetensors per layer in circuit-tracer's layout, and the set's config.yaml.
     b_enc is set per feature so that about `fire_fraction` of the tokens seen fire it."""
@@ -209,7 +229,7 @@ def make_transcoders(case: dict, inputs: list[torch.Tensor], folder: Path) -> li
     for layer, x in enumerate(inputs):
         w_enc = torch.randn(f, d, generator=g) / d ** 0.5
         pre = x @ w_enc.T  # (tokens, F)
-        q = torch.quantile(pre, 1 - case["fire_fraction"], dim=0)
+        q = crossing(pre, case["fire_fraction"])
         tensors = {"W_enc": w_enc.contiguous(),
                    "W_dec": (0.3 * torch.randn(f, d, generator=g) / f ** 0.5).contiguous(),
                    "b_dec": 0.05 * torch.randn(d, generator=g)}
@@ -240,7 +260,7 @@ def make_clt(case: dict, inputs: list[torch.Tensor], folder: Path) -> list[str]:
     names = []
     for layer, x in enumerate(inputs):
         w_enc = torch.randn(f, d, generator=g) / d ** 0.5
-        q = torch.quantile(x @ w_enc.T, 1 - case["fire_fraction"], dim=0)
+        q = crossing(x @ w_enc.T, case["fire_fraction"])
         enc = {f"W_enc_{layer}": w_enc, f"b_enc_{layer}": -q,
                f"b_dec_{layer}": 0.05 * torch.randn(d, generator=g)}
         dec = {f"W_dec_{layer}": 0.3 * torch.randn(f, n - layer, d, generator=g) / f ** 0.5}
