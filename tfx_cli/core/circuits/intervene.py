@@ -127,6 +127,9 @@ def intervening(model, ids: list[int], tc: Transcoders,
         release()
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
                       n_tokens: int) -> list[tuple[int, int, int, float]]:
     """--set-feature LAYER:POS:FEATURE=VALUE, each checked against the model and the
@@ -145,6 +148,10 @@ def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
         if not eq or not math.isfinite(number):
             raise UsageError(f"--set-feature {text} needs a finite value after =; e.g. "
                              f"--set-feature {where}=0")
+        if abs(number) > FLOAT32_MAX:  # the model runs in float32 (or narrower)
+            raise RangeError(f"--set-feature {text}: {value} is beyond what float32 holds "
+                             f"(±3.4e38); give a value a feature could take, e.g. "
+                             f"--set-feature {where}=10")
         for name, got, n in (("layer", layer, n_layers), ("position", pos, n_tokens),
                              ("feature", feat, width)):
             if not 0 <= got < n:
