@@ -153,3 +153,22 @@ def test_saelens_transcoder_folders_give_the_same_graph(tmp_path):
 
     with pytest.raises(TranscoderError, match="is a SAELens standard folder"):
         api.graph(text, transcoders=str(folders), **args)
+
+
+def test_the_rows_show_as_progress(tmp_path):
+    """The attribution rows (seconds to minutes on a real model) go through the progress
+    factory the CLI hands in: a counted bar of the rows, to the last one."""
+    from contextlib import contextmanager
+
+    bars = {}
+
+    @contextmanager
+    def progress(description, total=None, unit=None):
+        done = bars.setdefault(description, {"total": total, "unit": unit, "done": []})
+        yield lambda n=None, tokens=None: done["done"].append(n)
+
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96)
+    r = api.graph(TEXT, transcoders=str(tc), progress=progress, **_api(SMALL))
+    bar = bars["attribution rows"]
+    assert bar["unit"] == "rows" and bar["total"] == r.n_selected_features > 0
+    assert bar["done"][-1] == bar["total"] and bar["done"] == sorted(bar["done"])

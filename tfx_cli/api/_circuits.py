@@ -29,7 +29,8 @@ def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: floa
                      target=list(targets) if targets else None, max_features=max_features,
                      node_threshold=node_threshold, edge_threshold=edge_threshold,
                      save=None if save is None else str(save), truncate=truncate,
-                     labels=[str(x) for x in labels] if labels else None)
+                     labels=[str(x) for x in labels] if labels else None,
+                     progress=model.get("progress"))
 
 
 def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,

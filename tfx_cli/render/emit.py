@@ -106,7 +106,9 @@ def _counted(console, description: str, total: int, unit: str):
 
     class Tokens(ProgressColumn):
         def render(self, task) -> Text:
-            tokens = task.fields.get("tokens") or 0
+            tokens = task.fields.get("tokens")
+            if tokens is None:  # a count of other things (a graph's rows): no tokens
+                return Text("")
             elapsed = task.elapsed or 0.0
             rate = f" · {tokens / elapsed:,.0f} tokens/s" if elapsed > 0.5 else ""
             return Text(f"{tokens:,} tokens{rate}")
@@ -114,7 +116,7 @@ def _counted(console, description: str, total: int, unit: str):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn(unit), Tokens(), TimeRemainingColumn(), console=console,
                   transient=True) as bar:
-        task = bar.add_task(description, total=total, tokens=0)
+        task = bar.add_task(description, total=total, tokens=None)
 
         def update(done=None, tokens=None):
             bar.update(task, completed=done, tokens=tokens)

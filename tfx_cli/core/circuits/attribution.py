@@ -84,11 +84,14 @@ def _read_features(p: Prompt, g: torch.Tensor, rows: torch.Tensor, layer: int) -
 
 def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
               logit_vecs: torch.Tensor, *, max_features: int | None = None,
-              batch_size: int = 512, update_interval: int = 4) -> Graph:
+              batch_size: int = 512, update_interval: int = 4,
+              on_rows=None) -> Graph:
     """circuit-tracer's order of work: the logits' rows; then, when only max_features of
     the active features may have rows, the features ranked by their influence through
     the rows so far, update_interval batches at a time; the adjacency is square with the
-    rows of features never visited left zero."""
+    rows of features never visited left zero. `on_rows(done)`, when given, is told how
+    many feature rows are computed (of min(max_features, active features)), batch by
+    batch."""
     n_feat, K = p.n_features, len(logit_ids)
     logit_offset = p.n_sources
     total = logit_offset + K
@@ -123,6 +126,8 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
             row_node[st:st + len(idx)] = idx
             visited[idx] = True
             st += len(idx)
+            if on_rows is not None:
+                on_rows(done)
     selected = torch.where(visited)[0]
     if budget < n_feat:
         edges = edges[:, torch.cat([selected, torch.arange(n_feat, total)])]

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...errors import UsageError
+from ..progress import counting
 from ..analysis.common import encode, input_info
 from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  # noqa: F401
 from . import graph as G
@@ -42,7 +43,7 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
           max_features: int | None = 7500, node_threshold: float = 0.8,
           edge_threshold: float = 0.98, batch_size: int = 512,
           save: str | None = None, truncate: bool = False,
-          labels: list[str] | None = None) -> GraphResult:
+          labels: list[str] | None = None, progress=None) -> GraphResult:
     check_threshold("--node-threshold", node_threshold)
     check_threshold("--edge-threshold", edge_threshold)
     if not 0 < logit_prob <= 1:
@@ -60,8 +61,10 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
         p = forward(loaded, ids, tc)
         logit_ids, probs, vecs = targets(p, max_logits=max_logits, logit_prob=logit_prob,
                                          ids=wanted)
-        full = attribute(p, logit_ids, probs, vecs, max_features=max_features,
-                         batch_size=batch_size)
+        rows = min(max_features or p.n_features, p.n_features)
+        with counting(progress, "attribution rows", total=rows, unit="rows") as update:
+            full = attribute(p, logit_ids, probs, vecs, max_features=max_features,
+                             batch_size=batch_size, on_rows=update)
     n_feat = len(full.selected)
     nodes, edges, cumulative = G.prune(full.adjacency, probs, n_features=n_feat,
                                        n_tokens=len(ids), node_threshold=node_threshold,
