@@ -254,3 +254,23 @@ def test_a_jumprelu_set_writes_circuit_tracers_threshold(collected, tmp_path):
     f = pre * (pre > theta)
     assert r.layers[0].l0 == pytest.approx(float((f != 0).sum(1).double().mean()), abs=1e-6)
     assert r.architecture == "jumprelu" and r.jumprelu == 1e-3 and r.layers[0].fvu < 1
+
+
+def test_a_topk_set_is_read_back_as_topk(collected, tmp_path):
+    """tfx graph's reader keeps each row's k largest latents of a TopK set: read as a ReLU
+    it would switch on every positive latent and reconstruct something else."""
+    from tfx_cli.core.circuits.transcoders import read_transcoders
+    from tfx_cli.core.features.transcoders import encode
+
+    api.train_transcoder(collected, layer="all", output=tmp_path / "set", k=4, steps=30,
+                         **SHORT)
+    tc = read_transcoders(tmp_path / "set", n_layers=2, d_model=32)
+    assert tc.topk == [4, 4]
+    x = torch.from_numpy(np.asarray(api.activations(collected)["blocks.1.ln2.out"][:50]))
+    f = tc.activate(1, tc.pre(1, x))
+    assert bool(((f != 0).sum(1) <= 4).all())
+    relu = torch.relu(tc.pre(1, x))
+    assert float((relu != 0).sum(1).float().mean()) > 4  # the difference TopK makes
+    t = load_file(str(tmp_path / "set" / "layer_1.safetensors"))
+    want = encode(t, x, k=4)
+    assert torch.allclose(f, want, atol=1e-6 * float(want.abs().max()))

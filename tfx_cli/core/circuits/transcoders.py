@@ -47,6 +47,8 @@ class Transcoders:
     b_dec: list[torch.Tensor]  # (D,)
     W_skip: list[torch.Tensor | None] = field(default_factory=list)  # (D, D): skip = x W_skipᵀ
     threshold: list[torch.Tensor | None] = field(default_factory=list)  # JumpReLU's (F,)
+    # TopK's k per layer (a file tfx's train-transcoder wrote with "activation": "topk")
+    topk: list[int | None] = field(default_factory=list)
     # a cross-layer transcoder: W_dec[k] is (F, L - k, D), layer k's features writing
     # into layers k, k+1, …; per-layer sets: W_dec[k] is (F, D), into layer k only
     cross: bool = False
@@ -74,11 +76,16 @@ class Transcoders:
         return torch.nn.functional.linear(x, self.W_enc[layer], self.b_enc[layer])
 
     def activate(self, layer: int, pre: torch.Tensor) -> torch.Tensor:
-        """ReLU, or JumpReLU x·[x > θ] (circuit-tracer's forward of both)."""
+        """ReLU, or JumpReLU x·[x > θ] (circuit-tracer's forward of both), or TopK: the k
+        largest pre-activations of each row kept, ReLU'd (tfx's TopK sets)."""
         theta = self.threshold[layer]
-        if theta is None:
+        if theta is not None:
+            return pre * (pre > theta)
+        k = self.topk[layer] if layer < len(self.topk) else None
+        if k is None:
             return torch.relu(pre)
-        return pre * (pre > theta)
+        values, index = torch.topk(pre, min(k, pre.shape[-1]), dim=-1)
+        return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
 
     def skip(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
         w = self.W_skip[layer]
@@ -197,6 +204,28 @@ def _add_layer(tc: Transcoders, folder: Path, layer: int, name: str, d_model: in
                               f"{tuple(skip.shape)}, not ({d_model}, {d_model})")
     tc.W_skip.append(skip)
     tc.threshold.append(tensors.get("activation_function.threshold"))
+    tc.topk.append(_topk(path, folder))
+
+
+def _topk(path: Path, folder: Path) -> int | None:
+    """k where a safetensors layer file says (in tfx's metadata) it is a TopK transcoder;
+    read as ReLU it would switch on every positive latent, not its k."""
+    if path.is_dir() or path.suffix != ".safetensors":
+        return None
+    from safetensors import safe_open
+
+    from ..features.transcoders import file_metadata
+
+    with safe_open(str(path), framework="pt") as opened:
+        meta = file_metadata(opened)
+    if meta.get("activation") != "topk":
+        return None
+    k = meta.get("k")
+    k = int(k) if isinstance(k, str) and k.isdigit() else k  # written as a string
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise TranscoderError(f"--transcoders {folder}: {path.name} says it is TopK but its "
+                              f"k is {k!r}; re-export it with a positive k")
+    return k
 
 
 def _read_saelens(path: Path) -> dict[str, torch.Tensor]:
