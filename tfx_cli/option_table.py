@@ -145,6 +145,10 @@ _TRANSCODER_EDIT_OPTIONS = (  # a transcoder set's features set (core/circuits/i
     _opt("freeze_attention", "--freeze-attention/--no-freeze-attention", kind="flag",
          default=True, panel="Transcoder features",
          help="Keep the attention patterns of the plain run while features are set."),
+    _opt("allow_inactive", "--allow-inactive", kind="flag", default=False,
+         panel="Transcoder features",
+         help="Let --set-feature switch on a feature that is not active at that position "
+         "(refused otherwise, as a likely wrong index)."),
     _opt("constrained_layers", "--constrained-layers", metavar="START:END",
          show_default=False, panel="Transcoder features",
          help="Only these layers take the change, their FFN outputs otherwise frozen (all "

@@ -64,7 +64,8 @@ def test_next_and_generate_with_set_feature(setting):
     span = how["constrained_layers"]
     kw = dict(weights=str(HERE / case / "model"), transcoders=str(HERE / case / "transcoders"),
               set_feature=["{}:{}:{}={}".format(*x) for x in spec["triples"]],
-              constrained_layers=f"{span[0]}:{span[1]}" if span else None)
+              constrained_layers=f"{span[0]}:{span[1]}" if span else None,
+              allow_inactive=True)  # the recording sets some features from zero
     result = api.next(prompt["prompt"], candidates=5, **kw)
     assert result.input.ids == t["input_ids"].tolist()
     want = t[f"intervention.{setting}.logits"][-1]
@@ -77,3 +78,30 @@ def test_next_and_generate_with_set_feature(setting):
     # generate: the first token is the intervened argmax; later steps run plain
     gen = api.generate(prompt["prompt"], max_new_tokens=2, **kw)
     assert gen.steps[0].id == int(want.argmax())
+
+
+def test_set_feature_refuses_an_inactive_feature_unless_allowed(models):
+    """A feature set where the plain run has it off is refused (a likely wrong index)
+    unless allow_inactive; an active one passes without it."""
+    from tfx_cli import api
+    from tfx_cli.errors import UsageError
+
+    meta = json.loads((HERE / "gpt2" / "recording.json").read_text())
+    prompt = meta["prompts"][0]
+    ids = load_file(str(HERE / "gpt2" / prompt["tensors"]))["input_ids"].tolist()
+    model = models["gpt2"]
+    tc = read_transcoders(HERE / "gpt2" / "transcoders", n_layers=model.cfg.n_layers,
+                          d_model=model.cfg.d_model)
+    _, acts = feature_intervention(model.model, ids, tc, [])
+    layer, pos = 1, len(ids) - 1
+    on = int(acts[layer, pos].argmax())
+    off = int((acts[layer, pos] == 0).nonzero()[0])
+    kw = dict(weights=str(HERE / "gpt2" / "model"), transcoders=str(HERE / "gpt2" / "transcoders"),
+              candidates=3)
+    with pytest.raises(UsageError, match=f"feature {off} of layer {layer} is not active"):
+        api.next(prompt["prompt"], set_feature=[f"{layer}:{pos}:{off}=2"], **kw)
+    with pytest.raises(UsageError, match="position 0 holds no features"):
+        api.next(prompt["prompt"], set_feature=[f"{layer}:0:{on}=2"], **kw)
+    assert float(acts[layer, pos, on]) > 0
+    api.next(prompt["prompt"], set_feature=[f"{layer}:{pos}:{on}=0"], **kw)
+    api.next(prompt["prompt"], set_feature=[f"{layer}:{pos}:{off}=2"], allow_inactive=True, **kw)

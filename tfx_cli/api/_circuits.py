@@ -35,19 +35,22 @@ def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: floa
 
 def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
                   freeze_attention: bool = True, constrained_layers: str | None = None,
-                  truncate: bool = False, no_cache: bool = False):
+                  truncate: bool = False, no_cache: bool = False,
+                  allow_inactive: bool = False):
     """The context in which next's or generate's own first forward pass runs with
     transcoder features set (`set_feature`: LAYER:POS:FEATURE=VALUE strings), as
     circuit-tracer's feature_intervention; positions count the text's tokens as tfx
-    encodes them. A null context when nothing is set."""
+    encodes them; a feature not active at its position (in the plain run) is refused
+    unless `allow_inactive`. A null context when nothing is set."""
     from contextlib import nullcontext
 
     from ..errors import UsageError
 
     if not set_feature:
-        if transcoders is not None or constrained_layers is not None:
-            raise UsageError("--transcoders and --constrained-layers go with --set-feature "
-                             "LAYER:POS:FEATURE=VALUE; add one, or drop them")
+        if transcoders is not None or constrained_layers is not None or allow_inactive:
+            raise UsageError("--transcoders, --constrained-layers and --allow-inactive go "
+                             "with --set-feature LAYER:POS:FEATURE=VALUE; add one, or drop "
+                             "them")
         return nullcontext()
     if transcoders is None:
         raise UsageError("--set-feature needs --transcoders DIR (the transcoders whose "
@@ -56,7 +59,7 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
         raise UsageError("--set-feature changes the prompt's pass, which later steps read "
                          "from the KV cache; drop --no-cache")
     from ..core.analysis.common import encode
-    from ..core.circuits.intervene import intervening, parse_set_feature
+    from ..core.circuits.intervene import check_active, intervening, parse_set_feature
     from ..core.circuits.setup import check_model
     from ..core.circuits.transcoders import read_transcoders
 
@@ -67,8 +70,11 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
     ids = encode(loaded, _text(text), truncate=truncate)
     changes = parse_set_feature(list(set_feature), n_layers=tc.n_layers, width=tc.width,
                                 n_tokens=len(ids))
+    constrained = _layer_range(constrained_layers, tc.n_layers)
+    if not allow_inactive:
+        check_active(loaded.model, ids, tc, changes, list(set_feature))
     return intervening(loaded.model, ids, tc, changes, freeze_attention=freeze_attention,
-                       constrained=_layer_range(constrained_layers, tc.n_layers))
+                       constrained=constrained)
 
 
 def _layer_range(text: str | None, n_layers: int) -> range | None:

@@ -261,11 +261,13 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
              sae: str | None = None, sae_site: str | None = None,
              steer_feature: str | None = None, transcoders: str | None = None,
              set_feature: Sequence[str] | None = None, freeze_attention: bool = True,
-             constrained_layers: str | None = None, **model: Any) -> GenerateResult:
+             constrained_layers: str | None = None, allow_inactive: bool = False,
+             **model: Any) -> GenerateResult:
     """Decode token by token after `prompt` (greedy unless temperature > 0); `on_text`
     receives the continuation as it is produced. `set_feature` (with `transcoders`):
     transcoder features set on the prompt's pass, as circuit-tracer's
-    feature_intervention (`freeze_attention`, `constrained_layers` "START:END")."""
+    feature_intervention (`freeze_attention`, `constrained_layers` "START:END"); a feature
+    not active at its position is refused unless `allow_inactive`."""
     from ._circuits import feature_edits
 
     from ..core.analysis.sampling import Sampling, check_new_tokens, check_sampling
@@ -281,7 +283,7 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     with feature_edits(model, prompt, transcoders=transcoders, set_feature=set_feature,
                        freeze_attention=freeze_attention,
                        constrained_layers=constrained_layers, truncate=truncate,
-                       no_cache=no_cache):
+                       no_cache=no_cache, allow_inactive=allow_inactive):
         return _model(model).generate(
             prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
             top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache,
@@ -298,10 +300,11 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
          sae_site: str | None = None, steer_feature: str | None = None,
          transcoders: str | None = None, set_feature: Sequence[str] | None = None,
          freeze_attention: bool = True, constrained_layers: str | None = None,
-         **model: Any) -> NextResult:
+         allow_inactive: bool = False, **model: Any) -> NextResult:
     """The distribution over the token after `text`, and what sampling filters keep.
     `set_feature` (with `transcoders`): transcoder features set, as circuit-tracer's
-    feature_intervention (`freeze_attention`, `constrained_layers` "START:END")."""
+    feature_intervention (`freeze_attention`, `constrained_layers` "START:END"); a feature
+    not active at its position is refused unless `allow_inactive`."""
     from ._circuits import feature_edits
 
     from ..core.analysis.sampling import Sampling, check_sampling
@@ -315,7 +318,8 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
     _masked_lm_checks(model, "next", text)
     with feature_edits(model, text, transcoders=transcoders, set_feature=set_feature,
                        freeze_attention=freeze_attention,
-                       constrained_layers=constrained_layers, truncate=truncate):
+                       constrained_layers=constrained_layers, truncate=truncate,
+                       allow_inactive=allow_inactive):
         return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
                                   candidates=candidates, truncate=truncate, target=target,
                                   **edits)

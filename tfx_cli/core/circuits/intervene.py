@@ -161,6 +161,24 @@ def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
     return out
 
 
+def check_active(model, ids: list[int], tc: Transcoders,
+                 changes: list[tuple[int, int, int, float]], texts: list[str]) -> None:
+    """Each set feature must be active at its position in the plain run (position 0 never
+    is: circuit-tracer's zero_positions): a feature set from nothing is more often a wrong
+    index than a wish, so it takes --allow-inactive."""
+    names = sorted({f"blocks.{layer}.{tc.site}" for layer, *_ in changes})
+    with model.record(names) as tr, torch.inference_mode():
+        model(torch.tensor([ids]))
+    acts = {layer: _acts(tc, layer, tr.raw(f"blocks.{layer}.{tc.site}").float()[None])
+            for layer in {c[0] for c in changes}}
+    for text, (layer, pos, feat, _value) in zip(texts, changes):
+        if float(acts[layer][pos, feat]) == 0.0:
+            where = "position 0 holds no features" if pos == 0 else \
+                f"feature {feat} of layer {layer} is not active at position {pos}"
+            raise UsageError(f"--set-feature {text}: {where}; set one tfx graph lists there, "
+                             "or add --allow-inactive to switch it on from zero")
+
+
 def _chain(first, second):
     if first is None:
         return second
