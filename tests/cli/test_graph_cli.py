@@ -172,3 +172,25 @@ def test_the_rows_show_as_progress(tmp_path):
     bar = bars["attribution rows"]
     assert bar["unit"] == "rows" and bar["total"] == r.n_selected_features > 0
     assert bar["done"][-1] == bar["total"] and bar["done"] == sorted(bar["done"])
+
+
+def test_max_links_caps_graph_json_and_says_so(tmp_path):
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True)
+    base = ["graph", TEXT, *SMALL, "--transcoders", str(tc), "--json"]
+    full = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "all.json"), "--max-links", "0"])
+    assert full.exit_code == 0, full.output
+    every = json.loads((tmp_path / "all.json").read_text())
+    n_edges = json.loads(full.stdout)["result"]["n_edges"]
+    assert len(every["links"]) == n_edges > 20
+    assert "max_links" not in every["metadata"]["pruning_settings"]
+    capped = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "cap.json"), "--max-links", "20"])
+    assert capped.exit_code == 0, capped.output
+    doc = json.loads((tmp_path / "cap.json").read_text())
+    assert len(doc["links"]) == 20
+    assert doc["metadata"]["pruning_settings"] == {**every["metadata"]["pruning_settings"],
+                                                    "max_links": 20, "links_before_cap": n_edges}
+    assert f"the 20 strongest of the pruned graph's {n_edges} edges kept" in capped.stderr
+    # the JSON on stdout is the whole pruned graph either way
+    assert json.loads(capped.stdout)["result"]["n_edges"] == n_edges
+    weights = {(x["source"], x["target"]): x["weight"] for x in every["links"]}
+    assert all(weights[(x["source"], x["target"])] == x["weight"] for x in doc["links"])

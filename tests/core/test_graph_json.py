@@ -332,3 +332,40 @@ def test_same_file_as_circuit_tracer_wrote_for_its_graph():
     assert set(mine) == set(theirs) and len(mine) == len(doc["links"]) == len(written["links"])
     for pair, weight in theirs.items():
         assert mine[pair] == pytest.approx(weight, rel=5e-4), pair
+
+
+def test_edge_scores_are_prune_graphs_on_the_kept_graph(graph):
+    """The cap's ranking is circuit-tracer's edge score, here by NumPy; the torch functions
+    the pruning uses (held to circuit-tracer's recordings) give the same numbers."""
+    import torch
+
+    from tfx_cli.core.circuits import graph as G
+
+    adjacency = torch.from_numpy(np.asarray(graph["adjacency"], dtype=np.float64))
+    probs = torch.tensor([n["probability"] for n in graph["nodes"] if n["kind"] == "logit"],
+                         dtype=torch.float64)
+    weights = G.logit_weights(len(graph["nodes"]), probs).double()
+    norm = G.normalized(adjacency)
+    want = (norm * (G.influence(norm, weights) + weights)[:, None]).numpy()
+    got = neuronpedia.edge_scores(graph)
+    assert want.max() > 0
+    # logit_weights holds the probabilities in float32: agreement to its precision
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9 * want.max())
+
+
+def test_max_links_keeps_the_strongest_edges(graph):
+    total = int(np.count_nonzero(graph["adjacency"]))
+    same, n = neuronpedia.strongest_links(graph, None)
+    assert n == total and same["adjacency"] is graph["adjacency"]
+    budget = total // 3
+    capped, n = neuronpedia.strongest_links(graph, budget)
+    assert n == total and np.count_nonzero(capped["adjacency"]) == budget
+    score = neuronpedia.edge_scores(graph)
+    kept = capped["adjacency"] != 0
+    dropped = (np.asarray(graph["adjacency"]) != 0) & ~kept
+    assert score[kept].min() >= score[dropped].max()  # no dropped edge outranks a kept one
+    assert np.array_equal(capped["adjacency"][kept], np.asarray(graph["adjacency"])[kept])
+    doc = graph_json(capped)
+    assert len(doc["links"]) == budget
+    assert doc["metadata"]["pruning_settings"]["max_links"] == budget
+    assert doc["metadata"]["pruning_settings"]["links_before_cap"] == total

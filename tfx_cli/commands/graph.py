@@ -40,6 +40,10 @@ LabelsOpt = Annotated[Optional[List[str]], typer.Option(
 HtmlOpt = Annotated[Optional[Path], typer.Option(
     "--html", metavar="FILE", show_default=False,
     help="Write one self-contained offline page drawing the pruned graph.")]
+MaxLinksOpt = Annotated[int, typer.Option(
+    "--max-links", min=0, metavar="N",
+    help="At most N edges in graph.json and the --html page, the strongest by "
+    "circuit-tracer's edge score (a viewer chokes on millions); 0 keeps every pruned edge.")]
 
 
 @command("truncate", "display", "force", "model")
@@ -56,6 +60,7 @@ def graph(
     labels: LabelsOpt = None,
     output: GraphJsonOpt = None,
     html: HtmlOpt = None,
+    max_links: MaxLinksOpt = 60_000,
     *, truncate, display, force, model, encoding,
 ) -> None:
     """The attribution graph of TEXT's next token: which transcoder features, through
@@ -93,15 +98,21 @@ def graph(
                        edge_threshold=edge_threshold, save=save, truncate=truncate,
                        labels=labels, **model)
     if output is not None or html is not None:
-        _write_views(result, output, html, force)
+        _write_views(result, output, html, force, max_links or None)
     emit(result, **display)
 
 
-def _write_views(result, output, html, force: bool) -> None:
-    """graph.json and the HTML page, from the one mapping both writers read."""
+def _write_views(result, output, html, force: bool, max_links: int | None) -> None:
+    """graph.json and the HTML page, from the one mapping both writers read, with at
+    most `max_links` edges (a note on stderr when some are left out)."""
+    from ..core.circuits.neuronpedia import strongest_links
     from ..core.circuits.run import graph_payload
+    from ..render.emit import info
 
-    payload = graph_payload(result)
+    payload, total = strongest_links(graph_payload(result), max_links)
+    if max_links is not None and total > max_links:
+        info(f"graph.json/--html: the {max_links:,} strongest of the pruned graph's "
+             f"{total:,} edges kept (--max-links 0 keeps all)")
     if output is not None:
         from ..core.circuits.neuronpedia import write_graph_json
 

@@ -160,6 +160,40 @@ def _links(adjacency: np.ndarray, ids: list[str]) -> tuple[list[dict], set[int]]
     return links, set(sources.tolist()) | set(targets.tolist())
 
 
+def edge_scores(graph: Mapping[str, Any]) -> np.ndarray:
+    """circuit-tracer's edge score over the pruned graph (targets x sources): each target's
+    inputs as shares of its |inputs| (normalize_matrix), times the influence on the logits
+    that passes through the target, the logits weighted by their probabilities
+    (prune_graph's ranking of edges, computed on the graph that pruning kept)."""
+    a = np.abs(np.asarray(graph["adjacency"], dtype=np.float64))
+    a /= np.maximum(a.sum(axis=1, keepdims=True), 1e-10)
+    weights = np.array([float(node.get("probability") or 0.0) if node["kind"] == "logit"
+                        else 0.0 for node in graph["nodes"]])
+    through, step = weights.copy(), weights @ a
+    for _ in range(len(weights) + 1):  # acyclic: the powers of `a` reach zero
+        if not step.any():
+            break
+        through += step
+        step = step @ a
+    return a * through[:, None]
+
+
+def strongest_links(graph: Mapping[str, Any], max_links: int | None) -> tuple[dict, int]:
+    """(graph with at most `max_links` edges, how many it had): the edges of largest
+    score (`edge_scores`) kept, the others zeroed (ties: the earlier in row-major order
+    first). None or a graph within the budget: the graph unchanged."""
+    adjacency = np.asarray(graph["adjacency"])
+    total = int(np.count_nonzero(adjacency))
+    if max_links is None or total <= max_links:
+        return dict(graph), total
+    score = np.where(adjacency != 0, edge_scores(graph), -1.0).ravel()
+    keep = np.argsort(-score, kind="stable")[:max_links]
+    capped = np.zeros_like(adjacency).ravel()
+    capped[keep] = adjacency.ravel()[keep]
+    return {**graph, "adjacency": capped.reshape(adjacency.shape), "links_before_cap": total,
+            "max_links": max_links}, total
+
+
 def graph_json(graph: Mapping[str, Any], slug: str | None = None) -> dict:
     """The graph file's content for a pruned `graph` (the mapping `tfx graph` builds:
     prompt, tokens, ids, model, n_layers, nodes, adjacency, scores, thresholds,
@@ -193,7 +227,10 @@ def graph_json(graph: Mapping[str, Any], slug: str | None = None) -> dict:
                                              "feature_output_hook") if graph.get(key)},
         "pruning_settings": {"node_threshold": _round(graph["node_threshold"], VALUE_DIGITS),
                              "edge_threshold": _round(graph.get("edge_threshold"),
-                                                      VALUE_DIGITS)},
+                                                      VALUE_DIGITS),
+                             **({"max_links": int(graph["max_links"]),
+                                 "links_before_cap": int(graph["links_before_cap"])}
+                                if graph.get("max_links") is not None else {})},
         "scores": {"replacement": _round(graph.get("replacement_score"), VALUE_DIGITS),
                    "completeness": _round(graph.get("completeness_score"), VALUE_DIGITS)},
     }
@@ -249,4 +286,4 @@ def _umask() -> int:
     return mask
 
 
-__all__ = ["graph_json", "write_graph_json", "node_ids", "label_of", "cantor", "dumps", "slug_of"]
+__all__ = ["edge_scores", "strongest_links", "graph_json", "write_graph_json", "node_ids", "label_of", "cantor", "dumps", "slug_of"]
