@@ -48,6 +48,7 @@ HtmlOpt = Annotated[Optional[Path], typer.Option(
 
 @command("truncate", "display", "force", "model")
 def graph(
+    ctx: typer.Context,
     text: TextArg = None,
     transcoders: TranscodersOpt = None,
     max_logits: MaxLogitsOpt = 10,
@@ -95,7 +96,7 @@ def graph(
             raise OutputFileError(f"{path} exists; pass --force to overwrite it or choose "
                                   "another name")
     if open is not None:
-        _check_open(open, text)
+        _check_open(ctx, open, text)
         result = api.open_graph(open)
     else:
         result = api.graph(read_text(text, encoding=encoding), transcoders=transcoders,
@@ -113,21 +114,16 @@ _MAKING = ("transcoders", "max_logits", "logit_prob", "target", "max_features",
            "node_threshold", "edge_threshold", "save", "labels", "truncate")
 
 
-def _check_open(path: Path, text) -> None:
+def _check_open(ctx: typer.Context, path: Path, text) -> None:
     """--open reads a graph that is made and pruned: TEXT, the model and what makes or
     prunes a graph (--node-threshold too: the file holds no unpruned graph to cut again)
     are refused, naming the first one given."""
-    import click
-
     from ..errors import UsageError
     from ..option_table import GROUPS
 
     if text is not None:
         raise UsageError(f"--open {path} shows a saved graph, so it takes no TEXT; drop "
                          f"{text!r:.40}, or drop --open to compute the text's graph")
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return
     for name in (*_MAKING, *GROUPS["model"]):
         source = ctx.get_parameter_source(name)
         if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
