@@ -173,3 +173,22 @@ def test_a_feature_found_by_its_cantor_number_when_its_name_says_nothing(tmp_pat
     assert feature.label == "says Paris" and feature.activation == 2.5
     target = next(i for i, n in enumerate(opened.nodes) if n.kind == "logit")
     assert opened.tensors["graph.adjacency"][target, 0] == 3.0
+
+
+def test_opening_a_graph_loads_no_model_machinery(tmp_path):
+    """--open reads JSON and draws: torch is never imported (the command starts in well
+    under a second, where a model command pays for torch first)."""
+    import subprocess
+
+    code = ("import sys\nfrom tfx_cli.cli import main\n"
+            f"sys.argv = ['tfx', 'graph', '--open', {str(CASE / 'graph_files' / 'gpt2-prompt0.json')!r},"
+            f" '--html', {str(tmp_path / 'g.html')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "print('torch' in sys.modules, file=sys.stderr)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=root, env={"PYTHONPATH": str(root), "TFX_QUIET": "1",
+                                        "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "False"
+    assert "tfx graph" in out.stdout and (tmp_path / "g.html").stat().st_size > 1000

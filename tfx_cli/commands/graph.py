@@ -136,7 +136,7 @@ def _check_open(ctx: typer.Context, path: Path, text) -> None:
 
 def _write_views(result, output, html, force: bool) -> None:
     """graph.json and the HTML page, from the one mapping both writers read."""
-    from ..core.circuits.run import graph_payload
+    from ..core.results.circuits import graph_payload
 
     payload = graph_payload(result)
     if output is not None:
