@@ -164,7 +164,8 @@ def test_a_feature_found_by_its_cantor_number_when_its_name_says_nothing(tmp_pat
                             "ctx_idx": pos, "feature_type": "cross layer transcoder",
                             "jsNodeId": "x", "clerp": "says Paris", "influence": 0.5,
                             "activation": 2.5})
-    logit = next(n["node_id"] for n in doc["nodes"] if n["feature_type"] == "logit")
+    first = next(n for n in doc["nodes"] if n["feature_type"] == "logit")
+    logit, first["clerp"] = first["node_id"], ""  # a clerp that does not say the token
     doc["links"].append({"source": "feat-a", "target": logit, "weight": 3.0})
     (tmp_path / "g.json").write_text(json.dumps(doc), encoding="utf-8")
     opened = api.open_graph(tmp_path / "g.json")
@@ -173,6 +174,9 @@ def test_a_feature_found_by_its_cantor_number_when_its_name_says_nothing(tmp_pat
     assert feature.label == "says Paris" and feature.activation == 2.5
     target = next(i for i, n in enumerate(opened.nodes) if n.kind == "logit")
     assert opened.tensors["graph.adjacency"][target, 0] == 3.0
+    assert opened.nodes[target].text is None and opened.nodes[target].token == 99
+    shown = _tfx("graph", "--open", tmp_path / "g.json")
+    assert "logit #99 (p = 0.313)" in shown and "+3 feature L1 #69" in shown
 
 
 def test_opening_a_graph_loads_no_model_machinery(tmp_path):

@@ -21,7 +21,9 @@ def node_text(node: GraphNode, tokens: list[str]) -> str:
         return f"error L{node.layer} {at}"
     if node.kind == "embedding":
         return f"token {at}"
-    return f"logit {terminal_text(repr(node.text))} (p = {_shown(node.probability, '.3g')})"
+    # a graph file whose logit clerp is not `Output "TOKEN" (p=…)` leaves only the id
+    text = terminal_text(repr(node.text)) if node.text is not None else f"#{node.token}"
+    return f"logit {text} (p = {_shown(node.probability, '.3g')})"
 
 
 def _grow(tree: Tree, step, nodes: list[GraphNode], tokens: list[str], precision: int):
