@@ -195,6 +195,9 @@ CASES = {
                "--transcoders", str(CT / "transcoders"), "--max-logits", "3"],
               lambda: api.graph("The capital of France is", weights=str(CT / "model"),
                                 transcoders=str(CT / "transcoders"), max_logits=3)),
+    # a graph read back from the graph.json circuit-tracer wrote for that model
+    "graph-open": (["graph", "--open", str(CT / "graph_files" / "gpt2-prompt0.json")],
+                   lambda: api.open_graph(CT / "graph_files" / "gpt2-prompt0.json")),
     "next-feature-ablated": (["next", CAPITAL, *SMALL, "--sae", SAE, "--ablate",
                               "features.7:p=4", "--ablate-mode", "mean"],
                              lambda: api.next(CAPITAL, sae=SAE, ablate=["features.7:p=4"],

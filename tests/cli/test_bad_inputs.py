@@ -515,6 +515,22 @@ class Case:
     hide: tuple = ()  # modules made unimportable for the run (a missing package)
 
 
+# tfx graph --open: a two-token graph.json (two embeddings, one logit), links as given
+def _graph_file(name: str, links: list) -> Callable[[Path], None]:
+    node = {"feature": 0, "ctx_idx": 0, "token_prob": 0.0, "is_target_logit": False,
+            "run_idx": 0, "reverse_ctx_idx": 0, "jsNodeId": "", "clerp": "",
+            "influence": 0.5, "activation": None}
+    nodes = [{**node, "node_id": f"E_{5 + p}_{p}", "feature": p, "layer": "E", "ctx_idx": p,
+              "feature_type": "embedding"} for p in (0, 1)]
+    nodes.append({**node, "node_id": "3_7_1", "feature": 7, "layer": "3", "ctx_idx": 1,
+                  "feature_type": "logit", "token_prob": 0.5, "is_target_logit": True,
+                  "clerp": 'Output "x" (p=0.500)', "influence": None})
+    doc = {"metadata": {"slug": "g", "scan": "m", "transcoder_list": [],
+                        "prompt_tokens": ["a", "b"], "prompt": "ab"},
+           "qParams": {}, "nodes": nodes, "links": links}
+    return _text(name, json.dumps(doc))
+
+
 CASES = [
     # text
     Case("empty-text", "empty text", ["embed", "", *TOY], "InputTextError", "is empty"),
@@ -1421,6 +1437,28 @@ CASES = [
     Case("train-transcoder-input-site", "train-transcoder --input-site tfx does not train on",
          ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--input-site", "ffn.act"],
          "UsageError", "the MLP's input", files=(_mlp_input_only,)),
+    # graph --open: a saved graph.json shown again
+    Case("graph-open-missing", "graph --open naming a file that does not exist",
+         ["graph", "--open", "g.json"], "InputTextError", "does not exist"),
+    Case("graph-open-not-json", "graph --open of a file that is not JSON",
+         ["graph", "--open", "g.json"], "InputTextError", "not JSON",
+         files=(_text("g.json", "nodes: 3\n"),), keep={"g.json": "nodes: 3\n"}),
+    Case("graph-open-not-graph", "graph --open of JSON that is not a graph (no nodes, links)",
+         ["graph", "--open", "g.json"], "InputTextError", "not a graph",
+         files=(_text("g.json", '{"nodes": 3}'),)),
+    Case("graph-open-dangling-link", "graph --open of a graph whose link names a missing node",
+         ["graph", "--open", "g.json"], "InputTextError", "is not one of the file's nodes",
+         files=(_graph_file("g.json", [{"source": "E_5_0", "target": "3_7_1", "weight": 1},
+                                       {"source": "0_3_1", "target": "3_7_1", "weight": 2}]),)),
+    Case("graph-open-text", "graph --open with a TEXT too",
+         ["graph", "hello", "--open", "g.json"], "UsageError", "takes no TEXT",
+         files=(_graph_file("g.json", []),)),
+    Case("graph-open-transcoders", "graph --open with --transcoders",
+         ["graph", "--open", "g.json", "--transcoders", "tc"], "UsageError",
+         "--transcoders does not apply", files=(_graph_file("g.json", []),)),
+    Case("graph-open-threshold", "graph --open with a pruning threshold (the file is pruned)",
+         ["graph", "--open", "g.json", "--node-threshold", "0.5"], "UsageError",
+         "--node-threshold does not apply", files=(_graph_file("g.json", []),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for r
     from ._route import route  # mixtures of experts
     from ._datasets import activations, collect, scan, top, write_top_html
     from ._features import eval_sae, features, train_sae, train_transcoder
-    from ._circuits import graph  # attribution graphs
+    from ._circuits import graph, open_graph  # attribution graphs
 
 # the functions of the modules a stage command does not need, imported when first used,
 # so that `tfx tokenize` or `tfx count-params` does not pay for the corpus, SAE and
@@ -57,7 +57,8 @@ if TYPE_CHECKING:  # imported on first use (__getattr__ below); named here for r
 _LAZY = {"route": "_route", "activations": "_datasets", "collect": "_datasets",
          "scan": "_datasets", "top": "_datasets", "write_top_html": "_datasets",
          "eval_sae": "_features", "features": "_features", "train_sae": "_features",
-         "train_transcoder": "_features", "graph": "_circuits"}
+         "train_transcoder": "_features", "graph": "_circuits",
+         "open_graph": "_circuits"}
 
 
 def __getattr__(name: str):
@@ -95,4 +96,4 @@ __all__ = ["load", "Model", "tokenize", "configs", "count_params", "embed", "pos
            "attend", "layernorm", "ffn", "trace", "generate", "next", "lens", "report",
            "report_html", "write_report", "patch", "attribute", "train", "model_config",
            "route", "scan", "top", "collect", "activations", "write_top_html", "features",
-           "train_sae", "graph", "eval_sae", "train_transcoder"]
+           "train_sae", "graph", "open_graph", "eval_sae", "train_transcoder"]

@@ -1,6 +1,8 @@
-"""api.graph: the attribution graph of a text's next token, on transcoders."""
+"""api.graph: the attribution graph of a text's next token, on transcoders;
+api.open_graph: one read back from its graph.json."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ._model import _model
@@ -31,6 +33,21 @@ def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: floa
                      save=None if save is None else str(save), truncate=truncate,
                      labels=[str(x) for x in labels] if labels else None,
                      progress=model.get("progress"))
+
+
+def open_graph(path: str | Path) -> "GraphResult":
+    """A graph file read back (`tfx graph --open`): the graph.json `tfx graph -o` or
+    circuit-tracer's create_graph_files wrote (the layout Neuronpedia serves), as the
+    result api.graph gives: nodes (a feature's clerp its label), tensor graph.adjacency
+    from the links, the paths; the scores where the file holds them (None in
+    circuit-tracer's files). Runs no model; draws itself in Jupyter as api.graph's does."""
+    from ..core.circuits.graphfile import open_graph as read_graph
+    from ..errors import UsageError
+
+    if path is None or not isinstance(path, (str, Path)):
+        raise UsageError("api.open_graph needs the path of a graph.json, e.g. "
+                         "api.open_graph(\"graph.json\")")
+    return read_graph(path)
 
 
 def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,

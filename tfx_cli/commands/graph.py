@@ -37,6 +37,10 @@ LabelsOpt = Annotated[Optional[List[str]], typer.Option(
     "--labels", metavar="DIR", show_default=False,
     help="A `tfx top --sae ... -o DIR` folder (repeatable, one per layer): label the "
     "features by their top examples instead of their strongest output tokens.")]
+OpenOpt = Annotated[Optional[Path], typer.Option(
+    "--open", metavar="FILE.json", show_default=False,
+    help="Show a saved graph again, without the model: the graph.json `tfx graph -o` or "
+    "circuit-tracer wrote (no TEXT, no model or transcoder options).")]
 HtmlOpt = Annotated[Optional[Path], typer.Option(
     "--html", metavar="FILE", show_default=False,
     help="Write one self-contained offline page drawing the pruned graph.")]
@@ -48,6 +52,7 @@ MaxLinksOpt = Annotated[int, typer.Option(
 
 @command("truncate", "display", "force", "model")
 def graph(
+    ctx: typer.Context,
     text: TextArg = None,
     transcoders: TranscodersOpt = None,
     max_logits: MaxLogitsOpt = 10,
@@ -61,6 +66,7 @@ def graph(
     output: GraphJsonOpt = None,
     html: HtmlOpt = None,
     max_links: MaxLinksOpt = 60_000,
+    open: OpenOpt = None,
     *, truncate, display, force, model, encoding,
 ) -> None:
     """The attribution graph of TEXT's next token: which transcoder features, through
@@ -81,32 +87,63 @@ def graph(
       tfx graph "The capital of France is" --transcoders tc/ -w smollm2
 
       tfx graph "1 + 1 =" --transcoders tc/ -c gpt124m --layers 2 --save g.safetensors
+
+      tfx graph --open graph.json --html graph.html
     """
     from .. import api
     from ..errors import OutputFileError, UsageError
     from ..render.emit import emit
 
-    if transcoders is None:
+    if open is None and transcoders is None:
         raise UsageError("--transcoders is missing; tfx graph TEXT --transcoders DIR")
     for path in (save, output, html):
         if path is not None and path.exists() and not force:
             raise OutputFileError(f"{path} exists; pass --force to overwrite it or choose "
                                   "another name")
-    result = api.graph(read_text(text, encoding=encoding), transcoders=transcoders,
-                       max_logits=max_logits, logit_prob=logit_prob, targets=target,
-                       max_features=max_features, node_threshold=node_threshold,
-                       edge_threshold=edge_threshold, save=save, truncate=truncate,
-                       labels=labels, **model)
+    if open is not None:
+        _check_open(ctx, open, text)
+        result = api.open_graph(open)
+    else:
+        result = api.graph(read_text(text, encoding=encoding), transcoders=transcoders,
+                           max_logits=max_logits, logit_prob=logit_prob, targets=target,
+                           max_features=max_features, node_threshold=node_threshold,
+                           edge_threshold=edge_threshold, save=save, truncate=truncate,
+                           labels=labels, **model)
     if output is not None or html is not None:
         _write_views(result, output, html, force, max_links or None)
     emit(result, **display)
+
+
+# What makes a graph, which a saved one already is: refused with --open, named as typed.
+_MAKING = ("transcoders", "max_logits", "logit_prob", "target", "max_features",
+           "node_threshold", "edge_threshold", "save", "labels", "truncate")
+
+
+def _check_open(ctx: typer.Context, path: Path, text) -> None:
+    """--open reads a graph that is made and pruned: TEXT, the model and what makes or
+    prunes a graph (--node-threshold too: the file holds no unpruned graph to cut again)
+    are refused, naming the first one given."""
+    from ..errors import UsageError
+    from ..option_table import GROUPS
+
+    if text is not None:
+        raise UsageError(f"--open {path} shows a saved graph, so it takes no TEXT; drop "
+                         f"{text!r:.40}, or drop --open to compute the text's graph")
+    for name in (*_MAKING, *GROUPS["model"]):
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            flag = next((p.opts[0] for p in ctx.command.params if p.name == name),
+                        "--" + name.replace("_", "-"))
+            raise UsageError(f"--open {path} shows a saved graph, already made and pruned, "
+                             f"so {flag} does not apply; drop {flag}, or drop --open to "
+                             "compute a graph")
 
 
 def _write_views(result, output, html, force: bool, max_links: int | None) -> None:
     """graph.json and the HTML page, from the one mapping both writers read, with at
     most `max_links` edges (a note on stderr when some are left out)."""
     from ..core.circuits.neuronpedia import strongest_links
-    from ..core.circuits.run import graph_payload
+    from ..core.results.circuits import graph_payload
     from ..render.emit import info
 
     payload, total = strongest_links(graph_payload(result), max_links)

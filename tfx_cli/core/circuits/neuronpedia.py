@@ -194,6 +194,19 @@ def strongest_links(graph: Mapping[str, Any], max_links: int | None) -> tuple[di
             "max_links": max_links}, total
 
 
+def _settings(graph: Mapping[str, Any]) -> dict:
+    """How the graph was made, as far as the mapping says: the transcoders and their
+    hooks, and how many features were active and how many got rows (which `tfx graph
+    --open` shows again)."""
+    out: dict[str, Any] = {key: str(graph[key]) for key in (
+        "transcoders", "feature_input_hook", "feature_output_hook") if graph.get(key)}
+    for key, name in (("n_active_features", "active_features"),
+                      ("n_selected_features", "features_with_rows")):
+        if graph.get(key) is not None:
+            out[name] = int(graph[key])
+    return out
+
+
 def graph_json(graph: Mapping[str, Any], slug: str | None = None) -> dict:
     """The graph file's content for a pruned `graph` (the mapping `tfx graph` builds:
     prompt, tokens, ids, model, n_layers, nodes, adjacency, scores, thresholds,
@@ -222,9 +235,7 @@ def graph_json(graph: Mapping[str, Any], slug: str | None = None) -> dict:
         "node_threshold": _round(graph["node_threshold"], VALUE_DIGITS),
         "schema_version": SCHEMA_VERSION,
         "info": {"generator": {"name": "tfx"}},
-        "generation_settings": {
-            key: str(graph[key]) for key in ("transcoders", "feature_input_hook",
-                                             "feature_output_hook") if graph.get(key)},
+        "generation_settings": _settings(graph),
         "pruning_settings": {"node_threshold": _round(graph["node_threshold"], VALUE_DIGITS),
                              "edge_threshold": _round(graph.get("edge_threshold"),
                                                       VALUE_DIGITS),

@@ -14,6 +14,7 @@ from ..analysis.common import encode, input_info
 from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  # noqa: F401
 from . import graph as G
 from .attribution import attribute
+from .graphfile import strongest_paths
 from .labels import read_labels
 from .setup import check_model, forward, targets, with_bos
 from .transcoders import read_transcoders
@@ -83,7 +84,7 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
         node_threshold=node_threshold, edge_threshold=edge_threshold,
         replacement_score=replacement, completeness_score=completeness, nodes=listed,
         n_edges=int((pruned != 0).sum()), seconds=seconds,
-        paths=_paths(pruned.numpy(), listed))
+        paths=strongest_paths(pruned.numpy(), listed))
     result.tensors.add("graph.adjacency", pruned.numpy().astype(np.float32), ("N", "M"))
     if save:
         result.saved = _save(full, save)
@@ -142,19 +143,6 @@ def _output_labels(loaded, p, nodes: list[GraphNode], k: int = 3, chunk: int = 2
         top = torch.topk(torch.stack(rows) @ p.unembed.T, k, dim=1).indices.tolist()
         for n, ids in zip(part, top):
             n.label = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
-
-
-def _paths(A: np.ndarray, nodes: list[GraphNode], depth: int = 4,
-           width: tuple = (3, 2, 2, 1)) -> list[PathStep]:
-    """From each logit target back towards the tokens: each node's strongest inputs."""
-    def inputs(i: int, level: int) -> list[PathStep]:
-        if level >= depth or nodes[i].kind == "embedding":
-            return []
-        row = A[i]
-        order = [j for j in np.argsort(-np.abs(row)) if row[j] != 0][:width[level]]
-        return [PathStep(int(j), float(row[j]), inputs(int(j), level + 1)) for j in order]
-
-    return [PathStep(i, 1.0, inputs(i, 0)) for i, n in enumerate(nodes) if n.kind == "logit"]
 
 
 def _save(full, path: str) -> str:

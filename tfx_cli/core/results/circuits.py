@@ -17,7 +17,9 @@ class GraphNode:
     token: int | None  # embedding: the input token; logit: the target token
     text: str | None
     activation: float | None
-    influence: float  # cumulative share of the influence on the logits (circuit-tracer's)
+    # cumulative share of the influence on the logits (circuit-tracer's); a graph file
+    # keeps none for its logits
+    influence: float | None
     probability: float | None = optional()  # logit targets
     label: str | None = optional()  # features: strongest output tokens or top examples
 
@@ -34,29 +36,34 @@ class PathStep:
 
 @dataclass(kw_only=True)
 class GraphResult(Result):
+    """A graph computed (`tfx graph TEXT`) or read from its graph.json (`--open`, then
+    `opened` is the file): a file lacks what its writer left out (circuit-tracer's files
+    have no scores, transcoders, edge threshold or feature counts), and those are None."""
+
     command: ClassVar[str] = "graph"
-    transcoders: str
-    feature_input_hook: str
-    feature_output_hook: str
+    transcoders: str | None
+    feature_input_hook: str | None
+    feature_output_hook: str | None
     n_layers: int
-    n_active_features: int
-    n_selected_features: int
-    node_threshold: float
-    edge_threshold: float
-    replacement_score: float
-    completeness_score: float
+    n_active_features: int | None
+    n_selected_features: int | None
+    node_threshold: float | None
+    edge_threshold: float | None
+    replacement_score: float | None
+    completeness_score: float | None
     nodes: list[GraphNode]
     n_edges: int
     seconds: float = internal(default=0.0)  # wall time of the graph (not in the JSON: runs differ)
     paths: list = internal(default=None)
     saved: str | None = optional()
+    opened: str | None = optional()  # the graph.json read (tfx graph --open)
 
 
 def graph_payload(result: GraphResult) -> dict:
     """The mapping the graph.json writer and the HTML page read: prompt, tokens, ids,
     model, n_layers, nodes (with `probability` on logit targets), the pruned adjacency
     (float32, targets × sources), both scores, both thresholds, the transcoders, their
-    hooks and the features' labels ("(layer, feature)" -> text)."""
+    hooks, the features' labels ("(layer, feature)" -> text) and the feature counts."""
     import numpy as np
 
     labels = {f"({n.layer}, {n.feature})": n.label for n in result.nodes
@@ -70,4 +77,6 @@ def graph_payload(result: GraphResult) -> dict:
             "completeness_score": result.completeness_score,
             "node_threshold": result.node_threshold, "edge_threshold": result.edge_threshold,
             "transcoders": result.transcoders, "feature_input_hook": result.feature_input_hook,
-            "feature_output_hook": result.feature_output_hook, "labels": labels}
+            "feature_output_hook": result.feature_output_hook, "labels": labels,
+            "n_active_features": result.n_active_features,
+            "n_selected_features": result.n_selected_features}

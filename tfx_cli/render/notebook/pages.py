@@ -267,12 +267,19 @@ def graph_page(result) -> str:
     from ..views.circuits import node_text
 
     tokens = list(result.input.tokens) if result.input else []
-    facts = kv({"transcoders": f"{result.transcoders} ({result.feature_input_hook} → "
-                               f"{result.feature_output_hook})",
-                "features": f"{result.n_active_features} active, "
-                            f"{result.n_selected_features} with rows",
-                "replacement score": number(result.replacement_score, 4),
-                "completeness score": number(result.completeness_score, 4),
+
+    def known(x, show=str) -> str:  # a graph file may lack it
+        return "not in the file" if x is None else show(x)
+
+    facts = kv({**({"opened from": result.opened} if result.opened else {}),
+                "transcoders": known(result.transcoders, lambda t: f"{t} ("
+                                     f"{result.feature_input_hook} → "
+                                     f"{result.feature_output_hook})"),
+                "features": known(result.n_active_features, lambda n: f"{n} active, "
+                                  f"{result.n_selected_features} with rows"),
+                "replacement score": known(result.replacement_score, lambda x: number(x, 4)),
+                "completeness score": known(result.completeness_score,
+                                            lambda x: number(x, 4)),
                 "kept": f"{len(result.nodes)} nodes, {result.n_edges} edges"})
 
     def tree(step) -> str:
@@ -283,8 +290,8 @@ def graph_page(result) -> str:
     paths = "".join(f"<h4>{esc(node_text(result.nodes[s.node], tokens))}</h4>{tree(s)}"
                     for s in result.paths or [])
     features = sorted((n for n in result.nodes if n.kind == "feature"),
-                      key=lambda n: n.influence)[:20]
+                      key=lambda n: 2.0 if n.influence is None else n.influence)[:20]
     table = rows_table(["layer", "pos", "feature", "activation", "influence", "label"],
-                       [[n.layer, n.pos, n.feature, number(n.activation, 3),
-                         number(n.influence, 3), n.label or ""] for n in features])
+                       [[n.layer, n.pos, n.feature, known(n.activation, number),
+                         known(n.influence, number), n.label or ""] for n in features])
     return header(result) + facts + paths + "<h4>most influential features</h4>" + table

@@ -15,12 +15,15 @@ def node_text(node: GraphNode, tokens: list[str]) -> str:
     at = f"“{terminal_text(tokens[node.pos])}”@{node.pos}" if node.pos < len(tokens) else ""
     if node.kind == "feature":
         label = f" → {terminal_text(node.label)}" if node.label else ""
-        return f"feature L{node.layer} #{node.feature} {at} (act {node.activation:.3g}){label}"
+        return (f"feature L{node.layer} #{node.feature} {at} "
+                f"(act {_shown(node.activation, '.3g')}){label}")
     if node.kind == "error":
         return f"error L{node.layer} {at}"
     if node.kind == "embedding":
         return f"token {at}"
-    return f"logit {terminal_text(repr(node.text))} (p = {node.probability:.3g})"
+    # a graph file whose logit clerp is not `Output "TOKEN" (p=…)` leaves only the id
+    text = terminal_text(repr(node.text)) if node.text is not None else f"#{node.token}"
+    return f"logit {text} (p = {_shown(node.probability, '.3g')})"
 
 
 def _grow(tree: Tree, step, nodes: list[GraphNode], tokens: list[str], precision: int):
@@ -31,21 +34,38 @@ def _grow(tree: Tree, step, nodes: list[GraphNode], tokens: list[str], precision
         _grow(tree.add(label), child, nodes, tokens, precision)
 
 
+def _shown(value, fmt: str = "") -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _made(result: GraphResult) -> str:
+    """How the graph was made: its transcoders and feature counts, as far as known."""
+    if result.transcoders is None and result.n_active_features is None:
+        return "transcoders and feature counts: not in the file"
+    return (f"transcoders {terminal_text(_shown(result.transcoders))} "
+            f"({_shown(result.feature_input_hook)} → {_shown(result.feature_output_hook)}) · "
+            f"{_shown(result.n_active_features)} active features, "
+            f"{_shown(result.n_selected_features)} with rows")
+
+
 @register("graph")
 def graph_view(result: GraphResult, console: Console, opts: ViewOptions) -> None:
     header(console, result)
+    if result.opened:
+        console.print(Text(f"opened from {terminal_text(result.opened)}", style="dim"))
     kinds = {}
     for n in result.nodes:
         kinds[n.kind] = kinds.get(n.kind, 0) + 1
-    console.print(Text(
-        f"transcoders {terminal_text(result.transcoders)} ({result.feature_input_hook} → "
-        f"{result.feature_output_hook}) · {result.n_active_features} active features, "
-        f"{result.n_selected_features} with rows", style="dim"))
-    console.print(f"replacement score {result.replacement_score:.3f} · completeness score "
-                  f"{result.completeness_score:.3f} · kept "
-                  + ", ".join(f"{v} {k}" for k, v in kinds.items())
-                  + f", {result.n_edges} edges (node threshold {result.node_threshold}, "
-                  f"edge threshold {result.edge_threshold}) · {result.seconds:.1f} s")
+    console.print(Text(_made(result), style="dim"))
+    if result.replacement_score is None and result.completeness_score is None:
+        scores = "replacement and completeness scores: not in the file"
+    else:
+        scores = (f"replacement score {_shown(result.replacement_score, '.3f')} · "
+                  f"completeness score {_shown(result.completeness_score, '.3f')}")
+    when = "" if result.opened else f" · {result.seconds:.1f} s"
+    console.print(f"{scores} · kept " + ", ".join(f"{v} {k}" for k, v in kinds.items())
+                  + f", {result.n_edges} edges (node threshold {_shown(result.node_threshold)}, "
+                  f"edge threshold {_shown(result.edge_threshold)}){when}")
     tokens = list(result.input.tokens) if result.input else []
     for step in result.paths or []:
         tree = Tree(Text(node_text(result.nodes[step.node], tokens), style="bold"))

@@ -1,0 +1,198 @@
+"""`tfx graph --open FILE.json` and api.open_graph: a graph written with `tfx graph -o`
+shows again without the model (the same tree, --json nodes and adjacency as the run that
+wrote it), and the graph.json circuit-tracer 0.5.0 wrote for its recorded gpt2 graph
+opens too, with the edges tfx computes for the same prompt."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tfx_cli import api
+from tfx_cli.cli import app
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from circuit_makers import write_transcoders  # noqa: E402
+
+CASE = Path(__file__).resolve().parents[1] / "recordings" / "circuit_tracer" / "gpt2"
+# a small random GPT-2 shape whose random transcoders put features on the strongest paths
+SMALL = ["-c", "gpt124m", "--layers", "2", "--d-model", "64", "--heads", "4"]
+TEXT = "The capital of France is Paris"
+ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TFX_QUIET": "1"}
+
+
+def _tfx(*args) -> str:
+    out = CliRunner().invoke(app, [str(a) for a in args], env=ENV)
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The run's --json, its terminal output at --precision 4 and at the default 3, the
+    file it wrote, and the model options (with the transcoders)."""
+    folder = tmp_path_factory.mktemp("graph")
+    model = [*SMALL, "--transcoders", write_transcoders(folder / "tc", 2, 64, 96, skip=True)]
+    path = folder / "capital.json"
+    run = json.loads(_tfx("graph", TEXT, *model, "-o", path, "--json"))
+    shown = _tfx("graph", TEXT, *model, "--precision", "4")
+    shown3 = _tfx("graph", TEXT, *model)
+    return run, shown, shown3, path, model
+
+
+def _tree(text: str) -> list[str]:
+    """The tree: the lines from the first logit on (the header lines say how the graph
+    was made or opened)."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("logit "))
+    return lines[first:]
+
+
+def test_the_same_nodes_and_adjacency_as_the_run(written):
+    run, _, _, path, _ = written
+    opened = json.loads(_tfx("graph", "--open", path, "--json"))
+    ran, back = run["result"]["nodes"], opened["result"]["nodes"]
+    assert {n["kind"] for n in ran} == {"feature", "error", "embedding", "logit"}
+    assert len(back) == len(ran)
+    for a, b in zip(ran, back):
+        for key in ("kind", "layer", "pos", "feature", "token", "text", "label"):
+            assert a.get(key) == b.get(key), (key, a, b)
+        for key in ("activation", "influence", "probability"):
+            if a["kind"] == "logit" and key == "influence":
+                assert b[key] is None  # graph.json keeps no influence for a logit
+            elif a.get(key) is None:
+                assert b.get(key) is None
+            else:  # written to 6 significant digits
+                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a)
+    for key in ("replacement_score", "completeness_score"):
+        assert opened["result"][key] == pytest.approx(run["result"][key], rel=1e-5)
+    for key in ("node_threshold", "edge_threshold", "n_active_features",
+                "n_selected_features", "n_edges", "n_layers", "transcoders"):
+        assert opened["result"][key] == run["result"][key], key
+    assert opened["result"]["opened"] == str(path)
+    assert opened["input"]["tokens"] == run["input"]["tokens"]
+    assert opened["input"]["ids"] == run["input"]["ids"]
+    A = np.asarray(run["tensors"]["graph.adjacency"]["data"], dtype=np.float32)
+    B = np.asarray(opened["tensors"]["graph.adjacency"]["data"], dtype=np.float32)
+    assert opened["tensors"]["graph.adjacency"]["dtype"] == "float32"
+    assert ((A != 0) == (B != 0)).all() and (A != 0).sum() > 100
+    assert (np.abs(B - A) <= 5e-4 * np.abs(A)).all()
+    # and B is exactly the weights the file lists
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    ids = [n["node_id"] for n in doc["nodes"]]
+    listed = np.zeros_like(B)
+    for link in doc["links"]:
+        listed[ids.index(link["target"]), ids.index(link["source"])] = link["weight"]
+    assert np.array_equal(listed, B)
+
+
+def test_the_same_tree_as_the_run(written):
+    """At the file's 4 significant digits the tree is the run's, character for character.
+    At the default 3 the paths are the same and each weight is the file's 4-digit value
+    shown to 3: where that value ends in a 5 it can round the other way than the run's
+    unrounded weight did (the file cannot say which way), one unit in the last place."""
+    run, shown, shown3, path, _ = written
+    opened = _tfx("graph", "--open", path, "--precision", "4")
+    assert _tree(opened) == _tree(shown)
+    assert sum("feature L" in line for line in _tree(shown)) >= 3  # features with labels
+    assert "opened from" in opened and "replacement score" in opened
+    opened3 = _tfx("graph", "--open", path)
+    number = re.compile(r"^([^+-]*)([+-][0-9.e+-]+) ")
+    for a, b in zip(_tree(shown3), _tree(opened3), strict=True):
+        ma, mb = number.match(a), number.match(b)
+        if ma is None:
+            assert a == b
+            continue
+        assert ma.group(1) == mb.group(1) and a[ma.end():] == b[mb.end():]
+        x, y = float(ma.group(2)), float(mb.group(2))
+        ulp = 10 ** (np.floor(np.log10(abs(x))) - 2)
+        assert abs(x - y) <= 1.0001 * ulp, (a, b)
+
+
+def test_a_graph_opened_writes_the_same_graph_json_and_page(written, tmp_path):
+    """-o from an opened graph gives the file back (its slug is the new name); --html
+    draws the same nodes and edges as the run's page."""
+    _, _, _, path, model = written
+    _tfx("graph", "--open", path, "-o", tmp_path / "again.json", "--html", tmp_path / "a.html")
+    first = json.loads(path.read_text(encoding="utf-8"))
+    again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
+    assert again["metadata"].pop("slug") == "again" and first["metadata"].pop("slug")
+    assert again == first
+    _tfx("graph", TEXT, *model, "--html", tmp_path / "b.html")
+    ids = re.compile(r'"id": ?"([^"]+)"')
+    page_a = (tmp_path / "a.html").read_text(encoding="utf-8")
+    page_b = (tmp_path / "b.html").read_text(encoding="utf-8")
+    assert ids.findall(page_a) == ids.findall(page_b) and len(ids.findall(page_a)) > 20
+
+
+def test_circuit_tracers_own_file_opens_with_tfxs_edges():
+    """circuit-tracer 0.5.0's create_graph_files output for the gpt2 case's first prompt
+    (pruned at 0.8 / 0.98, full-precision weights, no scores): its nodes are the ones tfx
+    keeps for the same prompt and its edges tfx's within 1e-4 of the largest."""
+    opened = api.open_graph(CASE / "graph_files" / "gpt2-prompt0.json")
+    assert opened.replacement_score is None and opened.completeness_score is None
+    assert opened.edge_threshold is None and opened.node_threshold == 0.8
+    assert opened.n_layers == 3 and opened.input.ids[0] == 0
+    ours = api.graph("The capital of France is", weights=str(CASE / "model"),
+                     transcoders=str(CASE / "transcoders"))
+    key = [(n.kind, n.layer, n.pos, n.token) for n in ours.nodes]
+    assert [(n.kind, n.layer, n.pos, n.token) for n in opened.nodes] == key
+    A, B = ours.tensors["graph.adjacency"], opened.tensors["graph.adjacency"]
+    assert np.abs(A - B).max() <= 1e-4 * np.abs(A).max()
+    assert opened.n_edges == ours.n_edges == 83
+    shown = _tfx("graph", "--open", CASE / "graph_files" / "gpt2-prompt0.json")
+    assert "replacement and completeness scores: not in the file" in shown
+    assert "transcoders and feature counts: not in the file" in shown
+    doc = json.loads(_tfx("graph", "--open", CASE / "graph_files" / "gpt2-prompt0.json",
+                          "--json"))
+    assert doc["result"]["replacement_score"] is None
+    assert doc["result"]["completeness_score"] is None
+    page = opened._repr_html_()  # draws itself in a notebook, as api.graph's result does
+    assert "not in the file" in page and "<li>" in page
+
+
+def test_a_feature_found_by_its_cantor_number_when_its_name_says_nothing(tmp_path):
+    """A file whose feature node has another name form still gives the feature's index,
+    from the Cantor pairing of (layer, index) that its `feature` field holds."""
+    doc = json.loads((CASE / "graph_files" / "gpt2-prompt0.json").read_text())
+    layer, index, pos = 1, 69, 5
+    paired = (layer + index) * (layer + index + 1) // 2 + index
+    doc["nodes"].insert(0, {"node_id": "feat-a", "feature": paired, "layer": "1",
+                            "ctx_idx": pos, "feature_type": "cross layer transcoder",
+                            "jsNodeId": "x", "clerp": "says Paris", "influence": 0.5,
+                            "activation": 2.5})
+    first = next(n for n in doc["nodes"] if n["feature_type"] == "logit")
+    logit, first["clerp"] = first["node_id"], ""  # a clerp that does not say the token
+    doc["links"].append({"source": "feat-a", "target": logit, "weight": 3.0})
+    (tmp_path / "g.json").write_text(json.dumps(doc), encoding="utf-8")
+    opened = api.open_graph(tmp_path / "g.json")
+    feature = opened.nodes[0]
+    assert (feature.kind, feature.layer, feature.pos, feature.feature) == ("feature", 1, 5, 69)
+    assert feature.label == "says Paris" and feature.activation == 2.5
+    target = next(i for i, n in enumerate(opened.nodes) if n.kind == "logit")
+    assert opened.tensors["graph.adjacency"][target, 0] == 3.0
+    assert opened.nodes[target].text is None and opened.nodes[target].token == 99
+    shown = _tfx("graph", "--open", tmp_path / "g.json")
+    assert "logit #99 (p = 0.313)" in shown and "+3 feature L1 #69" in shown
+
+
+def test_opening_a_graph_loads_no_model_machinery(tmp_path):
+    """--open reads JSON and draws: torch is never imported (the command starts in well
+    under a second, where a model command pays for torch first)."""
+    import subprocess
+
+    code = ("import sys\nfrom tfx_cli.cli import main\n"
+            f"sys.argv = ['tfx', 'graph', '--open', {str(CASE / 'graph_files' / 'gpt2-prompt0.json')!r},"
+            f" '--html', {str(tmp_path / 'g.html')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "print('torch' in sys.modules, file=sys.stderr)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=root, env={"PYTHONPATH": str(root), "TFX_QUIET": "1",
+                                        "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "False"
+    assert "tfx graph" in out.stdout and (tmp_path / "g.html").stat().st_size > 1000
