@@ -85,7 +85,8 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
 
 
 @checked
-def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None,
+def eval_sae(source: str | Path, *, sae: str | Path | None = None,
+             transcoders: str | Path | None = None, sae_site: str | None = None,
              field: str = "text", max_docs: int | None = None, max_tokens: int | None = None,
              ctx: int | None = None, batch_size: int = 8, output: str | Path | None = None,
              engine: str = "local", ray_address: str | None = None,
@@ -95,21 +96,58 @@ def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None
     `source`: l0, fvu, explained_variance, cosine, the next-token cross-entropy clean,
     with the site zero-ablated and with it replaced by the reconstruction (ce_loss_score),
     the same for KL (kl_score), dead and dense features; tensors["eval.density"] (F).
+    `transcoders` instead of `sae`: a transcoder set in circuit-tracer's layout judged
+    whole, every MLP replaced at once; result.layers per layer, eval.density (L, F).
     Corpus and engine keywords as api.scan's; `output` keeps a resumable run's state."""
     from ..core.datasets.evaluate import eval_sae as run
-    from ..errors import UsageError
     from ._datasets import _corpus, _engine, _loaded, _output
 
-    if sae is None or not str(sae).strip():
-        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
-                         "transcoder folder, e.g. one tfx train-sae wrote)")
+    given = _judged(sae, transcoders, sae_site)
     engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
+    common = dict(ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
+                  output=_output(output), force=bool(model.get("force")), engine=engine)
     with engine:
         loaded, hooks = _loaded(model)
-        return run(loaded, opened, sae=sae, sae_site=sae_site, ctx=ctx,
-                   batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
-                   force=bool(model.get("force")), engine=engine, progress=hooks.progress)
+        if given == "transcoders":
+            return _eval_set(loaded, opened, transcoders, progress=hooks.progress, **common)
+        return run(loaded, opened, sae=sae, sae_site=sae_site, progress=hooks.progress,
+                   **common)
+
+
+def _judged(sae, transcoders, sae_site) -> str:
+    """Which of --sae and --transcoders eval-sae was given: exactly one."""
+    from ..errors import UsageError
+
+    has = lambda v: v is not None and bool(str(v).strip())
+    if has(sae) and has(transcoders):
+        raise UsageError("--sae and --transcoders both name what to judge; give one: --sae "
+                         "DIR for one SAE or transcoder, --transcoders DIR for a whole set")
+    if has(transcoders):
+        if sae_site is not None:
+            raise UsageError("--sae-site names an --sae folder's site; a transcoder set's "
+                             "config.yaml names its own hooks: drop --sae-site")
+        return "transcoders"
+    if not has(sae):
+        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
+                         "transcoder folder, e.g. one tfx train-sae wrote), or "
+                         "--transcoders DIR for a transcoder set")
+    return "sae"
+
+
+def _eval_set(loaded, corpus, transcoders, **kw):
+    """A transcoder set read against the model (refused by name when it does not fit)
+    and judged whole."""
+    from ..core.circuits.setup import check_model
+    from ..core.circuits.transcoders import read_transcoders
+    from ..core.datasets.evaluate import need_next_token
+    from ..core.datasets.evaluate_set import eval_transcoders
+
+    need_next_token(loaded)
+    check_model(loaded, "tfx eval-sae --transcoders")
+    tc = read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
+                          d_model=loaded.cfg.d_model)
+    return eval_transcoders(loaded, corpus, transcoders=tc, **kw)
 
 
 def _collect_folder(collect, command: str) -> Path:
