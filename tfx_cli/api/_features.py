@@ -50,14 +50,17 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
               holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
               dead_after: int | None = None, aux_k: int | None = None,
               aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
-              checkpoint_every: int = 500) -> TrainSAEResult:
+              checkpoint_every: int = 500, score_tokens: int = 4096) -> TrainSAEResult:
     """Train an SAE on the rows of `site` in the collect folder `collect` and write it to
     `output` in SAELens's format (read back with features(..., sae=output)). TopK with
     `k` (32) by default; `l1=` trains a ReLU SAE with that L1 coefficient instead.
     `latents` (4096) or `expansion` (× d_in) set the width; Adam with `lr` over `steps`
     (1000) or `epochs` batches of `batch_size` tokens; the last `holdout` of the tokens
     judge it (fvu, l0, dead). `skip_first`: leave out each window's first positions (an
-    attention sink's outsized rows). Resumable: the same call continues a killed one."""
+    attention sink's outsized rows). Resumable: the same call continues a killed one.
+    `score_tokens`: the CE-loss score (result.ce_loss_score) of the SAE written, its site
+    replaced, on up to this many of the collect folder's last tokens with the model
+    rebuilt from its manifest (eval_sae's definition); 0 skips it."""
     from ..core.datasets.read import Activations
     from ..core.features.training import train_sae as run
     from ..errors import InputTextError, UsageError
@@ -76,12 +79,20 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                              "SITE -o acts, then tfx train-sae acts")
     if not path.is_dir():
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
-    return run(Activations(path), site=site, output=Path(output), k=k, latents=latents,
-               expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
-               epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
-               b_dec_init=b_dec_init,
-               dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
-               progress=progress, checkpoint_every=checkpoint_every)
+    from ._scores import score_sae, scoring
+
+    acts = Activations(path)
+    spec = scoring(acts, score_tokens)
+    result = run(acts, site=site, output=Path(output), k=k, latents=latents,
+                 expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
+                 epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
+                 b_dec_init=b_dec_init,
+                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
+                 progress=progress, checkpoint_every=checkpoint_every)
+    if spec is not None:
+        score_sae(result, acts, spec, holdout=holdout, skip_first=skip_first,
+                  score_tokens=score_tokens, progress=progress)
+    return result
 
 
 @checked
@@ -186,13 +197,16 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                      dead_after: int | None = None, aux_k: int | None = None,
                      aux_coef: float = 1 / 32, jumprelu: float | None = None,
                      force: bool = False, progress: Any = None,
-                     checkpoint_every: int = 500) -> TrainTranscoderResult:
+                     checkpoint_every: int = 500,
+                     score_tokens: int = 4096) -> TrainTranscoderResult:
     """Per-layer transcoders trained on the collect folder `collect` (each layer's MLP
     input `blocks.{i}.<input_site>` -> its output `blocks.{i}.ffn.out`) and written to
     `output` in circuit-tracer's layout (layer_{i}.safetensors; config.yaml once every
     layer has one). `layer`: 3, [0, 3], "0:4" or "all". `skip`: a W_skip path. TopK
     (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
-    trainer, options and resumption are train_sae's; held-out FVU per layer."""
+    trainer, options and resumption are train_sae's; held-out FVU per layer.
+    `score_tokens`: each layer's CE-loss score (its MLP output replaced) and, once the
+    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them."""
     from ..core.datasets.read import Activations
     from ..core.features.transcoders import train_transcoders as run
     from ..errors import UsageError
@@ -201,9 +215,17 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     if output is None or not str(output).strip():
         raise UsageError("-o DIR is missing: train-transcoder writes a folder, e.g. -o "
                          "transcoders")
-    return run(Activations(path), layers=layer, output=Path(output), input_site=input_site,
-               skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
-               batch_size=batch_size, steps=steps, epochs=epochs, seed=seed, holdout=holdout,
-               skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after,
-               aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu, force=force,
-               progress=progress, checkpoint_every=checkpoint_every)
+    from ._scores import score_transcoders, scoring
+
+    acts = Activations(path)
+    spec = scoring(acts, score_tokens)
+    result = run(acts, layers=layer, output=Path(output), input_site=input_site,
+                 skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
+                 batch_size=batch_size, steps=steps, epochs=epochs, seed=seed,
+                 holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
+                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu,
+                 force=force, progress=progress, checkpoint_every=checkpoint_every)
+    if spec is not None:
+        score_transcoders(result, acts, spec, holdout=holdout, skip_first=skip_first,
+                          score_tokens=score_tokens, progress=progress)
+    return result

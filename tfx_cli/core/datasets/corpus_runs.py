@@ -282,7 +282,12 @@ def _write_shards(loaded, corpus, plan, out: OutputDir, names, sites, shard_toke
          "dtype": SAFETENSORS_DTYPE[dtype_name]} for n in names]
     shards = _complete_shards(out)
     resumed = len(shards)
-    state = {"shards": shards, "sites": site_info(None), "complete": False}
+    from .train_score import recorded_spec
+
+    # how the model was built, so that train-sae and train-transcoder can rebuild it for
+    # the CE-loss score of what they train
+    state = {"shards": shards, "sites": site_info(None), "complete": False,
+             "model_spec": recorded_spec(loaded.spec)}
     out.write_manifest(**state)
 
     def write(i: int, tensors: dict) -> None:

@@ -113,6 +113,9 @@ class Replacement:
 @dataclass(frozen=True)
 class SetEvalTask:
     tc: object  # core.circuits.transcoders.Transcoders, checked against the model
+    # the block each of the set's layers replaces (None: layer i replaces block i); a
+    # one-layer set on block 5 is blocks=(5,): only that MLP is zeroed and replaced
+    blocks: tuple[int, ...] | None = None
     _on: dict = field(default_factory=dict, compare=False, repr=False)
 
     def replacement(self, device) -> Replacement:
@@ -122,7 +125,9 @@ class SetEvalTask:
         return self._on[key]
 
     def sites(self, layer: int) -> tuple[str, str]:
-        return f"blocks.{layer}.{self.tc.site}", f"blocks.{layer}.ffn.out"
+        """(the input site, the MLP output) in the block the set's `layer` replaces."""
+        block = layer if self.blocks is None else self.blocks[layer]
+        return f"blocks.{block}.{self.tc.site}", f"blocks.{block}.ffn.out"
 
     def compute(self, loaded, batch) -> SetPartial:
         ids, lengths = batch.padded()

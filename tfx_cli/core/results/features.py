@@ -118,6 +118,10 @@ class TrainSAEResult(Result):
     loss_first: float
     loss_last: float
     losses: list[float]  # the training loss, as means over up to 100 equal spans of steps
+    # eval-sae's CE-loss score of the SAE written (its site replaced) on score_tokens of
+    # the collect folder's last tokens; None with --score-tokens 0
+    ce_loss_score: float | None = optional()
+    score_tokens: int | None = optional()
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
     tokens_per_s: float | None = internal(None)
 
@@ -200,6 +204,7 @@ class TranscoderLayer:
     holdout_tokens: int
     steps: int
     epochs: float
+    ce_loss_score: float | None = optional()  # this layer's MLP alone replaced
 
 
 @dataclass(kw_only=True)
@@ -228,5 +233,8 @@ class TrainTranscoderResult(Result):
     n_layers: int  # the model's
     config: str | None  # DIR/config.yaml once every layer has its file
     missing: list[int]  # layers with no file yet
+    # the whole set's CE-loss score, every MLP replaced at once (once config.yaml exists)
+    ce_loss_score: float | None = optional()
+    score_tokens: int | None = optional()  # the collect folder's last tokens scored on
     seconds: float = internal(0.0)
     tokens_per_s: float | None = internal(None)

@@ -138,6 +138,11 @@ def train_sae_view(result, console: Console, opts) -> None:
     held.add_row("dead", f"{result.dead:,} of {result.latents:,} latents fire on none "
                          f"({100 * result.dead_fraction:.1f}%); {result.dead_in_training:,} "
                          f"had not fired in the last {result.dead_after:,} training tokens")
+    if result.score_tokens is not None:
+        held.add_row("CE-loss score", ("—" if result.ce_loss_score is None else
+                                       format_number(result.ce_loss_score, p))
+                     + f" (the site replaced, on the collect folder's last "
+                       f"{result.score_tokens:,} tokens)")
     console.print(held)
 
 
@@ -236,14 +241,23 @@ def train_transcoder_view(result, console: Console, opts) -> None:
     }, precision=p))
     table = Table(title=Text("held-out tokens, per layer", style="bold"), title_justify="left",
                   box=None, padding=(0, 1), header_style="dim")
-    for col in ("layer", "FVU (MLP out)", "L0", "dead", "loss", "steps"):
+    scored = result.score_tokens is not None
+    for col in ("layer", "FVU (MLP out)", "L0", "dead", "loss", "steps",
+                *(("CE-loss score",) if scored else ())):
         table.add_column(col, justify="right", no_wrap=True)
+    num = lambda v: "—" if v is None else format_number(v, p)
     for row in result.layers:
         done = "already trained" if row.resumed_from >= row.steps else (
             f"{row.steps:,} (from {row.resumed_from:,})" if row.resumed_from else
             f"{row.steps:,}")
-        table.add_row(str(row.layer), "—" if row.fvu is None else format_number(row.fvu, p),
+        table.add_row(str(row.layer), num(row.fvu),
                       format_number(row.l0, p), f"{row.dead:,}",
                       f"{format_number(row.loss_first, p)} → {format_number(row.loss_last, p)}",
-                      done)
+                      done, *((num(row.ce_loss_score),) if scored else ()))
     console.print(table)
+    if scored:
+        console.print(Text.assemble(
+            ("CE-loss score ", "dim"), f"on the collect folder's last {result.score_tokens:,} "
+            "tokens: per layer, its MLP alone replaced; ",
+            ("the set, every MLP replaced: ", "dim"),
+            num(result.ce_loss_score) if result.config else "once every layer has a file"))
