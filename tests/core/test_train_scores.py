@@ -134,3 +134,61 @@ def test_the_score_leaves_the_written_files_as_they_were(collected, tmp_path):
     state = lambda d: json.loads((tmp_path / d / "state/layer_1/train-state.json").read_text())
     assert "ce_loss_score" not in state("a")["result"]  # the state records training alone
     assert {**state("a")["result"], "file": ""} == {**state("b")["result"], "file": ""}
+
+
+def test_a_folder_that_names_no_buildable_model_trains_without_the_score(tmp_path):
+    """By default the score is left out with the reason; asked for, refused before any
+    training (nothing written)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from collect_folders import SITE, hand_collected
+
+    from tfx_cli.errors import UsageError
+
+    acts = hand_collected(tmp_path / "acts")
+    r = api.train_sae(acts, site=SITE, output=tmp_path / "sae", k=2, latents=8,
+                      batch_size=16, steps=3)
+    assert r.ce_loss_score is None and "tokens.parquet" in r.score_note
+    with pytest.raises(UsageError, match="tokens.parquet"):
+        api.train_sae(acts, site=SITE, output=tmp_path / "other", k=2, latents=8,
+                      batch_size=16, steps=3, score_tokens=100)
+    assert not (tmp_path / "other").exists()
+
+
+def test_an_older_manifest_rebuilds_its_model_from_the_config_it_records(collected, tmp_path):
+    """A collect folder written before the manifest named its model's options: the preset
+    and the sizes it records rebuild it, and the score is the same."""
+    import shutil
+
+    corpus, acts = collected
+    old = tmp_path / "old"
+    shutil.copytree(acts, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["model_spec"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    kw = dict(site="blocks.0.resid_out", k=8, holdout=0.1, **TRAIN)
+    a = api.train_sae(acts, output=tmp_path / "a", **kw)
+    b = api.train_sae(old, output=tmp_path / "b", **kw)
+    assert b.score_note is None and b.ce_loss_score == a.ce_loss_score
+    # a manifest whose options build another model is refused by name when asked
+    manifest["model"]["d_ff"] = 64
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    from tfx_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="d_ff"):
+        api.train_sae(old, output=tmp_path / "c", score_tokens=100, **kw)
+
+
+def test_a_folder_collected_with_another_tokenizer_is_scored_with_it(tmp_path):
+    words = dict(TINY, tokenizer="word")
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in _docs(30)))
+    api.collect(corpus, select=["blocks.0.resid_out"], output=tmp_path / "acts", ctx=CTX,
+                **words)
+    r = api.train_sae(tmp_path / "acts", site="blocks.0.resid_out", output=tmp_path / "sae",
+                      k=8, holdout=0.1, **TRAIN)
+    held, tokens = _held_docs(tmp_path / "acts", 0.1, tmp_path)
+    e = api.eval_sae(held, sae=tmp_path / "sae", ctx=CTX, **words)
+    assert r.score_tokens == tokens
+    _same(r.ce_loss_score, e.ce_loss_score)

@@ -50,7 +50,8 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
               holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
               dead_after: int | None = None, aux_k: int | None = None,
               aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
-              checkpoint_every: int = 500, score_tokens: int = 4096) -> TrainSAEResult:
+              checkpoint_every: int = 500,
+              score_tokens: int | None = None) -> TrainSAEResult:
     """Train an SAE on the rows of `site` in the collect folder `collect` and write it to
     `output` in SAELens's format (read back with features(..., sae=output)). TopK with
     `k` (32) by default; `l1=` trains a ReLU SAE with that L1 coefficient instead.
@@ -60,7 +61,9 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
     attention sink's outsized rows). Resumable: the same call continues a killed one.
     `score_tokens`: the CE-loss score (result.ce_loss_score) of the SAE written, its site
     replaced, on up to this many of the collect folder's last tokens with the model
-    rebuilt from its manifest (eval_sae's definition); 0 skips it."""
+    rebuilt from its manifest (eval_sae's definition); 0 skips it. Left out (None:
+    4096 where the folder allows), a folder whose model cannot be rebuilt trains without
+    the score and result.score_note says why; given, such a folder is refused."""
     from ..core.datasets.read import Activations
     from ..core.features.training import train_sae as run
     from ..errors import InputTextError, UsageError
@@ -82,16 +85,15 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
     from ._scores import score_sae, scoring
 
     acts = Activations(path)
-    spec = scoring(acts, score_tokens)
+    scored = scoring(acts, score_tokens)
     result = run(acts, site=site, output=Path(output), k=k, latents=latents,
                  expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
                  epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
                  b_dec_init=b_dec_init,
                  dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
                  progress=progress, checkpoint_every=checkpoint_every)
-    if spec is not None:
-        score_sae(result, acts, spec, holdout=holdout, skip_first=skip_first,
-                  score_tokens=score_tokens, progress=progress)
+    score_sae(result, acts, scored, holdout=holdout, skip_first=skip_first,
+              progress=progress)
     return result
 
 
@@ -198,7 +200,7 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                      aux_coef: float = 1 / 32, jumprelu: float | None = None,
                      force: bool = False, progress: Any = None,
                      checkpoint_every: int = 500,
-                     score_tokens: int = 4096) -> TrainTranscoderResult:
+                     score_tokens: int | None = None) -> TrainTranscoderResult:
     """Per-layer transcoders trained on the collect folder `collect` (each layer's MLP
     input `blocks.{i}.<input_site>` -> its output `blocks.{i}.ffn.out`) and written to
     `output` in circuit-tracer's layout (layer_{i}.safetensors; config.yaml once every
@@ -218,14 +220,13 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     from ._scores import score_transcoders, scoring
 
     acts = Activations(path)
-    spec = scoring(acts, score_tokens)
+    scored = scoring(acts, score_tokens)
     result = run(acts, layers=layer, output=Path(output), input_site=input_site,
                  skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
                  batch_size=batch_size, steps=steps, epochs=epochs, seed=seed,
                  holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
                  dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu,
                  force=force, progress=progress, checkpoint_every=checkpoint_every)
-    if spec is not None:
-        score_transcoders(result, acts, spec, holdout=holdout, skip_first=skip_first,
-                          score_tokens=score_tokens, progress=progress)
+    score_transcoders(result, acts, scored, holdout=holdout, skip_first=skip_first,
+                      progress=progress)
     return result

@@ -3,24 +3,43 @@ folder's model rebuilt from its manifest, eval-sae's definitions on its last win
 (core/datasets/train_score.py)."""
 from __future__ import annotations
 
-from ..errors import RangeError
+from dataclasses import dataclass
+
+from ..errors import RangeError, UsageError
 
 
-def check_score_tokens(score_tokens) -> int:
-    if isinstance(score_tokens, bool) or not isinstance(score_tokens, int) or score_tokens < 0:
+@dataclass
+class Scoring:
+    spec: object | None  # the ModelSpec that rebuilds the folder's model; None: no score
+    tokens: int  # at most this many of the folder's last tokens
+    why_not: str | None = None  # the score left out by default, and why
+    asked: bool = False  # --score-tokens given: a folder that cannot be scored is refused
+
+
+def scoring(acts, score_tokens) -> Scoring:
+    """Checked before anything is trained: with --score-tokens N a folder whose model cannot
+    be rebuilt is refused by name; by default (None: DEFAULT_SCORE_TOKENS) the score is
+    left out, and the result says why; 0 skips it."""
+    from ..core.datasets.train_score import DEFAULT_SCORE_TOKENS, model_spec
+
+    asked = score_tokens is not None
+    if asked and (isinstance(score_tokens, bool) or not isinstance(score_tokens, int)
+                  or score_tokens < 0):
         raise RangeError(f"--score-tokens {score_tokens!r} must be a whole number of tokens, "
                          "0 or more (0 skips the CE-loss score)")
-    return score_tokens
-
-
-def scoring(acts, score_tokens: int):
-    """The spec that rebuilds the folder's model (checked before anything is trained), or
-    None with --score-tokens 0."""
-    from ..core.datasets.train_score import model_spec
-
-    if not check_score_tokens(score_tokens):
-        return None
-    return model_spec(acts.manifest, acts.path)
+    tokens = DEFAULT_SCORE_TOKENS if score_tokens is None else score_tokens
+    if not tokens:
+        return Scoring(None, 0)
+    try:
+        if not (acts.path / "tokens.parquet").is_file():
+            raise UsageError(f"{acts.path} has no tokens.parquet, so the CE-loss score has no "
+                             "tokens to run; collect the corpus again with tfx collect, or "
+                             "pass --score-tokens 0")
+        return Scoring(model_spec(acts.manifest, acts.path), tokens, asked=asked)
+    except UsageError as exc:
+        if asked:
+            raise
+        return Scoring(None, 0, why_not=exc.message)
 
 
 def _ctx(acts) -> int:
@@ -29,48 +48,61 @@ def _ctx(acts) -> int:
     return int(acts.manifest["options"]["ctx"])
 
 
-def _model_and_windows(acts, spec, holdout: float, skip_first: int, score_tokens: int,
+def _model_and_windows(result, acts, scored: Scoring, holdout: float, skip_first: int,
                        progress):
+    """The rebuilt model and the windows to score; (None, None) where the score is left
+    out (result.score_note says why)."""
     from ..core.datasets.train_score import check_rebuilt, score_windows
     from ..core.features.training import split
     from ..core.load import load
 
+    if scored.spec is None:
+        result.score_note = scored.why_not
+        return None, None
     keep, n_train, _ = split(acts, holdout, skip_first)
     first_held = int(keep[n_train]) if keep is not None else n_train
-    loaded = load(spec, progress=progress)
-    check_rebuilt(loaded, acts.manifest, acts.path)
-    return loaded, score_windows(acts, first_held, score_tokens)
+    try:
+        loaded = load(scored.spec, progress=progress)
+        check_rebuilt(loaded, acts.manifest, acts.path)
+    except UsageError as exc:
+        if scored.asked:
+            raise
+        result.score_note = exc.message
+        return None, None
+    return loaded, score_windows(acts, first_held, scored.tokens)
 
 
-def score_sae(result, acts, spec, *, holdout: float, skip_first: int, score_tokens: int,
+def score_sae(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
               progress=None) -> None:
     """result.ce_loss_score (and score_tokens): the SAE train-sae wrote, its site replaced."""
     from ..core.datasets.train_score import score_sae as run
 
-    loaded, windows = _model_and_windows(acts, spec, holdout, skip_first, score_tokens,
-                                         progress)
+    loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
+    if loaded is None:
+        return
     got = run(loaded, windows, result.output, _ctx(acts))
     result.ce_loss_score, result.score_tokens = got["ce_loss_score"], got["tokens"]
 
 
-def score_transcoders(result, acts, spec, *, holdout: float, skip_first: int,
-                      score_tokens: int, progress=None) -> None:
+def score_transcoders(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
+                      progress=None) -> None:
     """Each layer's ce_loss_score (its MLP alone replaced) and, once the whole set exists,
     the set's (every MLP replaced at once)."""
     from ..core.circuits.transcoders import read_layer, read_transcoders
     from ..core.datasets.train_score import score_set
 
-    loaded, windows = _model_and_windows(acts, spec, holdout, skip_first, score_tokens,
-                                         progress)
-    d_model = loaded.cfg.d_model
+    loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
+    if loaded is None:
+        return
+    d_model, ctx = loaded.cfg.d_model, _ctx(acts)
     tokens = 0
     for row in result.layers:
         one = read_layer(result.output, row.layer, input_hook=result.feature_input_hook,
                          d_model=d_model)
-        got = score_set(loaded, windows, one, _ctx(acts), blocks=(row.layer,))
+        got = score_set(loaded, windows, one, ctx, blocks=(row.layer,))
         row.ce_loss_score, tokens = got["ce_loss_score"], got["tokens"]
     if result.config is not None:
         tc = read_transcoders(result.output, n_layers=loaded.cfg.n_layers, d_model=d_model)
-        got = score_set(loaded, windows, tc, _ctx(acts))
+        got = score_set(loaded, windows, tc, ctx)
         result.ce_loss_score, tokens = got["ce_loss_score"], got["tokens"]
     result.score_tokens = tokens

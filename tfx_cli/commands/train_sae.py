@@ -58,11 +58,12 @@ AuxKOpt = Annotated[Optional[int], typer.Option(
          "(default min(512, latents/2); 0 turns it off).")]
 AuxCoefOpt = Annotated[float, typer.Option(
     "--aux-coef", metavar="C", help="The auxiliary loss's weight.")]
-ScoreTokensOpt = Annotated[int, typer.Option(
-    "--score-tokens", metavar="N", min=0,
+ScoreTokensOpt = Annotated[Optional[int], typer.Option(
+    "--score-tokens", metavar="N", min=0, show_default=False,
     help="The CE-loss score of what was written (eval-sae's: its site or MLP replaced by "
          "the reconstruction) on up to N of the collect folder's last tokens, the model "
-         "rebuilt from its manifest; 0 skips it.")]
+         "rebuilt from its manifest (default 4096, left out with a note where the folder's "
+         "model cannot be rebuilt); 0 skips it.")]
 
 
 @command("json", "precision", "force")
@@ -87,7 +88,7 @@ def train_sae(
     dead_after: DeadAfterOpt = None,
     aux_k: AuxKOpt = None,
     aux_coef: AuxCoefOpt = 1 / 32,
-    score_tokens: ScoreTokensOpt = 4096,
+    score_tokens: ScoreTokensOpt = None,
     *, json, precision, force,
 ) -> None:
     """Train a sparse autoencoder on a collect folder's site and write it in SAELens's

@@ -47,7 +47,7 @@ def train_transcoder(
     seed: SeedOpt = 0,
     holdout: HoldoutOpt = 0.05,
     skip_first: SkipFirstOpt = 0,
-    score_tokens: ScoreTokensOpt = 4096,
+    score_tokens: ScoreTokensOpt = None,
     *, json, precision, force,
 ) -> None:
     """Train per-layer transcoders on a collect folder's MLP input/output pairs and write

@@ -48,7 +48,8 @@ def model_spec(manifest: dict, path) -> object:
 
     saved = manifest.get("model_spec")
     model = manifest.get("model") or {}
-    if saved is None:  # an older folder: its preset or checkpoint and the sizes it had
+    full = all(key in model for key in ("n_layers", "d_model", "vocab_size"))
+    if saved is None and full:  # an older folder: its preset or checkpoint and its sizes
         saved = {"weights": model.get("weights"), "dtype": model.get("dtype", "float32")}
         if not model.get("weights"):
             saved.update(config=model.get("config"), seed=model.get("seed", 123),

@@ -122,6 +122,7 @@ class TrainSAEResult(Result):
     # the collect folder's last tokens; None with --score-tokens 0
     ce_loss_score: float | None = optional()
     score_tokens: int | None = optional()
+    score_note: str | None = optional()  # why the score was left out (the folder's model)
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
     tokens_per_s: float | None = internal(None)
 
@@ -236,5 +237,6 @@ class TrainTranscoderResult(Result):
     # the whole set's CE-loss score, every MLP replaced at once (once config.yaml exists)
     ce_loss_score: float | None = optional()
     score_tokens: int | None = optional()  # the collect folder's last tokens scored on
+    score_note: str | None = optional()  # why the score was left out (the folder's model)
     seconds: float = internal(0.0)
     tokens_per_s: float | None = internal(None)

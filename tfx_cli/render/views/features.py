@@ -143,6 +143,8 @@ def train_sae_view(result, console: Console, opts) -> None:
                                        format_number(result.ce_loss_score, p))
                      + f" (the site replaced, on the collect folder's last "
                        f"{result.score_tokens:,} tokens)")
+    elif result.score_note:
+        held.add_row("CE-loss score", f"not measured: {result.score_note}")
     console.print(held)
 
 
@@ -261,3 +263,6 @@ def train_transcoder_view(result, console: Console, opts) -> None:
             "tokens: per layer, its MLP alone replaced; ",
             ("the set, every MLP replaced: ", "dim"),
             num(result.ce_loss_score) if result.config else "once every layer has a file"))
+    elif result.score_note:
+        console.print(Text.assemble(("CE-loss score ", "dim"),
+                                    f"not measured: {result.score_note}"))
