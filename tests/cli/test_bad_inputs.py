@@ -1440,6 +1440,13 @@ CASES = [
          "encoder–decoder", ["eval-sae", "python-docs", *TOY, "--transcoders", "tc",
                              "--max-docs", "1"], "UsageError", "is not a causal language model",
          files=(_transcoders("tc"),)),
+    Case("train-sae-score-no-tokens", "train-sae --score-tokens on a collect folder without "
+         "its tokens table", ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae",
+                              "--score-tokens", "100"], "UsageError", "has no tokens.parquet",
+         files=(_collected,)),
+    Case("train-sae-score-negative", "train-sae --score-tokens below 0",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--score-tokens",
+          "-1"], "UsageError", "-1", files=(lambda d: hand_collected(d / "acts"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
