@@ -15,23 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import UsageError
+from .corpus_runs import SPEC_KEYS, recorded_spec  # noqa: F401  (collect writes it)
 from .windows import Window, batches, chunks
 
 DEFAULT_SCORE_TOKENS = 4096
-# the spec fields collect records (core.spec.ModelSpec's, less what changes no number)
-SPEC_KEYS = ("config", "weights", "seed", "heads", "layers", "d_model", "context",
-             "tokenizer", "corpus", "dtype", "device")
-
-
-def recorded_spec(spec) -> dict:
-    """What collect writes into its manifest as `model_spec`."""
-    out = {key: getattr(spec, key) for key in SPEC_KEYS}
-    for key in ("tokenizer", "corpus"):  # a path given relative to where collect ran
-        if out[key] is not None and Path(str(out[key])).expanduser().exists():
-            out[key] = str(Path(str(out[key])).expanduser().resolve())
-    return out
-
-
 def _again(path) -> str:
     return (f"collect the corpus again into a new folder with this tfx (its manifest then "
             f"names the model), or pass --score-tokens 0 to train without the score "
