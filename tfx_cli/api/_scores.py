@@ -89,18 +89,18 @@ def score_transcoders(result, acts, scored: Scoring, *, holdout: float, skip_fir
     """Each layer's ce_loss_score (its MLP alone replaced) and, once the whole set exists,
     the set's (every MLP replaced at once)."""
     from ..core.circuits.transcoders import read_layer, read_transcoders
-    from ..core.datasets.train_score import score_set
+    from ..core.datasets.train_score import score_layers, score_set
 
     loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
     if loaded is None:
         return
     d_model, ctx = loaded.cfg.d_model, _ctx(acts)
-    tokens = 0
-    for row in result.layers:
-        one = read_layer(result.output, row.layer, input_hook=result.feature_input_hook,
-                         d_model=d_model)
-        got = score_set(loaded, windows, one, ctx, blocks=(row.layer,))
-        row.ce_loss_score, tokens = got["ce_loss_score"], got["tokens"]
+    sets = [read_layer(result.output, row.layer, input_hook=result.feature_input_hook,
+                       d_model=d_model) for row in result.layers]
+    scores, tokens = score_layers(loaded, windows, sets, [row.layer for row in result.layers],
+                                  ctx)
+    for row, score in zip(result.layers, scores):
+        row.ce_loss_score = score
     if result.config is not None:
         tc = read_transcoders(result.output, n_layers=loaded.cfg.n_layers, d_model=d_model)
         got = score_set(loaded, windows, tc, ctx)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..analysis.sites import editing
+from ..analysis.sites import editing, resid_pre_name
 from .evaluate import DENSE, ROWS, EvalTask, _ratio
 from .tasks import forward, valid_positions
 
@@ -230,6 +230,67 @@ class SetEvalTask:
                 for e in ((self.sites(i)[0], read(i)), (self.sites(i)[1], put(i)))]
 
 
+@dataclass
+class LayerwisePartial:
+    losses: np.ndarray  # (sets, LOSSES) float64
+    tokens: int = 0
+    predicted: int = 0
+
+    def merge(self, other: "LayerwisePartial") -> "LayerwisePartial":
+        self.losses += other.losses
+        self.tokens += other.tokens
+        self.predicted += other.predicted
+        return self
+
+
+@dataclass(frozen=True)
+class LayerwiseTask:
+    """Several one-layer sets, each judged alone (its block's MLP zeroed, then replaced by
+    its reconstruction) with the clean run shared: each changed run resumes at the set's
+    block from the clean run's input to it, so a block halfway up costs half a pass."""
+
+    sets: tuple  # one-layer core.circuits.transcoders.Transcoders
+    blocks: tuple[int, ...]  # the block each replaces
+    _on: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def compute(self, loaded, batch) -> LayerwisePartial:
+        ids, lengths = batch.padded()
+        got: dict = {}
+        names = ("logits", *dict.fromkeys(resid_pre_name(b) for b in self.blocks))
+        forward(loaded, ids, lengths, names, got.__setitem__)
+        part = LayerwisePartial(np.zeros((len(self.sets), len(LOSSES))),
+                                int(valid_positions(lengths, ids.shape[1]).sum()),
+                                int(np.maximum(lengths - 1, 0).sum()))
+        for j, (tc, block) in enumerate(zip(self.sets, self.blocks)):
+            task = self._on.setdefault(j, SetEvalTask(tc, (block,)))
+            rep = task.replacement(loaded.model.device)
+            with torch.inference_mode():
+                zero = _resumed(loaded, got, block, [(task.sites(0)[1], torch.zeros_like)])
+                replaced = _resumed(loaded, got, block, task._replacing(rep))
+            sums = EvalTask._losses(ids, lengths, got["logits"], zero, replaced)
+            part.losses[j] = [sums[name] for name in LOSSES]
+        return part
+
+
+def _resumed(loaded, got: dict, block: int, edits) -> torch.Tensor:
+    """The logits of the rest of the model from `block` on, the clean run's input to it
+    taken, with `edits` on."""
+    model = loaded.model
+    x = got[resid_pre_name(block)]
+    with editing(model, edits):
+        return model.run_blocks(x, model.attention_context(x.shape[1]), first=block,
+                                head="all")
+
+
+def layerwise_scores(part: LayerwisePartial) -> list[float | None]:
+    """Each set's CE-loss score (None without a denominator)."""
+    if not part.predicted:
+        return [None] * len(part.losses)
+    clean, ablation, replaced = (part.losses[:, LOSSES.index(n)] / part.predicted
+                                 for n in ("ce_clean", "ce_ablation", "ce_replaced"))
+    return [_ratio(float(a - r), float(a - c)) for c, a, r in zip(clean, ablation, replaced)]
+
+
 def _layer_scores(part: SetPartial, layer: int) -> dict:
     n = part.tokens
     rss, x_sq, l0, cos = part.layer_sums[layer]
@@ -309,4 +370,5 @@ def eval_transcoders(loaded, corpus, *, transcoders, ctx=None, batch_size=8,
     return result
 
 
-__all__ = ["SetEvalTask", "SetPartial", "set_scores", "eval_transcoders"]
+__all__ = ["SetEvalTask", "SetPartial", "set_scores", "eval_transcoders", "LayerwiseTask",
+           "LayerwisePartial", "layerwise_scores"]

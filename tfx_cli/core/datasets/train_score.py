@@ -151,5 +151,16 @@ def score_set(loaded, windows: list[Window], tc, ctx: int, blocks=None,
     return got
 
 
-__all__ = ["DEFAULT_SCORE_TOKENS", "recorded_spec", "model_spec", "check_rebuilt",
+def score_layers(loaded, windows: list[Window], sets: list, blocks: list[int], ctx: int,
+                 batch_size: int = 8) -> tuple[list[float | None], int]:
+    """Each one-layer set's CE-loss score, its block's MLP alone replaced (the clean run
+    shared), and the tokens run."""
+    from .evaluate_set import LayerwisePartial, LayerwiseTask, layerwise_scores
+
+    part = judge(loaded, windows, LayerwiseTask(tuple(sets), tuple(blocks)),
+                 lambda: LayerwisePartial(np.zeros((len(sets), 5))), ctx, batch_size)
+    return layerwise_scores(part), part.tokens
+
+
+__all__ = ["score_layers", "DEFAULT_SCORE_TOKENS", "recorded_spec", "model_spec", "check_rebuilt",
            "score_windows", "judge", "score_sae", "score_set"]
