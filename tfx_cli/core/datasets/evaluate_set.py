@@ -232,7 +232,7 @@ class SetEvalTask:
 
 @dataclass
 class LayerwisePartial:
-    losses: np.ndarray  # (sets, LOSSES) float64
+    losses: np.ndarray  # (sets, 3) float64: summed CE clean, zeroed, replaced
     tokens: int = 0
     predicted: int = 0
 
@@ -258,18 +258,35 @@ class LayerwiseTask:
         got: dict = {}
         names = ("logits", *dict.fromkeys(resid_pre_name(b) for b in self.blocks))
         forward(loaded, ids, lengths, names, got.__setitem__)
-        part = LayerwisePartial(np.zeros((len(self.sets), len(LOSSES))),
+        part = LayerwisePartial(np.zeros((len(self.sets), 3)),
                                 int(valid_positions(lengths, ids.shape[1]).sum()),
                                 int(np.maximum(lengths - 1, 0).sum()))
+        clean = _ce_sum(ids, lengths, got.pop("logits"))
         for j, (tc, block) in enumerate(zip(self.sets, self.blocks)):
             task = self._on.setdefault(j, SetEvalTask(tc, (block,)))
             rep = task.replacement(loaded.model.device)
             with torch.inference_mode():
                 zero = _resumed(loaded, got, block, [(task.sites(0)[1], torch.zeros_like)])
-                replaced = _resumed(loaded, got, block, task._replacing(rep))
-            sums = EvalTask._losses(ids, lengths, got["logits"], zero, replaced)
-            part.losses[j] = [sums[name] for name in LOSSES]
+                ablation = _ce_sum(ids, lengths, zero)
+                del zero
+                replaced = _ce_sum(ids, lengths,
+                                   _resumed(loaded, got, block, task._replacing(rep)))
+            part.losses[j] = [clean, ablation, replaced]
         return part
+
+
+def _ce_sum(ids, lengths, logits) -> float:
+    """Summed next-token CE of a run, window by window: evaluate.py's CE to the bit (its
+    KL is not needed for a CE-loss score)."""
+    total = 0.0
+    for row, n in enumerate(lengths):
+        n = int(n)
+        if n < 2:
+            continue
+        target = torch.from_numpy(ids[row, 1:n]).to(logits.device)[:, None]
+        lp = torch.log_softmax(logits[row, :n - 1].to(torch.float32), dim=-1)
+        total -= float(lp.gather(-1, target).double().sum())
+    return total
 
 
 def _resumed(loaded, got: dict, block: int, edits) -> torch.Tensor:
@@ -286,8 +303,7 @@ def layerwise_scores(part: LayerwisePartial) -> list[float | None]:
     """Each set's CE-loss score (None without a denominator)."""
     if not part.predicted:
         return [None] * len(part.losses)
-    clean, ablation, replaced = (part.losses[:, LOSSES.index(n)] / part.predicted
-                                 for n in ("ce_clean", "ce_ablation", "ce_replaced"))
+    clean, ablation, replaced = (part.losses[:, i] / part.predicted for i in range(3))
     return [_ratio(float(a - r), float(a - c)) for c, a, r in zip(clean, ablation, replaced)]
 
 

@@ -158,7 +158,7 @@ def score_layers(loaded, windows: list[Window], sets: list, blocks: list[int], c
     from .evaluate_set import LayerwisePartial, LayerwiseTask, layerwise_scores
 
     part = judge(loaded, windows, LayerwiseTask(tuple(sets), tuple(blocks)),
-                 lambda: LayerwisePartial(np.zeros((len(sets), 5))), ctx, batch_size)
+                 lambda: LayerwisePartial(np.zeros((len(sets), 3))), ctx, batch_size)
     return layerwise_scores(part), part.tokens
 
 
