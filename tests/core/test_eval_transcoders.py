@@ -196,3 +196,60 @@ def test_the_terminal_shows_each_layer_and_the_set_scores(tmp_path, corpus):
     assert got.exit_code == 0, got.output
     assert "per layer" in got.output and "CE-loss score" in got.output
     assert "every MLP replaced" in got.output
+
+
+def test_a_cross_layer_transcoder_writes_every_later_layer(tmp_path, corpus, model):
+    """circuit-tracer's CLT layout: layer 1's MLP output is rebuilt from layer 0's and
+    layer 1's features (each from its own input in the replaced run), plus b_dec_1."""
+    folder = tmp_path / "clt"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(11)
+    enc, dec = [], []
+    for i in range(L):
+        enc.append({f"W_enc_{i}": torch.randn(F, D, generator=g) * 0.4,
+                    f"b_enc_{i}": torch.randn(F, generator=g) * 0.1 - 0.2,
+                    f"b_dec_{i}": torch.randn(D, generator=g) * 0.1})
+        dec.append({f"W_dec_{i}": torch.randn(F, L - i, D, generator=g) * 0.2})
+        save_file(enc[i], str(folder / f"W_enc_{i}.safetensors"))
+        save_file(dec[i], str(folder / f"W_dec_{i}.safetensors"))
+    (folder / "config.yaml").write_text(
+        "model_kind: cross_layer_transcoder\nfeature_input_hook: mlp.hook_in\n"
+        "feature_output_hook: hook_mlp_out\n")
+    r = _eval(corpus, folder)
+    seen, handles = {}, []
+
+    def rebuilt(i):
+        out = enc[i][f"b_dec_{i}"].clone()
+        for k in range(i + 1):
+            f = torch.relu(seen[k] @ enc[k][f"W_enc_{k}"].T + enc[k][f"b_enc_{k}"])
+            out = out + f @ dec[k][f"W_dec_{k}"][:, i - k]
+        return out
+
+    for i, block in enumerate(model.module.blocks):
+        handles.append(block.ln2.register_forward_hook(
+            lambda mod, args, out, i=i: seen.__setitem__(i, out.float())))
+        handles.append(block.ffn.register_forward_hook(
+            lambda mod, args, out, i=i: rebuilt(i).to(out.dtype)))
+    losses = []
+    try:
+        for text in DOCS:
+            traced = model.trace(text, select=["logits"])
+            if len(traced.input.ids) > 1:
+                losses.append(_losses(np.asarray(traced.tensors["logits"]), traced.input.ids))
+    finally:
+        for h in handles:
+            h.remove()
+    want = np.concatenate(losses).mean()
+    assert abs(r.ce_replaced - want) <= 1e-5 * max(1.0, abs(want))
+    assert abs(r.ce_replaced - r.ce_clean) > 1e-3 and r.transcoders.kind == "cross_layer_transcoder"
+
+
+def test_a_run_kept_with_o_resumes_to_the_same_numbers(tmp_path, corpus):
+    folder = write_set(tmp_path / "set", [random_layer(21), random_layer(22)])
+    first = _eval(corpus, folder, output=tmp_path / "run")
+    again = _eval(corpus, folder, output=tmp_path / "run")
+    plain = _eval(corpus, folder)
+    for r in (again, plain):
+        assert r.ce_loss_score == first.ce_loss_score and r.fvu == first.fvu
+        assert [row.fvu for row in r.layers] == [row.fvu for row in first.layers]
+    assert (tmp_path / "run" / "result.json").is_file()
