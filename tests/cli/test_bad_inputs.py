@@ -1418,7 +1418,7 @@ CASES = [
     Case("train-transcoder-input-site", "train-transcoder --input-site tfx does not train on",
          ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--input-site", "ffn.act"],
          "UsageError", "the MLP's input", files=(_mlp_input_only,)),
-    # eval-sae --transcoders: a whole transcoder set judged
+    # eval-sae --transcoders (a whole transcoder set judged) and the trainers' CE-loss score
     Case("eval-sae-sae-and-transcoders", "eval-sae with both --sae and --transcoders",
          ["eval-sae", "python-docs", *WORDY, "--sae", "sae", "--transcoders", "tc"],
          "UsageError", "give one", files=(_transcoders("tc"),)),
