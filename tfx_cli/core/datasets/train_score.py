@@ -3,8 +3,9 @@ definitions (evaluate.py, evaluate_set.py), on the collect folder's own last win
 
 The collect folder's manifest names the model that made it (`model_spec`: the options it
 was built from; `model`: every config field it had) and tokens.parquet holds the token
-windows it read. The model is rebuilt from the spec and refused by name unless its config
-is the manifest's field for field. The windows scored are the ones holding the held-out
+windows it read. The model is rebuilt from the spec (a folder collected before the spec
+was recorded: from the preset or checkpoint and the sizes its config records) and refused
+by name unless its config is the manifest's field for field. The windows scored are the ones holding the held-out
 tokens (the last of the folder), whole, counted from the end up to `score_tokens` tokens
 (the last window cut to its first tokens when it alone is longer): a window's first
 positions can be training tokens, the context the held-out ones were collected with."""
@@ -19,6 +20,8 @@ from .corpus_runs import SPEC_KEYS, recorded_spec  # noqa: F401  (collect writes
 from .windows import Window, batches, chunks
 
 DEFAULT_SCORE_TOKENS = 4096
+
+
 def _again(path) -> str:
     return (f"collect the corpus again into a new folder with this tfx (its manifest then "
             f"names the model), or pass --score-tokens 0 to train without the score "
@@ -28,10 +31,9 @@ def _again(path) -> str:
 def model_spec(manifest: dict, path) -> object:
     """The ModelSpec that rebuilds the collect folder's model, its config checked against
     the manifest's (cheap: no weights are read)."""
+    from ...errors import TfxError
     from ..results import to_json
     from ..spec import ModelSpec, spec_config
-
-    from ...errors import TfxError
 
     saved = manifest.get("model_spec")
     model = manifest.get("model") or {}
