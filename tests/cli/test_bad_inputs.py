@@ -1459,6 +1459,35 @@ CASES = [
     Case("graph-open-threshold", "graph --open with a pruning threshold (the file is pruned)",
          ["graph", "--open", "g.json", "--node-threshold", "0.5"], "UsageError",
          "--node-threshold does not apply", files=(_graph_file("g.json", []),)),
+    # eval-sae --transcoders (a whole transcoder set judged) and the trainers' CE-loss score
+    Case("eval-sae-sae-and-transcoders", "eval-sae with both --sae and --transcoders",
+         ["eval-sae", "python-docs", *WORDY, "--sae", "sae", "--transcoders", "tc"],
+         "UsageError", "give one", files=(_transcoders("tc"),)),
+    Case("eval-sae-transcoders-width", "eval-sae --transcoders with a set of another width",
+         ["eval-sae", "python-docs", *WORDY, "--transcoders", "tc", "--max-docs", "1"],
+         "TranscoderError", "the model's d_model is 6", files=(_transcoders("tc", d_model=8),)),
+    Case("eval-sae-transcoders-layers", "eval-sae --transcoders with a set of another layer "
+         "count", ["eval-sae", "python-docs", *WORDY, "--transcoders", "tc", "--max-docs", "1"],
+         "TranscoderError", "has 2 layers but the model has 1",
+         files=(_transcoders("tc", layers=2),)),
+    Case("eval-sae-transcoders-sae-site", "eval-sae --transcoders with --sae-site",
+         ["eval-sae", "python-docs", *WORDY, "--transcoders", "tc", "--sae-site",
+          "blocks.0.resid_mid"], "UsageError", "drop --sae-site", files=(_transcoders("tc"),)),
+    Case("eval-sae-transcoders-streamed", "eval-sae --transcoders on a model streamed from "
+         "disk", ["eval-sae", "python-docs", "-w", "llama-zeros", "--max-memory", "300kB",
+                  "--transcoders", "tc", "--max-docs", "1"], "UsageError",
+         "is streamed from disk", files=(_llama_zeros, _transcoders("tc", layers=2, d_model=64))),
+    Case("eval-sae-transcoders-encoder-decoder", "eval-sae --transcoders on an "
+         "encoder–decoder", ["eval-sae", "python-docs", *TOY, "--transcoders", "tc",
+                             "--max-docs", "1"], "UsageError", "is not a causal language model",
+         files=(_transcoders("tc"),)),
+    Case("train-sae-score-no-tokens", "train-sae --score-tokens on a collect folder without "
+         "its tokens table", ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae",
+                              "--score-tokens", "100"], "UsageError", "has no tokens.parquet",
+         files=(_collected,)),
+    Case("train-sae-score-negative", "train-sae --score-tokens below 0",
+         ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--score-tokens",
+          "-1"], "UsageError", "-1", files=(lambda d: hand_collected(d / "acts"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

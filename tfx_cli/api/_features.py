@@ -50,14 +50,20 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
               holdout: float = 0.05, skip_first: int = 0, b_dec_init: str = "median",
               dead_after: int | None = None, aux_k: int | None = None,
               aux_coef: float = 1 / 32, force: bool = False, progress: Any = None,
-              checkpoint_every: int = 500) -> TrainSAEResult:
+              checkpoint_every: int = 500,
+              score_tokens: int | None = None) -> TrainSAEResult:
     """Train an SAE on the rows of `site` in the collect folder `collect` and write it to
     `output` in SAELens's format (read back with features(..., sae=output)). TopK with
     `k` (32) by default; `l1=` trains a ReLU SAE with that L1 coefficient instead.
     `latents` (4096) or `expansion` (× d_in) set the width; Adam with `lr` over `steps`
     (1000) or `epochs` batches of `batch_size` tokens; the last `holdout` of the tokens
     judge it (fvu, l0, dead). `skip_first`: leave out each window's first positions (an
-    attention sink's outsized rows). Resumable: the same call continues a killed one."""
+    attention sink's outsized rows). Resumable: the same call continues a killed one.
+    `score_tokens`: the CE-loss score (result.ce_loss_score) of the SAE written, its site
+    replaced, on up to this many of the collect folder's last tokens with the model
+    rebuilt from its manifest (eval_sae's definition); 0 skips it. Left out (None:
+    4096 where the folder allows), a folder whose model cannot be rebuilt trains without
+    the score and result.score_note says why; given, such a folder is refused."""
     from ..core.datasets.read import Activations
     from ..core.features.training import train_sae as run
     from ..errors import InputTextError, UsageError
@@ -76,16 +82,24 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                              "SITE -o acts, then tfx train-sae acts")
     if not path.is_dir():
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
-    return run(Activations(path), site=site, output=Path(output), k=k, latents=latents,
-               expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
-               epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
-               b_dec_init=b_dec_init,
-               dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
-               progress=progress, checkpoint_every=checkpoint_every)
+    from ._scores import score_sae, scoring
+
+    acts = Activations(path)
+    scored = scoring(acts, score_tokens)
+    result = run(acts, site=site, output=Path(output), k=k, latents=latents,
+                 expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
+                 epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
+                 b_dec_init=b_dec_init,
+                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
+                 progress=progress, checkpoint_every=checkpoint_every)
+    score_sae(result, acts, scored, holdout=holdout, skip_first=skip_first,
+              progress=progress)
+    return result
 
 
 @checked
-def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None,
+def eval_sae(source: str | Path, *, sae: str | Path | None = None,
+             transcoders: str | Path | None = None, sae_site: str | None = None,
              field: str = "text", max_docs: int | None = None, max_tokens: int | None = None,
              ctx: int | None = None, batch_size: int = 8, output: str | Path | None = None,
              engine: str = "local", ray_address: str | None = None,
@@ -95,21 +109,58 @@ def eval_sae(source: str | Path, *, sae: str | Path, sae_site: str | None = None
     `source`: l0, fvu, explained_variance, cosine, the next-token cross-entropy clean,
     with the site zero-ablated and with it replaced by the reconstruction (ce_loss_score),
     the same for KL (kl_score), dead and dense features; tensors["eval.density"] (F).
+    `transcoders` instead of `sae`: a transcoder set in circuit-tracer's layout judged
+    whole, every MLP replaced at once; result.layers per layer, eval.density (L, F).
     Corpus and engine keywords as api.scan's; `output` keeps a resumable run's state."""
     from ..core.datasets.evaluate import eval_sae as run
-    from ..errors import UsageError
     from ._datasets import _corpus, _engine, _loaded, _output
 
-    if sae is None or not str(sae).strip():
-        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
-                         "transcoder folder, e.g. one tfx train-sae wrote)")
+    given = _judged(sae, transcoders, sae_site)
     engine = _engine(engine, ray_address, workers, gpus_per_worker, verbose)
     opened = _corpus(source, field, max_docs)
+    common = dict(ctx=ctx, batch_size=batch_size, max_tokens=max_tokens,
+                  output=_output(output), force=bool(model.get("force")), engine=engine)
     with engine:
         loaded, hooks = _loaded(model)
-        return run(loaded, opened, sae=sae, sae_site=sae_site, ctx=ctx,
-                   batch_size=batch_size, max_tokens=max_tokens, output=_output(output),
-                   force=bool(model.get("force")), engine=engine, progress=hooks.progress)
+        if given == "transcoders":
+            return _eval_set(loaded, opened, transcoders, progress=hooks.progress, **common)
+        return run(loaded, opened, sae=sae, sae_site=sae_site, progress=hooks.progress,
+                   **common)
+
+
+def _judged(sae, transcoders, sae_site) -> str:
+    """Which of --sae and --transcoders eval-sae was given: exactly one."""
+    from ..errors import UsageError
+
+    has = lambda v: v is not None and bool(str(v).strip())
+    if has(sae) and has(transcoders):
+        raise UsageError("--sae and --transcoders both name what to judge; give one: --sae "
+                         "DIR for one SAE or transcoder, --transcoders DIR for a whole set")
+    if has(transcoders):
+        if sae_site is not None:
+            raise UsageError("--sae-site names an --sae folder's site; a transcoder set's "
+                             "config.yaml names its own hooks: drop --sae-site")
+        return "transcoders"
+    if not has(sae):
+        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
+                         "transcoder folder, e.g. one tfx train-sae wrote), or "
+                         "--transcoders DIR for a transcoder set")
+    return "sae"
+
+
+def _eval_set(loaded, corpus, transcoders, **kw):
+    """A transcoder set read against the model (refused by name when it does not fit)
+    and judged whole."""
+    from ..core.circuits.setup import check_model
+    from ..core.circuits.transcoders import read_transcoders
+    from ..core.datasets.evaluate import need_next_token
+    from ..core.datasets.evaluate_set import eval_transcoders
+
+    need_next_token(loaded)
+    check_model(loaded, "tfx eval-sae --transcoders")
+    tc = read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
+                          d_model=loaded.cfg.d_model)
+    return eval_transcoders(loaded, corpus, transcoders=tc, **kw)
 
 
 def _collect_folder(collect, command: str) -> Path:
@@ -148,13 +199,16 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                      dead_after: int | None = None, aux_k: int | None = None,
                      aux_coef: float = 1 / 32, jumprelu: float | None = None,
                      force: bool = False, progress: Any = None,
-                     checkpoint_every: int = 500) -> TrainTranscoderResult:
+                     checkpoint_every: int = 500,
+                     score_tokens: int | None = None) -> TrainTranscoderResult:
     """Per-layer transcoders trained on the collect folder `collect` (each layer's MLP
     input `blocks.{i}.<input_site>` -> its output `blocks.{i}.ffn.out`) and written to
     `output` in circuit-tracer's layout (layer_{i}.safetensors; config.yaml once every
     layer has one). `layer`: 3, [0, 3], "0:4" or "all". `skip`: a W_skip path. TopK
     (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
-    trainer, options and resumption are train_sae's; held-out FVU per layer."""
+    trainer, options and resumption are train_sae's; held-out FVU per layer.
+    `score_tokens`: each layer's CE-loss score (its MLP output replaced) and, once the
+    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them."""
     from ..core.datasets.read import Activations
     from ..core.features.transcoders import train_transcoders as run
     from ..errors import UsageError
@@ -163,9 +217,16 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     if output is None or not str(output).strip():
         raise UsageError("-o DIR is missing: train-transcoder writes a folder, e.g. -o "
                          "transcoders")
-    return run(Activations(path), layers=layer, output=Path(output), input_site=input_site,
-               skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
-               batch_size=batch_size, steps=steps, epochs=epochs, seed=seed, holdout=holdout,
-               skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after,
-               aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu, force=force,
-               progress=progress, checkpoint_every=checkpoint_every)
+    from ._scores import score_transcoders, scoring
+
+    acts = Activations(path)
+    scored = scoring(acts, score_tokens)
+    result = run(acts, layers=layer, output=Path(output), input_site=input_site,
+                 skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
+                 batch_size=batch_size, steps=steps, epochs=epochs, seed=seed,
+                 holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
+                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu,
+                 force=force, progress=progress, checkpoint_every=checkpoint_every)
+    score_transcoders(result, acts, scored, holdout=holdout, skip_first=skip_first,
+                      progress=progress)
+    return result

@@ -1,11 +1,23 @@
-"""`tfx eval-sae CORPUS --sae DIR`: an SAE judged over a corpus by SAEBench's core scores."""
+"""`tfx eval-sae CORPUS --sae DIR`: an SAE judged over a corpus by SAEBench's core scores;
+`--transcoders DIR`: a whole transcoder set, every MLP replaced at once."""
+from typing import Annotated, Optional
+
+import typer
+
 from ..options import CorpusArg, SaeOpt, SaeSiteOpt, StateDirOpt, command, need_corpus
+
+# This command's own option, declared once here.
+EvalTranscodersOpt = Annotated[Optional[str], typer.Option(
+    "--transcoders", metavar="DIR", show_default=False, rich_help_panel="Features",
+    help="Judge a whole transcoder set in circuit-tracer's layout instead of --sae: every "
+    "MLP replaced by its transcoder at once.")]
 
 
 @command("dataset", "engine", "display", "plot", "force", "model")
 def eval_sae(
     source: CorpusArg = None,
     sae: SaeOpt = None,
+    transcoders: EvalTranscodersOpt = None,
     sae_site: SaeSiteOpt = None,
     output: StateDirOpt = None,
     *, dataset, engine, display, plot, force, model, encoding,
@@ -23,6 +35,13 @@ def eval_sae(
     Dead features are active on no token, dense ones on more than 10% of them; --plot
     draws the histogram of the features' densities.
 
+    --transcoders DIR judges a whole transcoder set (circuit-tracer's layout): every
+    block's MLP output zeroed for the ablation, replaced by its transcoder's
+    reconstruction for the replaced run (each reading its input in that run: errors
+    compound up the layers). Per layer (result.layers), on the clean run: L0, FVU of the
+    MLP output, cosine, dead, dense; the set's l0 is their mean, its fvu pooled over
+    the layers; eval.density is (L, F).
+
     JSON: result.l0, fvu, explained_variance, cosine, ce_clean, ce_ablation, ce_replaced,
     ce_loss_score, kl_ablation, kl_replaced, kl_score, dead, dense; tensor eval.density (F).
 
@@ -33,18 +52,16 @@ def eval_sae(
       tfx eval-sae corpus.jsonl -c gpt2 --sae my-sae --json | jq .result.ce_loss_score
 
       tfx eval-sae python-docs -w smollm2 --sae my-sae --plot density.png
+
+      tfx eval-sae python-docs -w smollm2 --transcoders my-set --max-tokens 2000
     """
     from .. import api
-    from ..errors import UsageError
     from ..render.emit import emit
     from ..render.plot import check_plot, plot_to
     from ..render import plot_eval  # noqa: F401  registers the density histogram
 
     check_plot(plot, force)
-    if sae is None:
-        raise UsageError("--sae is missing; tfx eval-sae CORPUS --sae DIR (an SAE or "
-                         "transcoder folder, e.g. one tfx train-sae wrote)")
-    result = api.eval_sae(need_corpus(source), sae=sae, sae_site=sae_site, output=output,
-                          **dataset, **engine, **model)
+    result = api.eval_sae(need_corpus(source), sae=sae, transcoders=transcoders,
+                          sae_site=sae_site, output=output, **dataset, **engine, **model)
     plot_to(result, plot, force)
     emit(result, **display)

@@ -58,6 +58,12 @@ AuxKOpt = Annotated[Optional[int], typer.Option(
          "(default min(512, latents/2); 0 turns it off).")]
 AuxCoefOpt = Annotated[float, typer.Option(
     "--aux-coef", metavar="C", help="The auxiliary loss's weight.")]
+ScoreTokensOpt = Annotated[Optional[int], typer.Option(
+    "--score-tokens", metavar="N", min=0, show_default=False,
+    help="The CE-loss score of what was written (eval-sae's: its site or MLP replaced by "
+         "the reconstruction) on up to N of the collect folder's last tokens, the model "
+         "rebuilt from its manifest (default 4096, left out with a note where the folder's "
+         "model cannot be rebuilt); 0 skips it.")]
 
 
 @command("json", "precision", "force")
@@ -82,6 +88,7 @@ def train_sae(
     dead_after: DeadAfterOpt = None,
     aux_k: AuxKOpt = None,
     aux_coef: AuxCoefOpt = 1 / 32,
+    score_tokens: ScoreTokensOpt = None,
     *, json, precision, force,
 ) -> None:
     """Train a sparse autoencoder on a collect folder's site and write it in SAELens's
@@ -95,9 +102,12 @@ def train_sae(
     never trained on: the fraction of variance unexplained, L0 and dead latents are
     measured on them. SAE_DIR gets cfg.json (architecture, d_in, d_sae, k,
     metadata.hook_name) and sae_weights.safetensors; while training it holds a
-    checkpoint, so a killed run continues when the same command runs again.
+    checkpoint, so a killed run continues when the same command runs again. At the end
+    the model the collect folder was made with is rebuilt from its manifest and the
+    SAE's CE-loss score measured on the folder's last windows (--score-tokens; 0 skips).
 
-    JSON: result.fvu, l0, dead, dead_fraction (held-out), losses, and every option.
+    JSON: result.fvu, l0, dead, dead_fraction (held-out), ce_loss_score, losses, and
+    every option.
 
     Examples:
 
@@ -118,5 +128,6 @@ def train_sae(
                            expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
                            steps=steps, epochs=epochs, seed=seed, holdout=holdout,
                            skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
-                           aux_coef=aux_coef, force=force, progress=progress)
+                           aux_coef=aux_coef, score_tokens=score_tokens, force=force,
+                           progress=progress)
     emit(result, json=json, precision=precision)

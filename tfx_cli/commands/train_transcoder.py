@@ -7,7 +7,7 @@ import typer
 
 from ..options import command
 from .train_sae import (EpochsOpt, ExpansionOpt, HoldoutOpt, KOpt, L1Opt, LatentsOpt, LrOpt,
-                        BatchSizeOpt, SeedOpt, SkipFirstOpt, StepsOpt)
+                        BatchSizeOpt, ScoreTokensOpt, SeedOpt, SkipFirstOpt, StepsOpt)
 
 LayerOpt = Annotated[Optional[List[str]], typer.Option(
     "--layer", "--layers", metavar="I", show_default=False,
@@ -47,6 +47,7 @@ def train_transcoder(
     seed: SeedOpt = 0,
     holdout: HoldoutOpt = 0.05,
     skip_first: SkipFirstOpt = 0,
+    score_tokens: ScoreTokensOpt = None,
     *, json, precision, force,
 ) -> None:
     """Train per-layer transcoders on a collect folder's MLP input/output pairs and write
@@ -63,8 +64,12 @@ def train_transcoder(
     feature_output_hook, transcoders:). circuit-tracer 0.5.0 loads ReLU and JumpReLU sets
     (--l1, --jumprelu); it has no TopK loader.
 
-    JSON: result.layers (per layer: fvu on the held-out tokens, l0, dead, losses),
-    result.config, result.missing, and every option.
+    At the end the collect folder's model is rebuilt from its manifest and, on its last
+    windows (--score-tokens; 0 skips), each layer's CE-loss score is measured with its
+    MLP alone replaced and, once the whole set exists, the set's with every MLP replaced.
+
+    JSON: result.layers (per layer: fvu on the held-out tokens, l0, dead, losses,
+    ce_loss_score), result.ce_loss_score, result.config, result.missing, and every option.
 
     Examples:
 
@@ -86,5 +91,5 @@ def train_transcoder(
         latents=latents, expansion=expansion, l1=l1, jumprelu=jumprelu, lr=lr,
         batch_size=batch_size,
         steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
-        force=force, progress=progress)
+        score_tokens=score_tokens, force=force, progress=progress)
     emit(result, json=json, precision=precision)

@@ -71,7 +71,7 @@ class Prompt:
         return self._blocks
 
 
-def check_model(loaded) -> None:
+def check_model(loaded, command: str = "tfx graph") -> None:
     """Refuse, by name, the models whose blocks are not the pre-norm attention-then-FFN
     blocks the replacement model is written for."""
     cfg, model = loaded.cfg, loaded.model
@@ -91,7 +91,7 @@ def check_model(loaded) -> None:
     elif cfg.embed_norm or cfg.token_types or cfg.positional == "relative":
         why = "built with an embedding norm, token types or relative positions"
     if why:
-        raise UsageError(f"tfx graph needs a pre-norm decoder-only model; {cfg.name} is {why}; "
+        raise UsageError(f"{command} needs a pre-norm decoder-only model; {cfg.name} is {why}; "
                          "use a GPT-2- or Llama-style model held in memory (a larger "
                          "--max-memory, where it is streamed)")
 

@@ -163,6 +163,19 @@ def read_transcoders(folder: str | Path, *, n_layers: int, d_model: int) -> Tran
     return tc
 
 
+def read_layer(folder: str | Path, layer: int, *, input_hook: str, d_model: int) -> Transcoders:
+    """One layer's file of a per-layer set as tfx train-transcoder writes it
+    (DIR/layer_{layer}.safetensors), alone: a one-layer set (for the CE-loss score of one
+    layer's transcoder before the whole set exists)."""
+    from ..features.transcoders import layer_file
+
+    folder = Path(folder)
+    tc = Transcoders(str(folder), input_hook, "hook_mlp_out", INPUT_HOOKS[input_hook],
+                     [], [], [], [], [], [])
+    _add_layer(tc, folder, layer, layer_file(layer), d_model)
+    return tc
+
+
 def _add_layer(tc: Transcoders, folder: Path, layer: int, name: str, d_model: int) -> None:
     path = Path(name) if Path(name).is_absolute() else folder / name
     if not path.is_file() and not (path / "cfg.json").is_file():

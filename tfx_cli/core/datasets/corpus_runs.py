@@ -5,6 +5,7 @@ typed result. patch --pairs runs in pairs.py, refusing an encoder–decoder with
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
@@ -43,6 +44,20 @@ def prepare(loaded, corpus: Corpus, command: str) -> Corpus:
     if corpus.kind == "repeated-tokens":
         corpus.vocab = repeated_vocab(loaded.tokenizer, loaded.cfg.vocab_size)
     return corpus.survey() if not corpus.sha256 else corpus
+
+
+# the spec fields collect records (core.spec.ModelSpec's, less what changes no number)
+SPEC_KEYS = ("config", "weights", "seed", "heads", "layers", "d_model", "context",
+             "tokenizer", "corpus", "dtype", "device")
+
+
+def recorded_spec(spec) -> dict:
+    """What collect writes into its manifest as `model_spec`."""
+    out = {key: getattr(spec, key) for key in SPEC_KEYS}
+    for key in ("tokenizer", "corpus"):  # a path given relative to where collect ran
+        if out[key] is not None and Path(str(out[key])).expanduser().exists():
+            out[key] = str(Path(str(out[key])).expanduser().resolve())
+    return out
 
 
 def _identity(loaded, corpus: Corpus, options: dict) -> dict:
@@ -282,7 +297,10 @@ def _write_shards(loaded, corpus, plan, out: OutputDir, names, sites, shard_toke
          "dtype": SAFETENSORS_DTYPE[dtype_name]} for n in names]
     shards = _complete_shards(out)
     resumed = len(shards)
-    state = {"shards": shards, "sites": site_info(None), "complete": False}
+    # how the model was built, so that train-sae and train-transcoder can rebuild it for
+    # the CE-loss score of what they train
+    state = {"shards": shards, "sites": site_info(None), "complete": False,
+             "model_spec": recorded_spec(loaded.spec)}
     out.write_manifest(**state)
 
     def write(i: int, tensors: dict) -> None:

@@ -213,19 +213,11 @@ def scores(part: EvalPartial) -> dict:
         density=density)
 
 
-def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batch_size=8,
-             max_tokens=None, output=None, force=False, engine="local", progress=None):
-    """`tfx eval-sae`: the SAE in folder `sae` opened on the model and judged over the
-    corpus; -o DIR keeps the sums after every chunk (resumable) and the result."""
+def need_next_token(loaded) -> None:
+    """eval-sae scores next-token predictions: a causal model with its head."""
     from ...errors import UsageError
-    from ..analysis.feature_sites import open_sae
-    from ..analysis.features import sae_info
     from ..analysis.fillmask import need_causal
     from ..analysis.generate import need_head
-    from ..results import EvalSAEResult
-    from ..trace import Trace
-    from .corpus_runs import _common, _run_reduced, prepare
-    from .pipeline import make_plan
 
     cfg = loaded.cfg
     need_head(cfg, "eval-sae")
@@ -233,6 +225,21 @@ def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batc
     if not cfg.causal:
         raise UsageError(f"tfx eval-sae scores next-token predictions; {cfg.name} is not a "
                          "causal language model: use a decoder, e.g. -w smollm2 or -c gpt2")
+
+
+def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batch_size=8,
+             max_tokens=None, output=None, force=False, engine="local", progress=None):
+    """`tfx eval-sae`: the SAE in folder `sae` opened on the model and judged over the
+    corpus; -o DIR keeps the sums after every chunk (resumable) and the result."""
+    from ..analysis.feature_sites import open_sae
+    from ..analysis.features import sae_info
+    from ..results import EvalSAEResult
+    from ..trace import Trace
+    from .corpus_runs import _common, _run_reduced, prepare
+    from .pipeline import make_plan
+
+    cfg = loaded.cfg
+    need_next_token(loaded)
     opened = open_sae(loaded, sae, sae_site)
     corpus = prepare(loaded, corpus, "eval-sae")
     plan = make_plan(cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
@@ -252,4 +259,4 @@ def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batc
     return result
 
 
-__all__ = ["EvalTask", "EvalPartial", "scores", "eval_sae", "DENSE"]
+__all__ = ["EvalTask", "EvalPartial", "scores", "eval_sae", "need_next_token", "DENSE"]

@@ -264,7 +264,7 @@ _LAZY = {
                  "PatchPairsResult"),
     "features": ("SAEInfo", "FeatureAct", "TokenFeatures", "FeatureSummary",
                  "FeaturesResult", "TrainSAEResult", "EvalSAEResult", "TranscoderLayer",
-                 "TrainTranscoderResult"),
+                 "TrainTranscoderResult", "TranscoderSetInfo", "EvalLayer"),
     "circuits": ("GraphNode", "PathStep", "GraphResult", "graph_payload"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}

@@ -118,21 +118,60 @@ class TrainSAEResult(Result):
     loss_first: float
     loss_last: float
     losses: list[float]  # the training loss, as means over up to 100 equal spans of steps
+    # eval-sae's CE-loss score of the SAE written (its site replaced) on score_tokens of
+    # the collect folder's last tokens; None with --score-tokens 0
+    ce_loss_score: float | None = optional()
+    score_tokens: int | None = optional()
+    score_note: str | None = optional()  # why the score was left out (the folder's model)
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
     tokens_per_s: float | None = internal(None)
 
 
+@dataclass
+class TranscoderSetInfo:
+    """Which transcoder set ran: its folder, hooks (TransformerLens names in config.yaml)
+    and the tfx site its features read, its sizes and activation."""
+
+    path: str
+    kind: str  # transcoder_set | cross_layer_transcoder
+    feature_input_hook: str
+    feature_output_hook: str
+    site: str  # within each block: resid_mid, ln2.normed or ln2.out
+    n_layers: int
+    d_model: int
+    width: int  # features per layer
+    activation: str  # relu | jumprelu | topk
+    skip: bool  # a linear skip path W_skip
+
+
+@dataclass
+class EvalLayer:
+    """One layer of a transcoder set judged on the clean run's MLP input and output."""
+
+    layer: int
+    l0: float
+    fvu: float | None  # of the MLP output
+    explained_variance: float | None
+    cosine: float | None
+    dead: int
+    dense: int
+
+
 @dataclass(kw_only=True)
 class EvalSAEResult(CorpusRun, Result):
-    """`tfx eval-sae`: SAEBench's core scores of an SAE over a corpus (every real token;
-    CE and KL over the positions with a next token in their window).
+    """`tfx eval-sae`: SAEBench's core scores of an SAE (or of a transcoder set, every MLP
+    replaced at once) over a corpus (every real token; CE and KL over the positions with
+    a next token in their window).
 
-    tensors: eval.density (F) the fraction of tokens each feature is active on."""
+    tensors: eval.density (F) the fraction of tokens each feature is active on; (L, F)
+    for a transcoder set."""
 
     command: ClassVar[str] = "eval-sae"
-    sae: SAEInfo
-    l0: float  # features active per token
-    fvu: float | None  # Σ|x − x̂|² / Σ|x − mean x|²
+    sae: SAEInfo | None = optional()  # --sae
+    transcoders: TranscoderSetInfo | None = optional()  # --transcoders
+    layers: list[EvalLayer] | None = optional()  # --transcoders: per layer
+    l0: float  # features active per token (a set: the mean of its layers')
+    fvu: float | None  # Σ|x − x̂|² / Σ|x − mean x|² (a set: pooled over its layers)
     explained_variance: float | None  # 1 − fvu
     cosine: float | None  # mean cos(x, x̂)
     ce_clean: float | None  # mean next-token cross-entropy, the plain model
@@ -166,6 +205,7 @@ class TranscoderLayer:
     holdout_tokens: int
     steps: int
     epochs: float
+    ce_loss_score: float | None = optional()  # this layer's MLP alone replaced
 
 
 @dataclass(kw_only=True)
@@ -194,5 +234,9 @@ class TrainTranscoderResult(Result):
     n_layers: int  # the model's
     config: str | None  # DIR/config.yaml once every layer has its file
     missing: list[int]  # layers with no file yet
+    # the whole set's CE-loss score, every MLP replaced at once (once config.yaml exists)
+    ce_loss_score: float | None = optional()
+    score_tokens: int | None = optional()  # the collect folder's last tokens scored on
+    score_note: str | None = optional()  # why the score was left out (the folder's model)
     seconds: float = internal(0.0)
     tokens_per_s: float | None = internal(None)

@@ -138,39 +138,85 @@ def train_sae_view(result, console: Console, opts) -> None:
     held.add_row("dead", f"{result.dead:,} of {result.latents:,} latents fire on none "
                          f"({100 * result.dead_fraction:.1f}%); {result.dead_in_training:,} "
                          f"had not fired in the last {result.dead_after:,} training tokens")
+    if result.score_tokens is not None:
+        held.add_row("CE-loss score", ("—" if result.ce_loss_score is None else
+                                       format_number(result.ce_loss_score, p))
+                     + f" (the site replaced, on the collect folder's last "
+                       f"{result.score_tokens:,} tokens)")
+    elif result.score_note:
+        held.add_row("CE-loss score", f"not measured: {result.score_note}")
     console.print(held)
 
 
 @register("eval-sae")
 def eval_sae_view(result, console: Console, opts) -> None:
-    """The SAE, the corpus read, then SAEBench's core scores."""
+    """The SAE (or transcoder set), the corpus read, then SAEBench's core scores; a set's
+    per layer first."""
     from .datasets import corpus_line
 
     header(console, result)
     corpus_line(console, result)
     p = opts.precision
-    console.print(kv_table(sae_lines(result.sae), precision=p))
     num = lambda v: "—" if v is None else format_number(v, p)
-    n = result.sae.d_sae
-    scores = Table(title=Text("SAEBench core scores", style="bold"), title_justify="left",
+    if result.transcoders is not None:
+        console.print(kv_table(set_lines(result.transcoders), precision=p))
+        console.print(eval_layers_table(result.layers, p))
+        n = result.transcoders.n_layers * result.transcoders.width
+        where, zeroed, rebuilt = "every MLP", "MLPs zeroed", "replaced"
+    else:
+        console.print(kv_table(sae_lines(result.sae), precision=p))
+        n = result.sae.d_sae
+        where, zeroed, rebuilt = "site", "site zeroed", "reconstructed"
+    scores = Table(title=Text("SAEBench core scores" + (" of the set, every MLP replaced"
+                                                        if result.layers else ""),
+                              style="bold"), title_justify="left",
                    box=None, padding=(0, 1), show_header=False)
     scores.add_column(style="dim", no_wrap=True)
     scores.add_column()
-    scores.add_row("L0", f"{num(result.l0)} features per token")
+    scores.add_row("L0", f"{num(result.l0)} features per token"
+                   + (" (mean of the layers)" if result.layers else ""))
     scores.add_row("FVU", f"{num(result.fvu)} (explained variance "
-                          f"{num(result.explained_variance)})")
+                          f"{num(result.explained_variance)})"
+                   + (f", pooled over the layers" if result.layers else ""))
     scores.add_row("cosine", num(result.cosine))
-    scores.add_row("CE loss", f"clean {num(result.ce_clean)} · site zeroed "
-                              f"{num(result.ce_ablation)} · reconstructed "
+    scores.add_row("CE loss", f"clean {num(result.ce_clean)} · {zeroed} "
+                              f"{num(result.ce_ablation)} · {rebuilt} "
                               f"{num(result.ce_replaced)} over {result.predicted:,} positions")
     scores.add_row("CE-loss score", num(result.ce_loss_score))
-    scores.add_row("KL", f"site zeroed {num(result.kl_ablation)} · reconstructed "
+    scores.add_row("KL", f"{zeroed} {num(result.kl_ablation)} · {rebuilt} "
                          f"{num(result.kl_replaced)}")
     scores.add_row("KL score", num(result.kl_score))
     scores.add_row("dead", f"{result.dead:,} of {n:,} features active on no token")
     scores.add_row("dense", f"{result.dense:,} active on more than "
                             f"{100 * result.dense_above:g}% of tokens")
+    if where != "site":
+        scores.add_row("replaced", "each MLP output by its transcoder's reconstruction "
+                                   "from its input in the replaced run (no error term)")
     console.print(scores)
+
+
+def set_lines(info) -> dict:
+    """What a transcoder set is, as key -> text."""
+    return {"transcoders": f"{info.path} ({info.kind}, {info.activation}"
+                           + (", skip path" if info.skip else "") + ")",
+            "sites": f"blocks.I.{info.site} ({info.feature_input_hook}) → blocks.I.ffn.out "
+                     f"({info.feature_output_hook})",
+            "sizes": f"{info.n_layers} layers × {info.width:,} features, d_model "
+                     f"{info.d_model:,}"}
+
+
+def eval_layers_table(layers, p: int) -> Table:
+    """One row per layer of a transcoder set, on the clean run's MLP input and output."""
+    num = lambda v: "—" if v is None else format_number(v, p)
+    table = Table(title=Text("per layer, on the clean run", style="bold"),
+                  title_justify="left", box=None, padding=(0, 1), header_style="dim")
+    for col in ("layer", "L0", "FVU (MLP out)", "explained var.", "cosine", "dead", "dense"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for row in layers:
+        table.add_row(str(row.layer), num(row.l0), num(row.fvu),
+                      num(row.explained_variance), num(row.cosine), f"{row.dead:,}",
+                      f"{row.dense:,}")
+    return table
 
 
 @register("train-transcoder")
@@ -197,14 +243,26 @@ def train_transcoder_view(result, console: Console, opts) -> None:
     }, precision=p))
     table = Table(title=Text("held-out tokens, per layer", style="bold"), title_justify="left",
                   box=None, padding=(0, 1), header_style="dim")
-    for col in ("layer", "FVU (MLP out)", "L0", "dead", "loss", "steps"):
+    scored = result.score_tokens is not None
+    for col in ("layer", "FVU (MLP out)", "L0", "dead", "loss", "steps",
+                *(("CE-loss score",) if scored else ())):
         table.add_column(col, justify="right", no_wrap=True)
+    num = lambda v: "—" if v is None else format_number(v, p)
     for row in result.layers:
         done = "already trained" if row.resumed_from >= row.steps else (
             f"{row.steps:,} (from {row.resumed_from:,})" if row.resumed_from else
             f"{row.steps:,}")
-        table.add_row(str(row.layer), "—" if row.fvu is None else format_number(row.fvu, p),
+        table.add_row(str(row.layer), num(row.fvu),
                       format_number(row.l0, p), f"{row.dead:,}",
                       f"{format_number(row.loss_first, p)} → {format_number(row.loss_last, p)}",
-                      done)
+                      done, *((num(row.ce_loss_score),) if scored else ()))
     console.print(table)
+    if scored:
+        console.print(Text.assemble(
+            ("CE-loss score ", "dim"), f"on the collect folder's last {result.score_tokens:,} "
+            "tokens: per layer, its MLP alone replaced; ",
+            ("the set, every MLP replaced: ", "dim"),
+            num(result.ce_loss_score) if result.config else "once every layer has a file"))
+    elif result.score_note:
+        console.print(Text.assemble(("CE-loss score ", "dim"),
+                                    f"not measured: {result.score_note}"))
