@@ -7,6 +7,9 @@ bench/results_smollm2_circuit.json.
 
     python bench/smollm2_circuit.py WORK_DIR        # about an hour on a 2-core CPU
 
+The page's numbers were measured by running these commands one by one (the same
+arguments); this script strings them together and has not yet been run end to end.
+
 Every step is resumable: collect and train-transcoder continue a killed run in WORK_DIR,
 and a step whose output exists is not run again (delete it to redo it).
 """

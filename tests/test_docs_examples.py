@@ -159,7 +159,9 @@ def test_every_example_that_is_not_run_says_why():
         if b.marker and b.marker.startswith("not run"):
             assert len(b.marker) > len("not run, ") + 10, f"{b.page}:{b.line}"
     skipped = [b for b in blocks if b.marker and b.marker.startswith("not run")]
-    assert len(skipped) <= 6, [f"{b.page}:{b.line}" for b in skipped]
+    # each one a run of minutes to an hour on a real model (the SmolLM2 worked example's
+    # hour of training among them): keep them few
+    assert len(skipped) <= 7, [f"{b.page}:{b.line}" for b in skipped]
 
 
 # -- the comparisons can fail ------------------------------------------------------------
