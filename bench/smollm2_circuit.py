@@ -82,7 +82,7 @@ def main(work: Path) -> dict:
     record["layers"] = [{k: row[k] for k in ("layer", "fvu", "l0", "dead") if k in row}
                         for row in trained["layers"]]
     heldout(work, manifest["documents"])
-    steps = [("eval", ["eval-sae", "heldout.txt", *MODEL, "--max-tokens", "4000", "--json"],
+    steps = [("eval", ["eval-sae", "heldout.txt", *MODEL, "--max-tokens", "1000", "--json"],
               "eval.json"),
              ("graph", ["graph", PROMPT, *MODEL, "-o", "paris.json", "--html", "paris.html",
                         "--json", "--force"], "graph.json"),
