@@ -122,7 +122,7 @@ def test_ctrl_c_during_generate(tmp_path):
 def test_ctrl_c_during_report_leaves_no_file(tmp_path, delay):
     """Interrupted while torch loads or gpt124m is built: exit 130 and no page, no
     temporary file. (A machine fast enough to finish first must then leave a whole page.)"""
-    text = " ".join([SENTENCE] * 150)  # about 1000 tokens: seconds of work after loading
+    text = " ".join([SENTENCE] * 140)  # 980 tokens, within the context: seconds of work
     err_path = tmp_path / "err.txt"
     with open(tmp_path / "out.txt", "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(TFX + ["report", text, "-o", "page.html"], stdout=out,
