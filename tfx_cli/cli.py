@@ -158,6 +158,9 @@ class TfxGroup(TyperGroup):
         if args is None:
             args = sys.argv[1:]
         args = _take_debug(list(args))
+        from .core.interrupts import install as hold_ctrl_c_during_torch_import
+
+        hold_ctrl_c_during_torch_import()
         if os.environ.get("_TFX_COMPLETE"):  # the shell asks for completions
             from typer.completion import completion_init
 

@@ -23,8 +23,12 @@ ENV.pop("TFX_QUIET", None)
 ENV.pop("TFX_DEBUG", None)
 
 # Run tfx's real entry point, saying "started" once Python and the CLI module are loaded.
+# Ctrl-C is first given back its usual meaning: a suite started in the background by a
+# shell without job control (`bash script &`, as CI runners may) passes SIGINT on as
+# ignored, and a program keeps a signal its parent ignored, as tfx rightly does.
 STARTED = "tfx-test: started"
-LAUNCH = ("import sys; from tfx_cli.cli import main; "
+LAUNCH = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+          "import sys; from tfx_cli.cli import main; "
           f"sys.stderr.write({STARTED + chr(10)!r}); sys.stderr.flush(); main()")
 TFX = [sys.executable, "-c", LAUNCH]
 SENTENCE = "When you play game of thrones"
@@ -137,3 +141,34 @@ def test_ctrl_c_during_report_leaves_no_file(tmp_path, delay):
     assert code == 130, err_path.read_text()
     assert left == ["err.txt", "out.txt"], left
     assert stderr_lines(err_path.read_text()) == ["tfx: error: interrupted"]
+
+
+# A Ctrl-C while torch is being imported (the first command that needs it): the import
+# finishes first, then the command stops as from any other Ctrl-C. A finder poking
+# SIGINT when torch asks for torch.nn puts the signal deterministically inside that import.
+POKED_LAUNCH = """
+import atexit, importlib.abc, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+class Poke(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch.nn" and "poked" not in sys.modules:
+            sys.modules["poked"] = sys  # once
+            signal.raise_signal(signal.SIGINT)
+        return None
+def report():
+    torch = sys.modules.get("torch")
+    done = torch is not None and not torch.__spec__._initializing and hasattr(torch, "nn")
+    sys.stdout.write(f"poked={'poked' in sys.modules} torch-imported={done}\\n")
+atexit.register(report)
+sys.meta_path.insert(0, Poke())
+from tfx_cli.cli import main
+main()
+"""
+
+
+def test_ctrl_c_inside_the_torch_import_waits_for_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", POKED_LAUNCH, "embed", SENTENCE],
+                          capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert proc.stdout.strip() == "poked=True torch-imported=True", proc.stdout
+    assert proc.returncode == 130, proc.stderr
+    assert stderr_lines(proc.stderr) == ["tfx: error: interrupted"]

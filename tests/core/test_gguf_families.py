@@ -11,6 +11,7 @@ Real: the two offline GGUFs (Qwen2.5-Coder 0.5B, Gemma 3 270M, see the aliases) 
 transformers' own GGUF loader on the same file: top-10 logits within 1e-4, greedy text.
 """
 import json
+import shutil
 
 import pytest
 import torch
@@ -135,7 +136,8 @@ def real(request, tmp_path_factory):
     import os
 
     # one joined copy and one tfx cache for this module, removed with the temp dir
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg"))
+    xdg = tmp_path_factory.mktemp("xdg")
+    os.environ["XDG_CACHE_HOME"] = str(xdg)
     from transformers import AutoModelForCausalLM
 
     from tfx_cli.core.checkpoints.assets import gguf_path
@@ -146,6 +148,7 @@ def real(request, tmp_path_factory):
                                                   dtype=torch.float32).eval()
     yield alias, hf
     os.environ.pop("XDG_CACHE_HOME", None)
+    shutil.rmtree(xdg, ignore_errors=True)  # gigabytes of joined file and weights
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ must know the capital of France.
 """
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -48,7 +49,10 @@ def hf(gguf_path):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
+    """A private weights cache (about 540 MB), removed when the module is done."""
+    folder = tmp_path_factory.mktemp("cache")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

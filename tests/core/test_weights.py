@@ -258,7 +258,8 @@ def test_gguf_cache_written_once_atomically_then_read(llama, tmp_path):
     assert updates[0] == ("start", "loading c") and any(f == 1.0 for f, _ in updates)
     [entry] = entries(root)  # one entry, no leftover temporary folder
     assert entry.name == cache.cache_key(path)
-    assert sorted(p.name for p in entry.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in entry.iterdir()) == ["config.json", "model.safetensors",
+                                                      "source.json"]
 
     gguf.forget()
     state, _, from_cache = load_state(str(path), cfg)
@@ -301,6 +302,76 @@ def test_damaged_cache_entry_is_rebuilt(llama, tmp_path):
     (entry / "model.safetensors").write_bytes(b"garbage")
     again = load_weights(str(path), cfg)
     assert torch.equal(good.embed.tok_emb.weight, again.embed.tok_emb.weight)
+
+
+def test_the_same_file_elsewhere_shares_one_entry(llama, tmp_path):
+    """A second install of the same model (another folder, a newer modification time)
+    reads the first one's entry instead of writing gigabytes beside it."""
+    _, hf = llama
+    first = tmp_path / "one" / "m.gguf"
+    first.parent.mkdir()
+    gguf_from_llama(hf, first)
+    cfg = checkpoint_config(str(first))
+    load_weights(str(first), cfg)
+    second = tmp_path / "two" / "m.gguf"
+    second.parent.mkdir()
+    shutil.copyfile(first, second)
+    stat = first.stat()
+    os.utime(second, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    gguf.forget()
+    _, _, from_cache = load_state(str(second), cfg)
+    assert from_cache
+    [entry] = entries(cache.cache_root())
+    recorded = json.loads((entry / "source.json").read_text())
+    assert recorded["mtime_ns"] == second.stat().st_mtime_ns  # the new time, checked once
+    assert recorded["sha256"] == cache.full_hash(second)
+
+
+def test_an_edit_between_the_samples_rebuilds_the_entry(llama, tmp_path, monkeypatch):
+    """Samples are a shortcut, not the proof: a file edited where no sample looks (same
+    size, same key) is hashed whole and its stale entry rebuilt from the new content."""
+    monkeypatch.setattr(cache, "SAMPLE", 64)  # samples far apart in a small file
+    _, hf = llama
+    path = tmp_path / "e.gguf"
+    gguf_from_llama(hf, path, qtype="F32")
+    cfg = checkpoint_config(str(path))
+    before = load_weights(str(path), cfg)
+    key = cache.cache_key(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # between the samples at 3/7 and 4/7 of the file
+    path.write_bytes(bytes(data))
+    assert cache.cache_key(path) == key
+    gguf.forget()
+    _, _, from_cache = load_state(str(path), cfg)
+    assert not from_cache
+    after = load_weights(str(path), cfg)
+    plain = load_weights(str(path), cfg, use_cache=False)
+    changed = 0
+    for (name, a), (_, b), (_, c) in zip(before.state_dict().items(),
+                                         after.state_dict().items(),
+                                         plain.state_dict().items()):
+        assert torch.equal(b, c), name
+        changed += not torch.equal(a, b)
+    assert changed == 1
+    [entry] = entries(cache.cache_root())
+    assert json.loads((entry / "source.json").read_text())["sha256"] == cache.full_hash(path)
+
+
+def test_writing_an_entry_removes_old_format_entries(llama, tmp_path):
+    """Entries of an older format are never read again: the next write removes them
+    (not a folder another process is still writing)."""
+    _, hf = llama
+    root = cache.cache_root()
+    old = root / "0123456789abcdef0123456789abcdef"
+    old.mkdir(parents=True)
+    (old / "model.safetensors").write_bytes(b"x" * 1000)
+    busy = root / ".tmp-another-writer"
+    busy.mkdir()
+    path = tmp_path / "p.gguf"
+    gguf_from_llama(hf, path)
+    load_weights(str(path), checkpoint_config(str(path)))
+    assert [p.name for p in entries(root)] == [".tmp-another-writer",
+                                                cache.cache_key(path)]
 
 
 # -- aliases -------------------------------------------------------------------------

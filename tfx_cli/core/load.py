@@ -256,7 +256,7 @@ def load_weights(weights: str, cfg: ModelConfig, *, use_cache: bool = True, prog
         for name in plan.shapes:
             parts.setdefault(part_of(name), []).append(name)
         state: dict = {}
-        with cache_writer(folder, plan, cfg) as sink:
+        with cache_writer(folder, plan, cfg, ckpt.path) as sink:
             for done, (part, names) in enumerate(parts.items()):
                 names = [n for n in names if n not in plan.aliases]
                 state.update(plan.tensors(names, run_dtype, device, sink=sink))

@@ -1,7 +1,14 @@
 """The cache of dequantised GGUF tensors: float32 safetensors under
-$XDG_CACHE_HOME/tfx/weights (default ~/.cache/tfx/weights), keyed by the file's size,
-modification time and a hash of three 1 MiB samples (start, middle, end). Entries are
-written to a temporary folder and renamed into place, so a crash leaves no half entry."""
+$XDG_CACHE_HOME/tfx/weights (default ~/.cache/tfx/weights), one entry per file content.
+
+An entry's name comes from the file's size and the SHA-256 of eight 256 KiB samples spread
+over it, never from its path or modification time: the same model installed again (a new
+virtual environment, a copy elsewhere) finds its entry instead of adding gigabytes beside
+it. Each entry records the source's size, modification time and full SHA-256
+(`source.json`); a file whose time changed is hashed whole once and the entry is used only
+if the content is the same (an edit between the samples rebuilds it). Entries are written
+to a temporary folder and renamed into place, so a crash leaves no half entry; writing one
+also removes entries an older cache format left behind, which nothing reads any more."""
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +23,11 @@ from pathlib import Path
 from ..config import ModelConfig
 from .locate import Checkpoint
 
-CACHE_FORMAT = 2  # bump when the cached tensors' or config's meaning changes (2: eos_ids)
-SAMPLE = 1 << 20  # bytes hashed at each of three places for the cache key
+CACHE_FORMAT = 3  # bump when the cached tensors' or config's meaning changes
+# (2: eos_ids; 3: keyed by content, with source.json)
+SAMPLE = 1 << 18  # bytes hashed at each sampled place for the cache key
+SAMPLES = 8
+SOURCE = "source.json"
 
 
 def cache_root() -> Path:
@@ -26,22 +36,78 @@ def cache_root() -> Path:
 
 
 def cache_key(path: Path) -> str:
-    """size + mtime + three 1 MiB samples: fast for any file size, and a file that is
-    replaced or edited gets a new key. (A full hash would cost ~0.3 s per 100 MB.)"""
-    st = path.stat()
-    h = hashlib.sha256(f"tfx-weights/{CACHE_FORMAT}/{st.st_size}/{st.st_mtime_ns}".encode())
+    """size + eight 256 KiB samples (start and end included): fast for any file size, the
+    same for the same content wherever it lies; a file that is replaced or edited mostly
+    gets a new key, and source.json's full hash catches the rest."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"tfx-weights/{CACHE_FORMAT}/{size}".encode())
+    last = max(0, size - SAMPLE)
     with open(path, "rb") as fh:
-        for offset in (0, max(0, st.st_size // 2 - SAMPLE // 2), max(0, st.st_size - SAMPLE)):
-            fh.seek(offset)
+        for i in range(SAMPLES):
+            fh.seek(last * i // (SAMPLES - 1))
             h.update(fh.read(SAMPLE))
     return h.hexdigest()[:32]
 
 
-def cache_dir(ckpt: Checkpoint) -> Path | None:
+def full_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stamp(path: Path, digest: str | None = None) -> dict:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "sha256": digest or full_hash(path)}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or not at all: a temporary file renamed over the old one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _current(folder: Path, source: Path) -> bool:
+    """Whether the entry holds this file's content: the recorded size and time match, or
+    the file hashed whole equals the recorded hash (then the new time is recorded)."""
     try:
-        return cache_root() / cache_key(ckpt.path)
+        rec = json.loads((folder / SOURCE).read_text(encoding="utf-8"))
+        st = source.stat()
+        if (rec["size"], rec["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
+            return True
+        if rec["size"] != st.st_size or rec["sha256"] != full_hash(source):
+            return False
+        _write_json(folder / SOURCE, {**rec, "mtime_ns": st.st_mtime_ns})
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def cache_dir(ckpt: Checkpoint) -> Path | None:
+    """The entry's folder for this file: an entry there is current (one whose content
+    differs is removed, to be rebuilt); None where the file cannot be read."""
+    try:
+        folder = cache_root() / cache_key(ckpt.path)
     except OSError:
         return None
+    if folder.exists() and not _current(folder, ckpt.path):
+        shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
+def prune_old_formats(root: Path) -> list[Path]:
+    """Remove entries without source.json (written by an older format, keyed so that
+    nothing finds them again); folders being written (dot names) are left alone."""
+    gone = []
+    for entry in (root.iterdir() if root.is_dir() else ()):
+        if entry.is_dir() and not entry.name.startswith(".") \
+                and not (entry / SOURCE).exists():
+            shutil.rmtree(entry, ignore_errors=True)
+            gone.append(entry)
+    return gone
 
 
 def cache_read_json(ckpt: Checkpoint, name: str) -> dict | None:
@@ -55,11 +121,12 @@ def cache_read_json(ckpt: Checkpoint, name: str) -> dict | None:
 
 
 @contextmanager
-def cache_writer(folder: Path | None, plan, cfg: ModelConfig):
+def cache_writer(folder: Path | None, plan, cfg: ModelConfig, source: Path):
     """Yields sink(name, float32 tensor) that writes the dequantised tensors into a new
     cache entry as they come (safetensors, one tensor at a time: the model is never held
     twice). The entry is written in a temporary folder and renamed into place once every
-    tensor is in; a failure (a read-only or full disk) only skips the cache."""
+    tensor is in; a failure (a read-only or full disk) only skips the cache. `source` is
+    the file the tensors come from, recorded in source.json."""
     import torch
 
     if folder is None or folder.exists():
@@ -90,6 +157,8 @@ def cache_writer(folder: Path | None, plan, cfg: ModelConfig):
         yield sink
         if writer is not None and writer.close():
             (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
+            _write_json(tmp / SOURCE, _stamp(source))
+            prune_old_formats(folder.parent)
             os.rename(tmp, folder)  # atomic; fails if another process got there first
     except OSError:
         pass
