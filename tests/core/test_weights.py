@@ -324,7 +324,7 @@ def test_the_same_file_elsewhere_shares_one_entry(llama, tmp_path):
     [entry] = entries(cache.cache_root())
     recorded = json.loads((entry / "source.json").read_text())
     assert recorded["mtime_ns"] == second.stat().st_mtime_ns  # the new time, checked once
-    assert recorded["sha256"] == cache.full_hash(second)
+    assert recorded["sha256"] == cache.sha256_file(second)
 
 
 def test_an_edit_between_the_samples_rebuilds_the_entry(llama, tmp_path, monkeypatch):
@@ -354,7 +354,7 @@ def test_an_edit_between_the_samples_rebuilds_the_entry(llama, tmp_path, monkeyp
         changed += not torch.equal(a, b)
     assert changed == 1
     [entry] = entries(cache.cache_root())
-    assert json.loads((entry / "source.json").read_text())["sha256"] == cache.full_hash(path)
+    assert json.loads((entry / "source.json").read_text())["sha256"] == cache.sha256_file(path)
 
 
 def test_writing_an_entry_removes_old_format_entries(llama, tmp_path):

@@ -24,6 +24,7 @@ done (state): the same command resumes it, another run is refused, --force start
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from contextlib import contextmanager
@@ -460,6 +461,15 @@ class OutputFolder:
                            error=lambda path, exc: write_error(path, exc, self.WRITE_HINT))
 
 
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a whole file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 __all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes", "FolderHold", "atomic_file",
            "atomic_folder", "check_new_folder", "refuse_existing", "Manifest", "FlatManifest",
-           "NestedManifest", "OutputFolder"]
+           "NestedManifest", "OutputFolder", "sha256_file"]

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import ModelConfig
+from ..outputs import sha256_file
 from .locate import Checkpoint
 
 CACHE_FORMAT = 3  # bump when the cached tensors' or config's meaning changes
@@ -49,18 +50,10 @@ def cache_key(path: Path) -> str:
     return h.hexdigest()[:32]
 
 
-def full_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _stamp(path: Path, digest: str | None = None) -> dict:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "sha256": digest or full_hash(path)}
+            "sha256": digest or sha256_file(path)}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -78,7 +71,7 @@ def _current(folder: Path, source: Path) -> bool:
         st = source.stat()
         if (rec["size"], rec["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
             return True
-        if rec["size"] != st.st_size or rec["sha256"] != full_hash(source):
+        if rec["size"] != st.st_size or rec["sha256"] != sha256_file(source):
             return False
         _write_json(folder / SOURCE, {**rec, "mtime_ns": st.st_mtime_ns})
         return True

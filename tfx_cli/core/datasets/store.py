@@ -13,12 +13,11 @@ and what its manifest holds.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from ... import __version__
 from ...errors import OutputFileError
-from ..outputs import FlatManifest, OutputFolder
+from ..outputs import FlatManifest, OutputFolder, sha256_file
 
 MANIFEST = "manifest.json"
 SCHEMA = "tfx/1"
@@ -74,14 +73,6 @@ def read_manifest(path: Path) -> dict | None:
     """DIR's manifest as JSON; None when it has none, or one that is not JSON or not tfx/1."""
     record = CorpusManifest.read(path)
     return None if record is None else record.to_json()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 __all__ = ["OutputDir", "read_manifest", "sha256_file", "MANIFEST"]
