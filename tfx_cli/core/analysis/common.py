@@ -39,6 +39,28 @@ def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
     return ids
 
 
+def with_bos(loaded: Loaded, ids: list[int]) -> list[int]:
+    """ids with a special token first when they start with none (circuit-tracer's
+    ensure_tokenized: its first special id that is not 0): transcoder features are never
+    read at position 0, so the text's first token gets its own. `tfx graph` runs these
+    ids, and `next`/`generate` with --transcoders run the same, so positions agree.
+    Unchanged when the tokenizer has no special token."""
+    specials = getattr(loaded.tokenizer, "special_ids", ())
+    special = sorted(i for i in specials if i)
+    if not ids or ids[0] in specials or not special:
+        return list(ids)
+    return [special[0]] + list(ids)
+
+
+def bos_note(loaded: Loaded, ids: list[int], before: int) -> None:
+    """Say, once, that a token was put first (`before`: the text's own token count)."""
+    if len(ids) > before and loaded.notice is not None:
+        piece = loaded.tokenizer.pieces(ids[:1])[0]
+        loaded.notice(f"{piece} put first (position 0), as tfx graph runs the text; "
+                      f"the text's tokens are positions 1 to {before}, as the graph "
+                      "numbers them")
+
+
 def input_info(loaded: Loaded, text: str, ids: list[int]) -> InputInfo:
     return InputInfo(text=text, tokens=loaded.tokenizer.pieces(ids), ids=list(ids))
 
