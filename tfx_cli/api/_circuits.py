@@ -100,7 +100,7 @@ def _transcoders(model_options: dict, transcoders):
     from ..core.circuits.transcoders import read_transcoders
 
     loaded = _model(model_options)._loaded
-    check_model(loaded)
+    check_model(loaded, "--transcoders")
     return loaded, read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
                                     d_model=loaded.cfg.d_model)
 
