@@ -1492,6 +1492,10 @@ CASES = [
     Case("next-transcoders-encoder-decoder", "next --transcoders (no --set-feature) on an "
          "encoder–decoder", ["next", SENTENCE, *TOY, "--transcoders", "tc"], "UsageError",
          "--transcoders needs a pre-norm decoder-only model", files=(_transcoders("tc"),)),
+    Case("graph-token-first-past-context", "graph on a text that fills the context, with no "
+         "room for the special token put first", ["graph", SENTENCE, *WORDY, "--context", "6",
+                                                   "--transcoders", "tc"], "InputTextError",
+         "7 with the", files=(_transcoders("tc"),)),
     Case("allow-inactive-alone", "next --allow-inactive without --set-feature",
          ["next", SENTENCE, *WORDY, "--allow-inactive"], "UsageError",
          "go with --set-feature"),

@@ -6,6 +6,7 @@ graph's and a feature read off the graph at position P is set with --set-feature
 The model is a small seeded GPT-2 whose tokenizer puts no special token first: the case
 where the graph's ids and the text's own ids differ by one position."""
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -117,3 +118,29 @@ def test_cli_positions_from_graph_json(setting):
     assert doc["input"]["ids"] == ids
     assert doc["input"]["tokens"][0] == "<|endoftext|>"
     assert "<|endoftext|> put first (position 0)" in out.stderr
+
+
+def test_a_text_that_fills_the_context_leaves_room_for_the_token_put_first(setting):
+    """The graph and next agree on a text as long as the context too: refused without
+    --truncate (a one-line error, not a run past the positions), and with it both keep
+    the token put first and the text's last tokens."""
+    from tfx_cli.errors import InputTextError
+
+    folder = str(setting[0])
+    small = dict(SMALL, context=6)
+    text = "one two three four five six seven"
+    own = setting[1].tokenizer.encode(text)
+    assert len(own) == 7
+    with pytest.raises(InputTextError, match=re.escape("6 tokens, 7 with the <|endoftext|> put first")):
+        api.next(text[:-len(" seven")], transcoders=folder, **small)
+    with pytest.raises(InputTextError, match="context length is 6"):
+        api.graph(text[:-len(" seven")], transcoders=folder, **small)
+    graph = api.graph(text, transcoders=folder, truncate=True, **small)
+    ids = [n.token for n in graph.nodes if n.kind == "embedding"]
+    assert ids == [EOT] + own[-5:]
+    result = api.next(text, transcoders=folder, truncate=True, **small)
+    assert result.input.ids == ids
+    node = strongest(graph, len(ids) - 1)
+    edited = api.next(text, transcoders=folder, truncate=True, candidates=3,
+                      set_feature=[f"{node.layer}:{len(ids) - 1}:{node.feature}=0"], **small)
+    assert edited.input.ids == ids

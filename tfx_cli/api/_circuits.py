@@ -84,7 +84,7 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
     from ..core.circuits.setup import with_bos
 
     loaded, tc = _transcoders(model_options, transcoders)
-    ids = with_bos(loaded, encode(loaded, _text(text), truncate=truncate))
+    ids = with_bos(loaded, encode(loaded, _text(text), truncate=truncate), truncate=truncate)
     changes = parse_set_feature(list(set_feature), n_layers=tc.n_layers, width=tc.width,
                                 n_tokens=len(ids))
     constrained = _layer_range(constrained_layers, tc.n_layers)

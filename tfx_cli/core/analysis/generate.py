@@ -60,8 +60,8 @@ def prompt_ids(loaded, text: str, *, truncate: bool = False, bos: bool = False) 
     said on the notice line when one is put first."""
     ids = loaded.tokenizer.encode(text)
     if bos and ids:
-        ids, before = with_bos(loaded, ids), len(ids)
-        bos_note(loaded, ids, before)
+        ids, own = with_bos(loaded, ids, truncate=truncate), ids
+        bos_note(loaded, ids, own)
     if not ids:
         raise InputTextError(EMPTY_PROMPT)
     limit = loaded.cfg.context_length
