@@ -122,16 +122,19 @@ def _graph_summary(result: dict) -> dict:
 
 def _intervene(work: Path, graph: dict) -> dict:
     """The feature of largest influence at the last position, set to zero and to twice
-    its activation: the top next tokens before and after."""
+    its activation: the top next tokens before and after. Every run has --transcoders, so
+    it runs the graph's ids (the token the graph puts first included) and the graph's
+    positions are next's."""
     last = max(n["pos"] for n in graph["nodes"])
     features = [n for n in graph["nodes"] if n["kind"] == "feature" and n["pos"] == last]
     best = min(features, key=lambda n: n["influence"])  # cumulative: the smallest is the first
     where = f"{best['layer']}:{best['pos']}:{best['feature']}"
     out = {"feature": where, "activation": best["activation"], "label": best.get("label")}
     for name, value in (("plain", None), ("off", 0.0), ("doubled", 2 * best["activation"])):
-        args = ["next", PROMPT, "-w", "smollm2", "--candidates", "3", "--json"]
+        args = ["next", PROMPT, "-w", "smollm2", "--candidates", "3", "--json",
+                "--transcoders", "set"]
         if value is not None:
-            args += ["--transcoders", "set", "--set-feature", f"{where}={value:g}"]
+            args += ["--set-feature", f"{where}={value:g}"]
         text, _, _ = run(args, work)
         cands = json.loads(text)["result"]["candidates"]
         out[name] = [(c["token"], round(c["prob"], 4)) for c in cands]

@@ -137,11 +137,13 @@ _TRANSCODER_EDIT_OPTIONS = (  # a transcoder set's features set (core/circuits/i
     _opt("set_feature", "--set-feature", kind="texts", metavar="LAYER:POS:FEATURE=VALUE",
          show_default=False, panel="Transcoder features",
          help="Set a transcoder feature (repeatable; needs --transcoders): its FFN output "
-         "changes by (VALUE − its activation) × its decoder row."),
+         "changes by (VALUE − its activation) × its decoder row. POS is the position tfx "
+         "graph gives it (a special token put first counts as 0)."),
     _opt("transcoders", "--transcoders", kind="folder", metavar="DIR", show_default=False,
          panel="Transcoder features",
          help="The transcoder set --set-feature's features belong to (circuit-tracer's "
-         "layout)."),
+         "layout). With it the text runs as tfx graph runs it: a special token first when "
+         "it starts with none, so the prediction and the positions are the graph's."),
     _opt("freeze_attention", "--freeze-attention/--no-freeze-attention", kind="flag",
          default=True, panel="Transcoder features",
          help="Keep the attention patterns of the plain run while features are set."),

@@ -1488,6 +1488,17 @@ CASES = [
     Case("train-sae-score-negative", "train-sae --score-tokens below 0",
          ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--score-tokens",
           "-1"], "UsageError", "-1", files=(lambda d: hand_collected(d / "acts"),)),
+    # next/generate --transcoders run the graph's ids: the model must be one tfx graph runs
+    Case("next-transcoders-encoder-decoder", "next --transcoders (no --set-feature) on an "
+         "encoder–decoder", ["next", SENTENCE, *TOY, "--transcoders", "tc"], "UsageError",
+         "--transcoders needs a pre-norm decoder-only model", files=(_transcoders("tc"),)),
+    Case("graph-token-first-past-context", "graph on a text that fills the context, with no "
+         "room for the special token put first", ["graph", SENTENCE, *WORDY, "--context", "6",
+                                                   "--transcoders", "tc"], "InputTextError",
+         "7 with the", files=(_transcoders("tc"),)),
+    Case("allow-inactive-alone", "next --allow-inactive without --set-feature",
+         ["next", SENTENCE, *WORDY, "--allow-inactive"], "UsageError",
+         "go with --set-feature"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -51,8 +51,9 @@ def test_feature_intervention_logits(models, case, index, setting):
 @pytest.mark.parametrize("setting", ["freeze_attention", "constrained_all"])
 def test_next_and_generate_with_set_feature(setting):
     """`tfx next`/`generate` --set-feature: the recorded intervention's last-position
-    logits, through the commands' own forward pass (the text's ids are the recording's:
-    its tokenizer puts the BOS first)."""
+    logits, through the commands' own forward pass. Positions are the graph's: the ids
+    `tfx graph` runs, which circuit-tracer ran too (this tokenizer puts the BOS first
+    itself, so nothing more is put first)."""
     from tfx_cli import api
 
     case = "gpt2"
@@ -68,6 +69,8 @@ def test_next_and_generate_with_set_feature(setting):
               allow_inactive=True)  # the recording sets some features from zero
     result = api.next(prompt["prompt"], candidates=5, **kw)
     assert result.input.ids == t["input_ids"].tolist()
+    graph = api.graph(prompt["prompt"], weights=kw["weights"], transcoders=kw["transcoders"])
+    assert [n.token for n in graph.nodes if n.kind == "embedding"] == result.input.ids
     want = t[f"intervention.{setting}.logits"][-1]
     scale = float(want.abs().max())
     assert [c.id for c in result.candidates] == torch.topk(want, 5).indices.tolist()

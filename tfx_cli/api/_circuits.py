@@ -56,18 +56,22 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
                   allow_inactive: bool = False):
     """The context in which next's or generate's own first forward pass runs with
     transcoder features set (`set_feature`: LAYER:POS:FEATURE=VALUE strings), as
-    circuit-tracer's feature_intervention; positions count the text's tokens as tfx
-    encodes them; a feature not active at its position (in the plain run) is refused
-    unless `allow_inactive`. A null context when nothing is set."""
+    circuit-tracer's feature_intervention; positions are the graph's: they count the ids
+    `tfx graph` runs (with_bos: a special token first when the text starts with none),
+    which next and generate run too when given `transcoders`; a feature not active at its
+    position (in the plain run) is refused unless `allow_inactive`. A null context when
+    nothing is set (with `transcoders` alone: the set is read and checked, the run is the
+    graph's plain one)."""
     from contextlib import nullcontext
 
     from ..errors import UsageError
 
     if not set_feature:
-        if transcoders is not None or constrained_layers is not None or allow_inactive:
-            raise UsageError("--transcoders, --constrained-layers and --allow-inactive go "
-                             "with --set-feature LAYER:POS:FEATURE=VALUE; add one, or drop "
-                             "them")
+        if constrained_layers is not None or allow_inactive:
+            raise UsageError("--constrained-layers and --allow-inactive go with "
+                             "--set-feature LAYER:POS:FEATURE=VALUE; add one, or drop them")
+        if transcoders is not None:  # the graph's plain run: its model and set checked
+            _transcoders(model_options, transcoders)
         return nullcontext()
     if transcoders is None:
         raise UsageError("--set-feature needs --transcoders DIR (the transcoders whose "
@@ -77,14 +81,10 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
                          "from the KV cache; drop --no-cache")
     from ..core.analysis.common import encode
     from ..core.circuits.intervene import check_active, intervening, parse_set_feature
-    from ..core.circuits.setup import check_model
-    from ..core.circuits.transcoders import read_transcoders
+    from ..core.circuits.setup import with_bos
 
-    loaded = _model(model_options)._loaded
-    check_model(loaded)
-    tc = read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
-                          d_model=loaded.cfg.d_model)
-    ids = encode(loaded, _text(text), truncate=truncate)
+    loaded, tc = _transcoders(model_options, transcoders)
+    ids = with_bos(loaded, encode(loaded, _text(text), truncate=truncate), truncate=truncate)
     changes = parse_set_feature(list(set_feature), n_layers=tc.n_layers, width=tc.width,
                                 n_tokens=len(ids))
     constrained = _layer_range(constrained_layers, tc.n_layers)
@@ -92,6 +92,17 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
         check_active(loaded.model, ids, tc, changes, list(set_feature))
     return intervening(loaded.model, ids, tc, changes, freeze_attention=freeze_attention,
                        constrained=constrained)
+
+
+def _transcoders(model_options: dict, transcoders):
+    """The model (one the replacement model is written for) and its transcoder set."""
+    from ..core.circuits.setup import check_model
+    from ..core.circuits.transcoders import read_transcoders
+
+    loaded = _model(model_options)._loaded
+    check_model(loaded, "--transcoders")
+    return loaded, read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
+                                    d_model=loaded.cfg.d_model)
 
 
 def _layer_range(text: str | None, n_layers: int) -> range | None:

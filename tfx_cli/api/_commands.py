@@ -267,7 +267,9 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     receives the continuation as it is produced. `set_feature` (with `transcoders`):
     transcoder features set on the prompt's pass, as circuit-tracer's
     feature_intervention (`freeze_attention`, `constrained_layers` "START:END"); a feature
-    not active at its position is refused unless `allow_inactive`."""
+    not active at its position is refused unless `allow_inactive`. With `transcoders` the
+    prompt's ids are graph's (a special token first when the text starts with none), so
+    positions are the graph's; generated tokens continue that count."""
     from ._circuits import feature_edits
 
     from ..core.analysis.sampling import Sampling, check_new_tokens, check_sampling
@@ -288,7 +290,7 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
             prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
             top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache,
             select=select, truncate=truncate, ignore_eos=ignore_eos, on_text=on_text,
-            target=target, **edits)
+            target=target, bos=transcoders is not None, **edits)
 
 
 @checked
@@ -304,7 +306,9 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
     """The distribution over the token after `text`, and what sampling filters keep.
     `set_feature` (with `transcoders`): transcoder features set, as circuit-tracer's
     feature_intervention (`freeze_attention`, `constrained_layers` "START:END"); a feature
-    not active at its position is refused unless `allow_inactive`."""
+    not active at its position is refused unless `allow_inactive`. With `transcoders` the
+    ids are graph's (a special token first when the text starts with none): the plain
+    prediction is the graph's and positions are the graph's."""
     from ._circuits import feature_edits
 
     from ..core.analysis.sampling import Sampling, check_sampling
@@ -322,7 +326,7 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
                        allow_inactive=allow_inactive):
         return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
                                   candidates=candidates, truncate=truncate, target=target,
-                                  **edits)
+                                  bos=transcoders is not None, **edits)
 
 
 @checked

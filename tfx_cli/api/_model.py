@@ -163,9 +163,10 @@ class Model:
                  away: str | None = None, scale: float | None = None,
                  target: str | None = None, sae: str | None = None,
                  sae_site: str | None = None,
-                 steer_feature: str | None = None) -> GenerateResult:
+                 steer_feature: str | None = None, bos: bool = False) -> GenerateResult:
         """With interventions every step recomputes the whole text without the KV cache:
-        a cached step would skip the edits at earlier positions."""
+        a cached step would skip the edits at earlier positions. `bos`: run the ids
+        `graph` runs (a special token first when the text starts with none)."""
         from ..core.analysis.generate import generate
         from ..core.analysis.sampling import Sampling
 
@@ -175,7 +176,7 @@ class Model:
                 sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
                 use_cache=not no_cache and not plan, n_candidates=candidates,
                 select=list(select or ()), stops=list(stop or ()), on_text=on_text,
-                truncate=truncate, ignore_eos=ignore_eos, target=_target(target)),
+                truncate=truncate, ignore_eos=ignore_eos, target=_target(target), bos=bos),
             source=prompt, ablate=ablate, ablate_mode=ablate_mode, steer=steer,
             toward=toward, away=away, scale=scale, sae=sae, sae_site=sae_site,
             steer_feature=steer_feature)
@@ -188,7 +189,9 @@ class Model:
              toward: str | None = None, away: str | None = None,
              scale: float | None = None, target: str | None = None,
              sae: str | None = None, sae_site: str | None = None,
-             steer_feature: str | None = None) -> NextResult:
+             steer_feature: str | None = None, bos: bool = False) -> NextResult:
+        """The distribution over the next token; `bos`: run the ids `graph` runs (a
+        special token first when the text starts with none)."""
         from ..core.analysis.generate import next_token
         from ..core.analysis.sampling import Sampling
 
@@ -197,7 +200,7 @@ class Model:
                                  sampling=Sampling(temperature=temperature, top_k=top_k,
                                                    top_p=top_p),
                                  n_candidates=candidates, truncate=truncate,
-                                 target=_target(target)),
+                                 target=_target(target), bos=bos),
             source=text, ablate=ablate, ablate_mode=ablate_mode, steer=steer, toward=toward,
             away=away, scale=scale, sae=sae, sae_site=sae_site, steer_feature=steer_feature)
 

@@ -39,6 +39,38 @@ def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
     return ids
 
 
+def with_bos(loaded: Loaded, ids: list[int], *, truncate: bool = False) -> list[int]:
+    """ids with a special token first when they start with none (circuit-tracer's
+    ensure_tokenized: its first special id that is not 0): transcoder features are never
+    read at position 0, so the text's first token gets its own. `tfx graph` runs these
+    ids, and `next`/`generate` with --transcoders run the same, so positions agree.
+    Unchanged when the tokenizer has no special token. The whole must fit the context:
+    `truncate` keeps the token put first and the text's last tokens."""
+    specials = getattr(loaded.tokenizer, "special_ids", ())
+    special = sorted(i for i in specials if i)
+    if not ids or ids[0] in specials or not special:
+        return list(ids)
+    limit = loaded.cfg.context_length
+    if len(ids) + 1 > limit:
+        if not truncate:
+            piece = loaded.tokenizer.pieces([special[0]])[0]
+            raise InputTextError(f"the text is {len(ids)} tokens, {len(ids) + 1} with the "
+                                 f"{piece} put first, but the context length is {limit}; "
+                                 f"shorten it or pass --truncate to keep the last "
+                                 f"{limit - 1} tokens")
+        ids = ids[len(ids) - (limit - 1):]
+    return [special[0]] + list(ids)
+
+
+def bos_note(loaded: Loaded, ids: list[int], own: list[int]) -> None:
+    """Say that with_bos put a token first (`own`: the text's ids as encoded)."""
+    if ids[:1] != own[:1] and loaded.notice is not None:
+        piece = loaded.tokenizer.pieces(ids[:1])[0]
+        loaded.notice(f"{piece} put first (position 0), as tfx graph runs the text; "
+                      f"the text's tokens are positions 1 to {len(ids) - 1}, as the graph "
+                      "numbers them")
+
+
 def input_info(loaded: Loaded, text: str, ids: list[int]) -> InputInfo:
     return InputInfo(text=text, tokens=loaded.tokenizer.pieces(ids), ids=list(ids))
 

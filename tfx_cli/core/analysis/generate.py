@@ -15,7 +15,7 @@ from ..results import (Candidate, GenerateResult, GenerateSettings, Greedy, Lens
 from ..model import finite
 from ..progress import after, blocks
 from ..trace import check_globs
-from .common import check_run, encode, read_seq, run, seq_info
+from .common import bos_note, check_run, encode, read_seq, run, seq_info, with_bos
 from .decode import Step, TextTracker, decode
 from .fillmask import fill_mask, mask_positions, need_causal, own_token_probs
 from .sampling import (Sampling, check_new_tokens, check_sampling, describe, filter_logits,
@@ -53,10 +53,15 @@ def check_vocab(loaded) -> None:
                              "be shown; use the tokenizer that belongs to the model (--tokenizer)")
 
 
-def prompt_ids(loaded, text: str, *, truncate: bool = False) -> list[int]:
+def prompt_ids(loaded, text: str, *, truncate: bool = False, bos: bool = False) -> list[int]:
     """The prompt's ids, whole: decoding crops to the context itself (seed 004). A prompt
-    longer than the context is an error unless `truncate` (--truncate) allows the crop."""
+    longer than the context is an error unless `truncate` (--truncate) allows the crop.
+    `bos`: the ids tfx graph runs (a special token first when the text starts with none),
+    said on the notice line when one is put first."""
     ids = loaded.tokenizer.encode(text)
+    if bos and ids:
+        ids, own = with_bos(loaded, ids, truncate=truncate), ids
+        bos_note(loaded, ids, own)
     if not ids:
         raise InputTextError(EMPTY_PROMPT)
     limit = loaded.cfg.context_length
@@ -158,14 +163,14 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
              use_cache: bool = True, n_candidates: int = 5, select: Sequence[str] = (),
              stops: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
              truncate: bool = False, ignore_eos: bool = False,
-             target: str | None = None) -> GenerateResult:
+             target: str | None = None, bos: bool = False) -> GenerateResult:
     """Decode `max_new_tokens` tokens after `text`; stream the continuation to on_text.
 
     Decoding stops early at a --stop text, or at one of the model's end-of-sequence
     tokens (cfg.eos_ids, from the checkpoint) unless `ignore_eos`; that token stays in
     the ids but is not part of the text. An encoder–decoder reads `text` as the source
     and writes the target from its start token (after `target`, when given): the text
-    is then the target's."""
+    is then the target's. `bos`: the prompt's ids are tfx graph's (prompt_ids)."""
     check_new_tokens(max_new_tokens)
     check_sampling(sampling)
     need_head(loaded.cfg, "generate")
@@ -174,7 +179,7 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
     check_sampling(sampling, loaded.cfg.vocab_size)
     if select:
         check_globs(select, loaded.model.tap_names())
-    ids = prompt_ids(loaded, text, truncate=truncate)
+    ids = prompt_ids(loaded, text, truncate=truncate, bos=bos)
     seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
         seq = read_seq(loaded, truncate=truncate, target=target or "")  # the start id at least
@@ -214,9 +219,10 @@ def generate(loaded, text: str, *, max_new_tokens: int = 20, sampling: Sampling 
 
 def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1.0),
                n_candidates: int = 10, truncate: bool = False,
-               target: str | None = None) -> NextResult:
+               target: str | None = None, bos: bool = False) -> NextResult:
     """The distribution over the token after `text`, and what the sampling filters do;
-    for an encoder–decoder, over the target word after `target` (none: the first)."""
+    for an encoder–decoder, over the target word after `target` (none: the first).
+    `bos`: the ids are tfx graph's (prompt_ids)."""
     check_sampling(sampling)
     need_head(loaded.cfg, "next")
     check_vocab(loaded)
@@ -225,7 +231,7 @@ def next_token(loaded, text: str, *, sampling: Sampling = Sampling(temperature=1
         read_seq(loaded, target=target)  # (--target is refused: one stack)
         return fill_mask(loaded, text, sampling=sampling, n_candidates=n_candidates,
                          truncate=truncate)
-    ids = prompt_ids(loaded, text, truncate=truncate)
+    ids = prompt_ids(loaded, text, truncate=truncate, bos=bos)
     seq = read_seq(loaded, truncate=truncate, target=target)
     if loaded.cfg.is_encoder_decoder:
         seq = read_seq(loaded, truncate=truncate, target=target or "")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import UsageError
+from ..analysis.common import with_bos  # noqa: F401  (the graph's ids)
 from .linear import Frozen, FrozenAttention, FrozenNorm
 from .transcoders import Transcoders
 
@@ -172,16 +173,6 @@ def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
                   torch.cat(values), torch.cat(pres), torch.cat(enc), torch.cat(dec),
                   errors, tok, raw["embed.out"] - tok, unexplained0, raw["ln_f.out"],
                   W_U, sites)
-
-
-def with_bos(loaded, ids: list[int]) -> list[int]:
-    """ids with a special token first when they start with none (circuit-tracer's
-    ensure_tokenized): position 0 carries no features, so the text's first token gets
-    its own. Unchanged when the tokenizer has no special token."""
-    special = sorted(i for i in getattr(loaded.tokenizer, "special_ids", ()) if i)
-    if not ids or ids[0] in getattr(loaded.tokenizer, "special_ids", ()) or not special:
-        return list(ids)
-    return [special[0]] + list(ids)
 
 
 def targets(p: Prompt, *, max_logits: int = 10, logit_prob: float = 0.95,
