@@ -1488,6 +1488,13 @@ CASES = [
     Case("train-sae-score-negative", "train-sae --score-tokens below 0",
          ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae", "--score-tokens",
           "-1"], "UsageError", "-1", files=(lambda d: hand_collected(d / "acts"),)),
+    # the trainers' score and warnings; graph and next options refused before any work
+    Case("graph-max-links-negative", "graph --max-links below 0",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--max-links", "-1"],
+         "UsageError", "not in the range x>=0", files=(_transcoders("tc"),)),
+    Case("allow-inactive-alone", "next --allow-inactive without --set-feature",
+         ["next", SENTENCE, *WORDY, "--allow-inactive"], "UsageError",
+         "go with --set-feature LAYER:POS:FEATURE=VALUE; add one, or drop them"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,
