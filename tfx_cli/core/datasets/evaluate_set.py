@@ -110,6 +110,20 @@ class Replacement:
         return out if skip is None else out + x @ skip.T
 
 
+def _reader(rep: Replacement, acts: dict, inputs: dict, rows_of):
+    """reader(layer): an edit at that layer's input site that passes the run on unchanged
+    and keeps its rows (`rows_of(x)` (N, D), float32) in `inputs` and their features in
+    `acts`, for the layer's MLP output to be judged or rebuilt from."""
+    def reader(layer):
+        def edit(x):
+            rows = rows_of(x).to(torch.float32)
+            inputs[layer] = rows
+            acts[layer] = rep.features(layer, rows)
+            return x
+        return edit
+    return reader
+
+
 @dataclass(frozen=True)
 class SetEvalTask:
     tc: object  # core.circuits.transcoders.Transcoders, checked against the model
@@ -159,14 +173,7 @@ class SetEvalTask:
         passes it (its input site's rows read, then its MLP output judged)."""
         acts: dict = {}
         inputs: dict = {}
-
-        def read(layer):
-            def edit(x):
-                rows = x[valid].to(torch.float32)
-                inputs[layer] = rows
-                acts[layer] = rep.features(layer, rows)
-                return x
-            return edit
+        read = _reader(rep, acts, inputs, lambda x: x[valid])
 
         def judge(layer):
             def edit(y):
@@ -209,14 +216,7 @@ class SetEvalTask:
         real one)."""
         acts: dict = {}
         inputs: dict = {}
-
-        def read(layer):
-            def edit(x):
-                rows = x.reshape(-1, x.shape[-1]).to(torch.float32)
-                inputs[layer] = rows
-                acts[layer] = rep.features(layer, rows)
-                return x
-            return edit
+        read = _reader(rep, acts, inputs, lambda x: x.reshape(-1, x.shape[-1]))
 
         def put(layer):
             def edit(y):
