@@ -119,7 +119,7 @@ def train_sae(
     """
     from .. import api
     from ..errors import UsageError
-    from ..render.emit import emit, progress
+    from ..render.emit import emit, progress, warn
 
     if collect is None:
         raise UsageError("COLLECT_DIR is missing: tfx train-sae COLLECT_DIR --site SITE -o "
@@ -131,3 +131,5 @@ def train_sae(
                            aux_coef=aux_coef, score_tokens=score_tokens, force=force,
                            progress=progress)
     emit(result, json=json, precision=precision)
+    if result.not_converged:
+        warn(result.not_converged)

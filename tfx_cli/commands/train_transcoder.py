@@ -81,7 +81,7 @@ def train_transcoder(
     """
     from .. import api
     from ..errors import UsageError
-    from ..render.emit import emit, progress
+    from ..render.emit import emit, progress, warn
 
     if collect is None:
         raise UsageError("COLLECT_DIR is missing: tfx train-transcoder COLLECT_DIR --layer I "
@@ -93,3 +93,5 @@ def train_transcoder(
         steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
         score_tokens=score_tokens, force=force, progress=progress)
     emit(result, json=json, precision=precision)
+    if result.not_converged:
+        warn(result.not_converged)

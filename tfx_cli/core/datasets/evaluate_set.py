@@ -299,12 +299,15 @@ def _resumed(loaded, got: dict, block: int, edits) -> torch.Tensor:
                                 head="all")
 
 
-def layerwise_scores(part: LayerwisePartial) -> list[float | None]:
-    """Each set's CE-loss score (None without a denominator)."""
+def layerwise_scores(part: LayerwisePartial) -> list[dict]:
+    """Each set's mean CE clean, zeroed and replaced, and its CE-loss score (None
+    without a denominator, or without positions to predict)."""
     if not part.predicted:
-        return [None] * len(part.losses)
-    clean, ablation, replaced = (part.losses[:, i] / part.predicted for i in range(3))
-    return [_ratio(float(a - r), float(a - c)) for c, a, r in zip(clean, ablation, replaced)]
+        return [dict.fromkeys(("ce_clean", "ce_ablation", "ce_replaced", "ce_loss_score"))
+                for _ in part.losses]
+    return [dict(ce_clean=float(c), ce_ablation=float(a), ce_replaced=float(r),
+                 ce_loss_score=_ratio(float(a - r), float(a - c)))
+            for c, a, r in part.losses / part.predicted]
 
 
 def _layer_scores(part: SetPartial, layer: int) -> dict:
