@@ -211,7 +211,8 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
     trainer, options and resumption are train_sae's; held-out FVU per layer.
     `score_tokens`: each layer's CE-loss score (its MLP output replaced) and, once the
-    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them."""
+    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them. Left
+    out, 4096 tokens shared out among the layers trained (at least 512)."""
     from ..core.datasets.read import Activations
     from ..core.features.transcoders import train_transcoders as run
     from ..errors import UsageError

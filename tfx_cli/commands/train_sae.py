@@ -62,8 +62,9 @@ ScoreTokensOpt = Annotated[Optional[int], typer.Option(
     "--score-tokens", metavar="N", min=0, show_default=False,
     help="The CE-loss score of what was written (eval-sae's: its site or MLP replaced by "
          "the reconstruction) on up to N of the collect folder's last tokens, the model "
-         "rebuilt from its manifest (default 4096, left out with a note where the folder's "
-         "model cannot be rebuilt); 0 skips it.")]
+         "rebuilt from its manifest (default 4096; train-transcoder's, 4096 shared out "
+         "among its layers, at least 512; left out with a note where the folder's model "
+         "cannot be rebuilt); 0 skips it.")]
 
 
 @command("json", "precision", "force")
