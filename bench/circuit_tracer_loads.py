@@ -23,15 +23,14 @@ against the recording.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from peer_venv import ask_peer, peer_python
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "recordings" / "circuit_tracer_transcoders"
@@ -115,30 +114,14 @@ def read(folder: Path, x: list) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--circuit-tracer-python", help="the Python of circuit-tracer's venv")
-    parser.add_argument("--read", nargs=2, metavar=("REQUEST", "ANSWER"),
-                        help=argparse.SUPPRESS)  # the part run under circuit-tracer's Python
-    args = parser.parse_args()
-    if args.read:
-        request = json.loads(Path(args.read[0]).read_text())
-        answer = read(Path(request["folder"]), request["input"])
-        Path(args.read[1]).write_text(json.dumps(answer))
+    python = peer_python(__doc__, "--circuit-tracer-python",
+                         "the Python of circuit-tracer's venv",
+                         "--circuit-tracer-python is missing: the Python of circuit-tracer's "
+                         "environment (see this file's header)", read)
+    if python is None:
         return
-    if not args.circuit_tracer_python:
-        parser.error("--circuit-tracer-python is missing: the Python of circuit-tracer's "
-                     "environment (see this file's header)")
     made = make()
-    seen = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tfx there
-        for name in SETS:
-            request.write_text(json.dumps({"folder": str(HERE / name),
-                                           "input": made["input"]}))
-            subprocess.run([args.circuit_tracer_python, __file__, "--read", str(request),
-                            str(answer)], check=True, env=env, cwd=tmp)
-            seen[name] = json.loads(answer.read_text())
+    seen = ask_peer(python, __file__, {name: HERE / name for name in SETS}, made["input"])
     record = {"what": "circuit-tracer's load_transcoder_set of the sets under "
                       "tests/recordings/circuit_tracer_transcoders/, made by "
                       "bench/circuit_tracer_loads.py",

@@ -24,15 +24,14 @@ that tfx's view of the same folder agrees with the recording.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from peer_venv import ask_peer, peer_python
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "tests" / "recordings" / "saelens_sae"
@@ -107,30 +106,14 @@ def read(folder: Path, x: list) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--saelens-python", help="the Python of SAELens's environment")
-    parser.add_argument("--read", nargs=2, metavar=("REQUEST", "ANSWER"),
-                        help=argparse.SUPPRESS)  # the part run under SAELens's Python
-    args = parser.parse_args()
-    if args.read:
-        request = json.loads(Path(args.read[0]).read_text())
-        answer = read(Path(request["folder"]), request["input"])
-        Path(args.read[1]).write_text(json.dumps(answer))
+    python = peer_python(__doc__, "--saelens-python", "the Python of SAELens's environment",
+                         "--saelens-python is missing: the Python of SAELens's environment "
+                         "(see this file's header for how to make it)", read)
+    if python is None:
         return
-    if not args.saelens_python:
-        parser.error("--saelens-python is missing: the Python of SAELens's environment "
-                     "(see this file's header for how to make it)")
     made = make(FOLDER)
-    with tempfile.TemporaryDirectory() as tmp:
-        request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tfx there
-        saelens = {}
-        for name in TRAINS:
-            request.write_text(json.dumps({"folder": str(FOLDER / name),
-                                           "input": made["input"]}))
-            subprocess.run([args.saelens_python, __file__, "--read", str(request),
-                            str(answer)], check=True, env=env, cwd=tmp)
-            saelens[name] = json.loads(answer.read_text())
+    saelens = ask_peer(python, __file__, {name: FOLDER / name for name in TRAINS},
+                       made["input"])
     record = {"what": "SAELens's SAE.load_from_disk of the folders under "
                       "tests/recordings/saelens_sae, made by bench/saelens_reads.py",
               "folder": "tests/recordings/saelens_sae",

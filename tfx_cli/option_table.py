@@ -188,6 +188,32 @@ _ENGINE_OPTIONS = (
          help="Let the engine's own log lines and progress bars (Ray's) through to stderr."),
 )
 
+_TRAIN = "Training"
+_TRAINING_OPTIONS = (  # train-sae's and train-transcoder's (the API checks the rest)
+    _opt("k", "--k", kind="int", metavar="K", panel=_TRAIN, show_default=False,
+         help="TopK: the latents kept per token (default 32)."),
+    _opt("latents", "--latents", kind="int", metavar="N", panel=_TRAIN, show_default=False,
+         help="The width: latents of the SAE (of each transcoder) (default 4096)."),
+    _opt("expansion", "--expansion", kind="float", metavar="X", panel=_TRAIN,
+         show_default=False, help="The width as a multiple of the input's (latents = X × "
+         "d_in)."),
+    _opt("l1", "--l1", kind="float", metavar="COEF", panel=_TRAIN, show_default=False,
+         help="Train ReLU latents with this L1 penalty on their activations instead of TopK "
+         "(what circuit-tracer 0.5.0 loads, for transcoders)."),
+    _opt("lr", "--lr", kind="float", default=4e-4, panel=_TRAIN, help="Adam's learning rate."),
+    _opt("steps", "--steps", kind="int", metavar="N", panel=_TRAIN, show_default=False,
+         help="Adam steps (per layer for transcoders; default 1000)."),
+    _opt("epochs", "--epochs", kind="float", metavar="E", panel=_TRAIN, show_default=False,
+         help="Passes over the training tokens, instead of --steps."),
+    _opt("holdout", "--holdout", kind="float", default=0.05, metavar="FRACTION",
+         panel=_TRAIN, help="The last tokens held out to judge what is trained (FVU, L0, "
+         "dead latents)."),
+    _opt("skip_first", "--skip-first", kind="int", default=0, minimum=0, metavar="N",
+         panel=_TRAIN, help="Leave out each window's first N positions (train and "
+         "held-out): a model's first token is often an attention sink whose norm dwarfs "
+         "the rest (SmolLM2's ~140×) and would dominate the reconstruction."),
+)
+
 _DISPLAY_OPTIONS = (  # how a result is shown (render/emit.py's emit takes these)
     _opt("json", "--json", kind="flag", default=False,
          help="Print one JSON document (tfx/1) on stdout."),
@@ -227,10 +253,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "dataset": tuple(o.name for o in _CORPUS_OPTIONS),  # how a corpus is read
     "engine": tuple(o.name for o in _ENGINE_OPTIONS),
     "display": tuple(o.name for o in _DISPLAY_OPTIONS),
+    "training": tuple(o.name for o in _TRAINING_OPTIONS),
 }
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     *_MODEL_OPTIONS, *_EDIT_OPTIONS, *_TRANSCODER_EDIT_OPTIONS, *_CORPUS_OPTIONS, *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS,
-    *_SINGLE_OPTIONS)}
+    *_TRAINING_OPTIONS, *_SINGLE_OPTIONS)}
 
 # a group is handed to a command under its own name, so that name is no option's but
 # (--engine in "engine") one of its own members

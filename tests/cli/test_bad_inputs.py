@@ -1496,9 +1496,13 @@ CASES = [
          "room for the special token put first", ["graph", SENTENCE, *WORDY, "--context", "6",
                                                    "--transcoders", "tc"], "InputTextError",
          "7 with the", files=(_transcoders("tc"),)),
+    # the trainers' score and warnings; graph and next options refused before any work
+    Case("graph-max-links-negative", "graph --max-links below 0",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--max-links", "-1"],
+         "UsageError", "not in the range x>=0", files=(_transcoders("tc"),)),
     Case("allow-inactive-alone", "next --allow-inactive without --set-feature",
          ["next", SENTENCE, *WORDY, "--allow-inactive"], "UsageError",
-         "go with --set-feature"),
+         "go with --set-feature LAYER:POS:FEATURE=VALUE; add one, or drop them"),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -64,6 +64,8 @@ def test_train_sae_scores_what_it_wrote_as_eval_sae_does(collected, tmp_path):
     e = api.eval_sae(held, sae=tmp_path / "sae", ctx=CTX, **TINY)
     assert r.score_tokens == tokens == e.tokens
     _same(r.ce_loss_score, e.ce_loss_score)
+    _same(r.ce_ablation_delta, e.ce_ablation - e.ce_clean)
+    assert r.ce_loss_score_noisy == (e.ce_ablation - e.ce_clean < 0.05 * e.ce_clean)
     assert abs(e.ce_ablation - e.ce_clean) > 1e-3  # a score with a real denominator
     # the same command again (finished: nothing retrained) scores the same
     again = api.train_sae(acts, site="blocks.0.resid_out", output=tmp_path / "sae", k=8,
@@ -116,6 +118,10 @@ def test_train_transcoder_scores_each_layer_and_the_set(collected, tmp_path):
                                   tmp_path / f"saelens-{row.layer}")
         e = api.eval_sae(held, sae=one, ctx=CTX, **TINY)
         _same(row.ce_loss_score, e.ce_loss_score)
+        # the score's denominator, and the flag it sets, as eval-sae's numbers say
+        _same(row.ce_ablation_delta, e.ce_ablation - e.ce_clean)
+        assert row.ce_loss_score_noisy == (e.ce_ablation - e.ce_clean < 0.05 * e.ce_clean)
+        assert "ce_ablation_delta" in r.to_dict()["result"]["layers"][row.layer]
         scores.append(row.ce_loss_score)
     # one MLP replaced is not the whole set replaced
     assert all(abs(s - r.ce_loss_score) > 1e-6 for s in scores)
@@ -192,3 +198,51 @@ def test_a_folder_collected_with_another_tokenizer_is_scored_with_it(tmp_path):
     e = api.eval_sae(held, sae=tmp_path / "sae", ctx=CTX, **words)
     assert r.score_tokens == tokens
     _same(r.ce_loss_score, e.ce_loss_score)
+
+
+def test_a_score_over_a_small_ablation_is_flagged_noisy():
+    from tfx_cli.core.datasets.train_score import NOISY_BELOW, ablation_delta
+
+    assert NOISY_BELOW == 0.05
+    # SmolLM2's layer 9 on 446 positions: zeroing its MLP adds 0.042 to a clean 2.410
+    delta, noisy = ablation_delta(2.410, 2.452)
+    assert abs(delta - 0.042) < 1e-9 and noisy is True
+    assert ablation_delta(2.410, 2.714) == (2.714 - 2.410, False)  # its layer 1: 0.30
+    assert ablation_delta(None, 2.0) == (None, None)
+
+
+def test_the_table_marks_a_noisy_score_and_says_why(collected, tmp_path):
+    from rich.console import Console
+
+    from tfx_cli.render.views import ViewOptions, render
+
+    _, acts = collected
+    r = api.train_transcoder(acts, layer="all", output=tmp_path / "tc", l1=1e-3, **TRAIN)
+    r.layers[1].ce_loss_score_noisy, r.layers[1].ce_ablation_delta = True, 0.0123
+    r.layers[0].ce_loss_score_noisy = False
+    console = Console(record=True, width=200)
+    render(r, console, ViewOptions(precision=3))
+    text = console.export_text()
+    assert "*" in next(line for line in text.splitlines() if line.strip().startswith("1 "))
+    assert "* layer 1: noisy: zeroing the MLP adds under 5% of the clean loss (+0.0123" \
+        in text
+
+
+def test_train_transcoders_default_score_tokens_shrink_with_the_layers(collected, tmp_path,
+                                                                      monkeypatch):
+    """4096 tokens for one layer, shared out among more (at least 512): the scoring
+    costs about the same whatever the layer count. Here scaled down to the fixture."""
+    from tfx_cli.core.datasets import train_score
+
+    assert [train_score.default_score_tokens(n) for n in (1, 2, 4, 8, 30)] == \
+        [4096, 2048, 1024, 512, 512]
+    _, acts = collected
+    monkeypatch.setattr(train_score, "DEFAULT_SCORE_TOKENS", 120)
+    monkeypatch.setattr(train_score, "LEAST_LAYER_TOKENS", 10)
+    kw = dict(l1=1e-3, holdout=0.5, **TRAIN)  # held-out windows enough for 120 tokens
+    both = api.train_transcoder(acts, layer="all", output=tmp_path / "tc", **kw)
+    one = api.train_transcoder(acts, layer=0, output=tmp_path / "one", **kw)
+    assert 0 < both.score_tokens <= 60 < one.score_tokens <= 120
+    asked = api.train_transcoder(acts, layer="all", output=tmp_path / "tc", score_tokens=120,
+                                 **kw)
+    assert asked.score_tokens > 60  # given, --score-tokens is taken as it is

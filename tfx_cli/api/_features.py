@@ -82,6 +82,7 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                              "SITE -o acts, then tfx train-sae acts")
     if not path.is_dir():
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
+    from ..core.features.convergence import convergence_note
     from ._scores import score_sae, scoring
 
     acts = Activations(path)
@@ -92,6 +93,8 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                  b_dec_init=b_dec_init,
                  dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
                  progress=progress, checkpoint_every=checkpoint_every)
+    result.not_converged = convergence_note(
+        [(None, result.losses, result.dead_in_training, result.latents)], result.architecture)
     score_sae(result, acts, scored, holdout=holdout, skip_first=skip_first,
               progress=progress)
     return result
@@ -208,7 +211,8 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     (`k`), ReLU (`l1`) or JumpReLU (`jumprelu`: its L0 penalty's coefficient). The
     trainer, options and resumption are train_sae's; held-out FVU per layer.
     `score_tokens`: each layer's CE-loss score (its MLP output replaced) and, once the
-    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them."""
+    whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them. Left
+    out, 4096 tokens shared out among the layers trained (at least 512)."""
     from ..core.datasets.read import Activations
     from ..core.features.transcoders import train_transcoders as run
     from ..errors import UsageError
@@ -217,6 +221,7 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     if output is None or not str(output).strip():
         raise UsageError("-o DIR is missing: train-transcoder writes a folder, e.g. -o "
                          "transcoders")
+    from ..core.features.convergence import convergence_note
     from ._scores import score_transcoders, scoring
 
     acts = Activations(path)
@@ -227,6 +232,9 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
                  holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
                  dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu,
                  force=force, progress=progress, checkpoint_every=checkpoint_every)
+    result.not_converged = convergence_note(
+        [(row.layer, row.losses, row.dead_in_training, result.latents)
+         for row in result.layers], result.architecture)
     score_transcoders(result, acts, scored, holdout=holdout, skip_first=skip_first,
                       progress=progress)
     return result

@@ -3,7 +3,7 @@ folder's model rebuilt from its manifest, eval-sae's definitions on its last win
 (core/datasets/train_score.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import RangeError, UsageError
 
@@ -82,6 +82,8 @@ def score_sae(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
         return
     got = run(loaded, windows, result.output, _ctx(acts))
     result.ce_loss_score, result.score_tokens = got["ce_loss_score"], got["tokens"]
+    result.ce_ablation_delta, result.ce_loss_score_noisy = got["ce_ablation_delta"], \
+        got["noisy"]
 
 
 def score_transcoders(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
@@ -89,8 +91,10 @@ def score_transcoders(result, acts, scored: Scoring, *, holdout: float, skip_fir
     """Each layer's ce_loss_score (its MLP alone replaced) and, once the whole set exists,
     the set's (every MLP replaced at once)."""
     from ..core.circuits.transcoders import read_layer, read_transcoders
-    from ..core.datasets.train_score import score_layers, score_set
+    from ..core.datasets.train_score import default_score_tokens, score_layers, score_set
 
+    if scored.spec is not None and not scored.asked:  # the default: shared among layers
+        scored = replace(scored, tokens=default_score_tokens(len(result.layers)))
     loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
     if loaded is None:
         return
@@ -99,8 +103,9 @@ def score_transcoders(result, acts, scored: Scoring, *, holdout: float, skip_fir
                        d_model=d_model) for row in result.layers]
     scores, tokens = score_layers(loaded, windows, sets, [row.layer for row in result.layers],
                                   ctx)
-    for row, score in zip(result.layers, scores):
-        row.ce_loss_score = score
+    for row, got in zip(result.layers, scores):
+        row.ce_loss_score, row.ce_ablation_delta = got["ce_loss_score"], got["ce_ablation_delta"]
+        row.ce_loss_score_noisy = got["noisy"]
     if result.config is not None:
         tc = read_transcoders(result.output, n_layers=loaded.cfg.n_layers, d_model=d_model)
         got = score_set(loaded, windows, tc, ctx)

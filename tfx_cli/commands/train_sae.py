@@ -7,44 +7,19 @@ import typer
 from ..options import command
 
 
-# the training options, train-sae's and train-transcoder's (the API checks their values)
+# train-sae's own options; train-transcoder takes --batch-size, --seed and --score-tokens
+# from here too. The training options both share are the "training" group
+# (tfx_cli/option_table.py); these stay here as their names are other options' there.
 SiteOpt = Annotated[Optional[str], typer.Option(
     "--site", metavar="SITE", show_default=False,
     help="The collected site to train on, e.g. blocks.15.resid_out.")]
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", metavar="SAE_DIR", show_default=False,
     help="The SAE folder to write (a killed run in it is continued).")]
-KOpt = Annotated[Optional[int], typer.Option(
-    "--k", metavar="K", show_default=False,
-    help="TopK: the latents kept per token (default 32).")]
-LatentsOpt = Annotated[Optional[int], typer.Option(
-    "--latents", metavar="N", show_default=False,
-    help="The width: latents of the SAE (of each transcoder) (default 4096).")]
-ExpansionOpt = Annotated[Optional[float], typer.Option(
-    "--expansion", metavar="X", show_default=False,
-    help="The width as a multiple of the input's (latents = X × d_in).")]
-L1Opt = Annotated[Optional[float], typer.Option(
-    "--l1", metavar="COEF", show_default=False,
-    help="Train ReLU latents with this L1 penalty on their activations instead of TopK "
-         "(what circuit-tracer 0.5.0 loads, for transcoders).")]
-LrOpt = Annotated[float, typer.Option("--lr", help="Adam's learning rate.")]
 BatchSizeOpt = Annotated[int, typer.Option(
-    "--batch-size", metavar="TOKENS", help="Tokens per step.")]
-StepsOpt = Annotated[Optional[int], typer.Option(
-    "--steps", metavar="N", show_default=False,
-    help="Adam steps (per layer for transcoders; default 1000).")]
-EpochsOpt = Annotated[Optional[float], typer.Option(
-    "--epochs", metavar="E", show_default=False,
-    help="Passes over the training tokens, instead of --steps.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Initialisation and shuffling.")]
-HoldoutOpt = Annotated[float, typer.Option(
-    "--holdout", metavar="FRACTION",
-    help="The last tokens held out to judge what is trained (FVU, L0, dead latents).")]
-SkipFirstOpt = Annotated[int, typer.Option(
-    "--skip-first", metavar="N", min=0,
-    help="Leave out each window's first N positions (train and held-out): a model's "
-         "first token is often an attention sink whose norm dwarfs the rest "
-         "(SmolLM2's ~140×) and would dominate the reconstruction.")]
+    "--batch-size", metavar="TOKENS", rich_help_panel="Training", help="Tokens per step.")]
+SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel="Training",
+                                      help="Initialisation and shuffling.")]
 BDecInitOpt = Annotated[str, typer.Option(
     "--b-dec-init", metavar="HOW",
     help="The decoder bias's start: median (geometric), mean or zeros.")]
@@ -62,34 +37,26 @@ ScoreTokensOpt = Annotated[Optional[int], typer.Option(
     "--score-tokens", metavar="N", min=0, show_default=False,
     help="The CE-loss score of what was written (eval-sae's: its site or MLP replaced by "
          "the reconstruction) on up to N of the collect folder's last tokens, the model "
-         "rebuilt from its manifest (default 4096, left out with a note where the folder's "
-         "model cannot be rebuilt); 0 skips it.")]
+         "rebuilt from its manifest (default 4096; train-transcoder's, 4096 shared out "
+         "among its layers, at least 512; left out with a note where the folder's model "
+         "cannot be rebuilt); 0 skips it.")]
 
 
-@command("json", "precision", "force")
+@command("training", "json", "precision", "force")
 def train_sae(
     collect: Annotated[Optional[Path], typer.Argument(
         metavar="COLLECT_DIR", show_default=False,
         help="A folder written by tfx collect.")] = None,
     site: SiteOpt = None,
     output: OutputOpt = None,
-    k: KOpt = None,
-    latents: LatentsOpt = None,
-    expansion: ExpansionOpt = None,
-    l1: L1Opt = None,
-    lr: LrOpt = 4e-4,
     batch_size: BatchSizeOpt = 4096,
-    steps: StepsOpt = None,
-    epochs: EpochsOpt = None,
     seed: SeedOpt = 0,
-    holdout: HoldoutOpt = 0.05,
-    skip_first: SkipFirstOpt = 0,
     b_dec_init: BDecInitOpt = "median",
     dead_after: DeadAfterOpt = None,
     aux_k: AuxKOpt = None,
     aux_coef: AuxCoefOpt = 1 / 32,
     score_tokens: ScoreTokensOpt = None,
-    *, json, precision, force,
+    *, training, json, precision, force,
 ) -> None:
     """Train a sparse autoencoder on a collect folder's site and write it in SAELens's
     format (read back with --sae).
@@ -119,15 +86,15 @@ def train_sae(
     """
     from .. import api
     from ..errors import UsageError
-    from ..render.emit import emit, progress
+    from ..render.emit import emit, progress, warn
 
     if collect is None:
         raise UsageError("COLLECT_DIR is missing: tfx train-sae COLLECT_DIR --site SITE -o "
                          "SAE_DIR (a folder written by tfx collect)")
-    result = api.train_sae(collect, site=site, output=output, k=k, latents=latents,
-                           expansion=expansion, l1=l1, lr=lr, batch_size=batch_size,
-                           steps=steps, epochs=epochs, seed=seed, holdout=holdout,
-                           skip_first=skip_first, b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
-                           aux_coef=aux_coef, score_tokens=score_tokens, force=force,
-                           progress=progress)
+    result = api.train_sae(collect, site=site, output=output, batch_size=batch_size,
+                           seed=seed, b_dec_init=b_dec_init, dead_after=dead_after,
+                           aux_k=aux_k, aux_coef=aux_coef, score_tokens=score_tokens,
+                           force=force, progress=progress, **training)
     emit(result, json=json, precision=precision)
+    if result.not_converged:
+        warn(result.not_converged)

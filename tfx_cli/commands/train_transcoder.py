@@ -6,8 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import command
-from .train_sae import (EpochsOpt, ExpansionOpt, HoldoutOpt, KOpt, L1Opt, LatentsOpt, LrOpt,
-                        BatchSizeOpt, ScoreTokensOpt, SeedOpt, SkipFirstOpt, StepsOpt)
+from .train_sae import BatchSizeOpt, ScoreTokensOpt, SeedOpt
 
 LayerOpt = Annotated[Optional[List[str]], typer.Option(
     "--layer", "--layers", metavar="I", show_default=False,
@@ -24,7 +23,7 @@ JumpReLUOpt = Annotated[Optional[float], typer.Option(
          "gradients; circuit-tracer loads the threshold).")]
 
 
-@command("json", "precision", "force")
+@command("training", "json", "precision", "force")
 def train_transcoder(
     collect: Annotated[Optional[Path], typer.Argument(
         metavar="COLLECT_DIR", show_default=False,
@@ -35,20 +34,11 @@ def train_transcoder(
         help="The transcoder set's folder (a killed run in it is continued).")] = None,
     input_site: InputSiteOpt = "ln2.out",
     skip: SkipOpt = False,
-    k: KOpt = None,
-    latents: LatentsOpt = None,
-    expansion: ExpansionOpt = None,
-    l1: L1Opt = None,
     jumprelu: JumpReLUOpt = None,
-    lr: LrOpt = 4e-4,
     batch_size: BatchSizeOpt = 4096,
-    steps: StepsOpt = None,
-    epochs: EpochsOpt = None,
     seed: SeedOpt = 0,
-    holdout: HoldoutOpt = 0.05,
-    skip_first: SkipFirstOpt = 0,
     score_tokens: ScoreTokensOpt = None,
-    *, json, precision, force,
+    *, training, json, precision, force,
 ) -> None:
     """Train per-layer transcoders on a collect folder's MLP input/output pairs and write
     them in circuit-tracer's layout (read by circuit-tracer's load_transcoder_set).
@@ -81,15 +71,15 @@ def train_transcoder(
     """
     from .. import api
     from ..errors import UsageError
-    from ..render.emit import emit, progress
+    from ..render.emit import emit, progress, warn
 
     if collect is None:
         raise UsageError("COLLECT_DIR is missing: tfx train-transcoder COLLECT_DIR --layer I "
                          "-o DIR (a folder written by tfx collect)")
     result = api.train_transcoder(
-        collect, layer=layer, output=output, input_site=input_site, skip=skip, k=k,
-        latents=latents, expansion=expansion, l1=l1, jumprelu=jumprelu, lr=lr,
-        batch_size=batch_size,
-        steps=steps, epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
-        score_tokens=score_tokens, force=force, progress=progress)
+        collect, layer=layer, output=output, input_site=input_site, skip=skip,
+        jumprelu=jumprelu, batch_size=batch_size, seed=seed, score_tokens=score_tokens,
+        force=force, progress=progress, **training)
     emit(result, json=json, precision=precision)
+    if result.not_converged:
+        warn(result.not_converged)

@@ -110,6 +110,20 @@ class Replacement:
         return out if skip is None else out + x @ skip.T
 
 
+def _reader(rep: Replacement, acts: dict, inputs: dict, rows_of):
+    """reader(layer): an edit at that layer's input site that passes the run on unchanged
+    and keeps its rows (`rows_of(x)` (N, D), float32) in `inputs` and their features in
+    `acts`, for the layer's MLP output to be judged or rebuilt from."""
+    def reader(layer):
+        def edit(x):
+            rows = rows_of(x).to(torch.float32)
+            inputs[layer] = rows
+            acts[layer] = rep.features(layer, rows)
+            return x
+        return edit
+    return reader
+
+
 @dataclass(frozen=True)
 class SetEvalTask:
     tc: object  # core.circuits.transcoders.Transcoders, checked against the model
@@ -159,14 +173,7 @@ class SetEvalTask:
         passes it (its input site's rows read, then its MLP output judged)."""
         acts: dict = {}
         inputs: dict = {}
-
-        def read(layer):
-            def edit(x):
-                rows = x[valid].to(torch.float32)
-                inputs[layer] = rows
-                acts[layer] = rep.features(layer, rows)
-                return x
-            return edit
+        read = _reader(rep, acts, inputs, lambda x: x[valid])
 
         def judge(layer):
             def edit(y):
@@ -209,14 +216,7 @@ class SetEvalTask:
         real one)."""
         acts: dict = {}
         inputs: dict = {}
-
-        def read(layer):
-            def edit(x):
-                rows = x.reshape(-1, x.shape[-1]).to(torch.float32)
-                inputs[layer] = rows
-                acts[layer] = rep.features(layer, rows)
-                return x
-            return edit
+        read = _reader(rep, acts, inputs, lambda x: x.reshape(-1, x.shape[-1]))
 
         def put(layer):
             def edit(y):
@@ -299,12 +299,15 @@ def _resumed(loaded, got: dict, block: int, edits) -> torch.Tensor:
                                 head="all")
 
 
-def layerwise_scores(part: LayerwisePartial) -> list[float | None]:
-    """Each set's CE-loss score (None without a denominator)."""
+def layerwise_scores(part: LayerwisePartial) -> list[dict]:
+    """Each set's mean CE clean, zeroed and replaced, and its CE-loss score (None
+    without a denominator, or without positions to predict)."""
     if not part.predicted:
-        return [None] * len(part.losses)
-    clean, ablation, replaced = (part.losses[:, i] / part.predicted for i in range(3))
-    return [_ratio(float(a - r), float(a - c)) for c, a, r in zip(clean, ablation, replaced)]
+        return [dict.fromkeys(("ce_clean", "ce_ablation", "ce_replaced", "ce_loss_score"))
+                for _ in part.losses]
+    return [dict(ce_clean=float(c), ce_ablation=float(a), ce_replaced=float(r),
+                 ce_loss_score=_ratio(float(a - r), float(a - c)))
+            for c, a, r in part.losses / part.predicted]
 
 
 def _layer_scores(part: SetPartial, layer: int) -> dict:

@@ -20,6 +20,29 @@ from .corpus_runs import SPEC_KEYS, recorded_spec  # noqa: F401  (collect writes
 from .windows import Window, batches, chunks
 
 DEFAULT_SCORE_TOKENS = 4096
+# train-transcoder's default shares DEFAULT_SCORE_TOKENS out among the layers it scores
+# (each costs about one more pass over the tokens), down to this floor
+LEAST_LAYER_TOKENS = 512
+# A score whose denominator, the loss zero-ablation adds, is below this share of the
+# clean loss is flagged noisy: a reconstruction typically moves the loss by a few percent
+# of it, as much as that denominator, so the ratio can land far above 1 or below 0.
+NOISY_BELOW = 0.05
+
+
+def default_score_tokens(layers: int) -> int:
+    """train-transcoder's --score-tokens when none is given: DEFAULT_SCORE_TOKENS for one
+    layer, shared out among more (4 layers: 1024), at least LEAST_LAYER_TOKENS; the
+    scoring then costs about as much whatever the layer count."""
+    return max(LEAST_LAYER_TOKENS, DEFAULT_SCORE_TOKENS // max(int(layers), 1))
+
+
+def ablation_delta(ce_clean, ce_ablation) -> tuple[float | None, bool | None]:
+    """(what zero-ablating the site adds to the mean loss, whether a CE-loss score over
+    it is noisy: that delta below NOISY_BELOW of the clean loss)."""
+    if ce_clean is None or ce_ablation is None:
+        return None, None
+    delta = float(ce_ablation) - float(ce_clean)
+    return delta, bool(delta < NOISY_BELOW * abs(float(ce_clean)))
 
 
 def _again(path) -> str:
@@ -137,6 +160,8 @@ def score_sae(loaded, windows: list[Window], sae_dir, ctx: int, batch_size: int 
                  lambda: EvalPartial.empty(opened.d_out, opened.d_sae), ctx, batch_size)
     got = scores(part)
     got["tokens"] = part.tokens
+    got["ce_ablation_delta"], got["noisy"] = ablation_delta(got["ce_clean"],
+                                                            got["ce_ablation"])
     return got
 
 
@@ -154,15 +179,20 @@ def score_set(loaded, windows: list[Window], tc, ctx: int, blocks=None,
 
 
 def score_layers(loaded, windows: list[Window], sets: list, blocks: list[int], ctx: int,
-                 batch_size: int = 8) -> tuple[list[float | None], int]:
+                 batch_size: int = 8) -> tuple[list[dict], int]:
     """Each one-layer set's CE-loss score, its block's MLP alone replaced (the clean run
-    shared), and the tokens run."""
+    shared), with what zero-ablating that MLP adds to the loss and whether the score is
+    noisy (ablation_delta); and the tokens run."""
     from .evaluate_set import LayerwisePartial, LayerwiseTask, layerwise_scores
 
     part = judge(loaded, windows, LayerwiseTask(tuple(sets), tuple(blocks)),
                  lambda: LayerwisePartial(np.zeros((len(sets), 3))), ctx, batch_size)
-    return layerwise_scores(part), part.tokens
+    rows = layerwise_scores(part)
+    for row in rows:
+        row["ce_ablation_delta"], row["noisy"] = ablation_delta(row["ce_clean"],
+                                                                row["ce_ablation"])
+    return rows, part.tokens
 
 
-__all__ = ["score_layers", "DEFAULT_SCORE_TOKENS", "recorded_spec", "model_spec", "check_rebuilt",
+__all__ = ["score_layers", "DEFAULT_SCORE_TOKENS", "default_score_tokens", "ablation_delta", "recorded_spec", "model_spec", "check_rebuilt",
            "score_windows", "judge", "score_sae", "score_set"]

@@ -121,8 +121,13 @@ class TrainSAEResult(Result):
     # eval-sae's CE-loss score of the SAE written (its site replaced) on score_tokens of
     # the collect folder's last tokens; None with --score-tokens 0
     ce_loss_score: float | None = optional()
+    # what zeroing the site adds to the mean loss (the score's denominator), and whether
+    # that is under 5% of the clean loss, which makes the score noisy (it can pass 1)
+    ce_ablation_delta: float | None = optional()
+    ce_loss_score_noisy: bool | None = optional()
     score_tokens: int | None = optional()
     score_note: str | None = optional()  # why the score was left out (the folder's model)
+    not_converged: str | None = optional()  # why training looks unfinished, and the fix
     seconds: float = internal(0.0)  # this run's training time (terminal only: not the same twice)
     tokens_per_s: float | None = internal(None)
 
@@ -206,6 +211,10 @@ class TranscoderLayer:
     steps: int
     epochs: float
     ce_loss_score: float | None = optional()  # this layer's MLP alone replaced
+    # what zeroing this MLP adds to the mean loss, and whether that is under 5% of the
+    # clean loss (the score then noisy: its denominator is small)
+    ce_ablation_delta: float | None = optional()
+    ce_loss_score_noisy: bool | None = optional()
 
 
 @dataclass(kw_only=True)
@@ -238,5 +247,6 @@ class TrainTranscoderResult(Result):
     ce_loss_score: float | None = optional()
     score_tokens: int | None = optional()  # the collect folder's last tokens scored on
     score_note: str | None = optional()  # why the score was left out (the folder's model)
+    not_converged: str | None = optional()  # why training looks unfinished, and the fix
     seconds: float = internal(0.0)
     tokens_per_s: float | None = internal(None)

@@ -142,10 +142,20 @@ def train_sae_view(result, console: Console, opts) -> None:
         held.add_row("CE-loss score", ("—" if result.ce_loss_score is None else
                                        format_number(result.ce_loss_score, p))
                      + f" (the site replaced, on the collect folder's last "
-                       f"{result.score_tokens:,} tokens)")
+                       f"{result.score_tokens:,} tokens)"
+                     + (f"; {noisy_note(result.ce_ablation_delta, 'the site')}"
+                        if result.ce_loss_score_noisy else ""))
     elif result.score_note:
         held.add_row("CE-loss score", f"not measured: {result.score_note}")
     console.print(held)
+
+
+def noisy_note(delta: float, what: str) -> str:
+    """Why a CE-loss score is flagged noisy: its denominator, what zeroing adds to the
+    loss (`delta`: the largest of the flagged), is under 5% of the clean loss."""
+    return (f"noisy: zeroing {what} adds under 5% of the clean loss ({delta:+.4f} nats or "
+            "less), so the score's denominator is small and it can pass 1 or fall below "
+            "0; score on more tokens (--score-tokens) and read it with the FVU")
 
 
 @register("eval-sae")
@@ -255,8 +265,15 @@ def train_transcoder_view(result, console: Console, opts) -> None:
         table.add_row(str(row.layer), num(row.fvu),
                       format_number(row.l0, p), f"{row.dead:,}",
                       f"{format_number(row.loss_first, p)} → {format_number(row.loss_last, p)}",
-                      done, *((num(row.ce_loss_score),) if scored else ()))
+                      done, *((num(row.ce_loss_score) + ("*" if row.ce_loss_score_noisy
+                                                         else ""),) if scored else ()))
     console.print(table)
+    if any(row.ce_loss_score_noisy for row in result.layers):
+        noisy = [row.layer for row in result.layers if row.ce_loss_score_noisy]
+        console.print(Text.assemble(("* ", "dim"), f"layer{'s' if len(noisy) > 1 else ''} "
+                                    f"{', '.join(map(str, noisy))}: " + noisy_note(
+                                        max(row.ce_ablation_delta for row in result.layers
+                                            if row.ce_loss_score_noisy), "the MLP")))
     if scored:
         console.print(Text.assemble(
             ("CE-loss score ", "dim"), f"on the collect folder's last {result.score_tokens:,} "
