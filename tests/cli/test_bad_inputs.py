@@ -1503,6 +1503,11 @@ CASES = [
     Case("allow-inactive-alone", "next --allow-inactive without --set-feature",
          ["next", SENTENCE, *WORDY, "--allow-inactive"], "UsageError",
          "go with --set-feature LAYER:POS:FEATURE=VALUE; add one, or drop them"),
+    # a value within float32 that still overflows what the feature writes names the value
+    Case("set-feature-overflow", "next --set-feature with a value whose decoder row overflows",
+         ["next", SENTENCE, *WORDY, "--transcoders", "tc", "--allow-inactive",
+          "--set-feature", "0:1:2=3e38"], "NonFiniteError",
+         "set a smaller value with --set-feature (now 0:1:2=3e+38)", files=(_transcoders("tc"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

@@ -12,11 +12,12 @@ outside it are dropped. Everything is done through the model's taps (`Tap.edit`)
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from ...errors import RangeError, UsageError
+from ..model import finite
 from .transcoders import Transcoders
 
 
@@ -118,11 +119,17 @@ def intervening(model, ids: list[int], tc: Transcoders,
         release()
         return x
 
+    shown = ", ".join(f"{layer}:{pos}:{feat}={value:g}"
+                      for layer, pos, feat, value in interventions)
+    hint = (finite.hinting(model, f"set a smaller value with --set-feature (now {shown}): "
+                                  "the feature's decoder row times it overflows the "
+                                  "activations") if interventions else nullcontext())
     try:
         for name, fn in edits.items():
             taps[name].edit = fn
         taps["logits"].edit = after_first
-        yield current
+        with hint:
+            yield current
     finally:
         release()
 
