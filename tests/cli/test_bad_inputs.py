@@ -1508,6 +1508,12 @@ CASES = [
          ["next", SENTENCE, *WORDY, "--transcoders", "tc", "--allow-inactive",
           "--set-feature", "0:1:2=3e38"], "NonFiniteError",
          "set a smaller value with --set-feature (now 0:1:2=3e+38)", files=(_transcoders("tc"),)),
+    Case("graph-text-past-context", "graph on a text longer than the context: --truncate "
+         "keeps one token fewer, for the one put first",
+         ["graph", SENTENCE + " again and again", *WORDY, "--context", "6", "--transcoders",
+          "tc"], "InputTextError", "10 with the <start> put first, but the context length "
+         "is 6; shorten it or pass --truncate to keep the last 5 tokens",
+         files=(_transcoders("tc"),)),
 ]
 
 # Rows that need a real process (a closed pipe, a signal): checked in test_pipes.py,

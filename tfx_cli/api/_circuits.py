@@ -81,10 +81,9 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
                          "from the KV cache; drop --no-cache")
     from ..core.analysis.common import encode
     from ..core.circuits.intervene import check_active, intervening, parse_set_feature
-    from ..core.circuits.setup import with_bos
 
     loaded, tc = _transcoders(model_options, transcoders)
-    ids = with_bos(loaded, encode(loaded, _text(text), truncate=truncate), truncate=truncate)
+    ids = encode(loaded, _text(text), truncate=truncate, bos=True)
     changes = parse_set_feature(list(set_feature), n_layers=tc.n_layers, width=tc.width,
                                 n_tokens=len(ids))
     constrained = _layer_range(constrained_layers, tc.n_layers)

@@ -18,13 +18,19 @@ from ..results import InputInfo
 from ..trace import Trace, check_globs, compile_globs
 
 
-def encode(loaded: Loaded, text: str, *, truncate: bool = False) -> list[int]:
+def encode(loaded: Loaded, text: str, *, truncate: bool = False,
+           bos: bool = False) -> list[int]:
+    """The text's ids, within the context (`truncate` keeps the last ones). `bos`: the ids
+    tfx graph runs, a special token first when the text starts with none (with_bos), the
+    context's room counted with it."""
     ids = loaded.tokenizer.encode(text)
     note = loaded.tokenizer.input_note(text)
     if note and loaded.notice is not None:
         loaded.notice(note)
     if not ids:
         raise InputTextError("the text has no tokens; give at least one word")
+    if bos:
+        ids = with_bos(loaded, ids, truncate=truncate)
     limit = loaded.cfg.context_length
     if len(ids) > limit:
         if not truncate:

@@ -16,7 +16,7 @@ from . import graph as G
 from .attribution import attribute
 from .graphfile import strongest_paths
 from .labels import read_labels
-from .setup import check_model, forward, targets, with_bos
+from .setup import check_model, forward, targets
 from .transcoders import read_transcoders
 
 
@@ -55,7 +55,7 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
     named = read_labels(list(labels)) if labels else {}
     cfg = loaded.cfg
     tc = read_transcoders(transcoders, n_layers=cfg.n_layers, d_model=cfg.d_model)
-    ids = with_bos(loaded, encode(loaded, text, truncate=truncate), truncate=truncate)
+    ids = encode(loaded, text, truncate=truncate, bos=True)
     wanted = target_ids(loaded, target)
     started = time.perf_counter()
     with torch.no_grad():
