@@ -357,6 +357,37 @@ def test_an_edit_between_the_samples_rebuilds_the_entry(llama, tmp_path, monkeyp
     assert json.loads((entry / "source.json").read_text())["sha256"] == cache.sha256_file(path)
 
 
+def test_a_read_only_cache_still_serves_and_never_serves_stale(llama, tmp_path,
+                                                                 monkeypatch):
+    """Where the cache cannot be written: a moved file whose content is the same is still
+    read from its entry; a stale entry that cannot be removed is never read."""
+    monkeypatch.setattr(cache, "SAMPLE", 64)
+    _, hf = llama
+    path = tmp_path / "r.gguf"
+    gguf_from_llama(hf, path, qtype="F32")
+    cfg = checkpoint_config(str(path))
+    load_weights(str(path), cfg)
+
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(cache, "_write_json", refuse)
+    monkeypatch.setattr(cache.shutil, "rmtree", lambda *a, **k: None)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    gguf.forget()
+    assert load_state(str(path), cfg)[2]  # same content: the entry serves
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # between the samples: same key, other content
+    path.write_bytes(bytes(data))
+    gguf.forget()
+    assert not load_state(str(path), cfg)[2]
+    edited = load_weights(str(path), cfg)
+    plain = load_weights(str(path), cfg, use_cache=False)
+    for (name, a), (_, b) in zip(edited.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 def test_writing_an_entry_removes_old_format_entries(llama, tmp_path):
     """Entries of an older format are never read again: the next write removes them
     (not a folder another process is still writing)."""

@@ -65,7 +65,8 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _current(folder: Path, source: Path) -> bool:
     """Whether the entry holds this file's content: the recorded size and time match, or
-    the file hashed whole equals the recorded hash (then the new time is recorded)."""
+    the file hashed whole equals the recorded hash (then the new time is recorded, where
+    the cache can be written; a read-only one is simply hashed again next time)."""
     try:
         rec = json.loads((folder / SOURCE).read_text(encoding="utf-8"))
         st = source.stat()
@@ -73,21 +74,27 @@ def _current(folder: Path, source: Path) -> bool:
             return True
         if rec["size"] != st.st_size or rec["sha256"] != sha256_file(source):
             return False
-        _write_json(folder / SOURCE, {**rec, "mtime_ns": st.st_mtime_ns})
-        return True
     except (OSError, ValueError, KeyError, TypeError):
         return False
+    try:
+        _write_json(folder / SOURCE, {**rec, "mtime_ns": st.st_mtime_ns})
+    except OSError:
+        pass
+    return True
 
 
 def cache_dir(ckpt: Checkpoint) -> Path | None:
     """The entry's folder for this file: an entry there is current (one whose content
-    differs is removed, to be rebuilt); None where the file cannot be read."""
+    differs is removed, to be rebuilt); None where the file cannot be read, or where a
+    stale entry cannot be removed (it is never read)."""
     try:
         folder = cache_root() / cache_key(ckpt.path)
     except OSError:
         return None
     if folder.exists() and not _current(folder, ckpt.path):
         shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():
+            return None
     return folder
 
 
