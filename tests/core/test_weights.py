@@ -388,6 +388,15 @@ def test_a_read_only_cache_still_serves_and_never_serves_stale(llama, tmp_path,
         assert torch.equal(a, b), name
 
 
+def _cached(hf, path: Path, **kw):
+    """A GGUF of the tiny Llama at `path`, loaded once: (its config, its cache entry)."""
+    gguf_from_llama(hf, path, **kw)
+    cfg = checkpoint_config(str(path))
+    load_weights(str(path), cfg)
+    [entry] = entries(cache.cache_root())
+    return cfg, entry
+
+
 def _overwrite_middle(path: Path, *, keep_mtime: bool) -> None:
     """Up to 1 MiB in the middle of `path` overwritten in place: same size, other bytes."""
     st = path.stat()
@@ -408,11 +417,8 @@ def test_an_entry_overwritten_in_place_is_rebuilt_never_read(llama, tmp_path, ke
     dequantised file any more: it is rebuilt from the source, never read as if whole."""
     _, hf = llama
     path = tmp_path / "w.gguf"
-    gguf_from_llama(hf, path, qtype="F32")
-    cfg = checkpoint_config(str(path))
+    cfg, entry = _cached(hf, path, qtype="F32")
     plain = load_weights(str(path), cfg, use_cache=False)
-    load_weights(str(path), cfg)
-    [entry] = entries(cache.cache_root())
     _overwrite_middle(entry / "model.safetensors", keep_mtime=keep_mtime)
     gguf.forget()
     assert not load_state(str(path), cfg)[2]
@@ -424,12 +430,8 @@ def test_an_entry_overwritten_in_place_is_rebuilt_never_read(llama, tmp_path, ke
 
 
 def test_an_entry_whose_config_changed_is_rebuilt(llama, tmp_path):
-    _, hf = llama
     path = tmp_path / "c2.gguf"
-    gguf_from_llama(hf, path)
-    cfg = checkpoint_config(str(path))
-    load_weights(str(path), cfg)
-    [entry] = entries(cache.cache_root())
+    cfg, entry = _cached(llama[1], path)
     config = entry / "config.json"
     text = config.read_text()
     edited = text.replace(f'"n_layers": {cfg.n_layers}', f'"n_layers": {cfg.n_layers + 1}')
@@ -443,12 +445,8 @@ def test_an_unchanged_entry_is_read_without_hashing_and_a_touched_one_once(
         llama, tmp_path, monkeypatch):
     """The check costs three stat calls on an entry nobody touched; an entry whose times
     moved with the same content is hashed once, then its new times are recorded."""
-    _, hf = llama
     path = tmp_path / "t.gguf"
-    gguf_from_llama(hf, path)
-    cfg = checkpoint_config(str(path))
-    load_weights(str(path), cfg)
-    [entry] = entries(cache.cache_root())
+    cfg, entry = _cached(llama[1], path)
     hashed = []
     real = cache.sha256_file
     monkeypatch.setattr(cache, "_HASHED", {})  # a new process: nothing hashed yet
@@ -466,12 +464,8 @@ def test_an_unchanged_entry_is_read_without_hashing_and_a_touched_one_once(
 
 def test_an_entry_written_before_its_files_were_stamped_is_rebuilt(llama, tmp_path):
     """Nothing says such an entry is whole: it is written again once, with its stamps."""
-    _, hf = llama
     path = tmp_path / "o.gguf"
-    gguf_from_llama(hf, path)
-    cfg = checkpoint_config(str(path))
-    load_weights(str(path), cfg)
-    [entry] = entries(cache.cache_root())
+    cfg, entry = _cached(llama[1], path)
     recorded = json.loads((entry / "source.json").read_text())
     del recorded["entry"]
     (entry / "source.json").write_text(json.dumps(recorded))
