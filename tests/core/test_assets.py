@@ -210,15 +210,20 @@ def test_parts_of_other_content_at_new_paths_are_joined_again(site, tmp_path, mo
     assert stamp["parts"][3]["sha256"] == hashlib.sha256(b"y" * 3000).hexdigest()
 
 
-def test_a_stamp_of_the_format_before_joins_once_more(site, monkeypatch):
-    """A stamp without the parts' hashes cannot say the parts are the joined ones."""
+@pytest.mark.parametrize("old", ["format-1", "no-part-hash"])
+def test_a_stamp_without_the_parts_hashes_joins_once_more(site, monkeypatch, old):
+    """A stamp without the parts' hashes (the format before, or one edited by hand)
+    cannot say the parts are the joined ones."""
     whole = fake_qwen(site)
     path = gguf_path(QWEN)
     stamp_path = path.parent / (path.name + ".json")
     stamp = assets._read_stamp(stamp_path)
-    stamp_path.write_text(__import__("json").dumps(
-        {**stamp, "format": 1, "parts": [[p["path"], p["size"], p["mtime_ns"]]
-                                         for p in stamp["parts"]]}))
+    if old == "format-1":
+        stamp = {**stamp, "format": 1, "parts": [[p["path"], p["size"], p["mtime_ns"]]
+                                                  for p in stamp["parts"]]}
+    else:
+        stamp["parts"][2].pop("sha256")
+    stamp_path.write_text(__import__("json").dumps(stamp))
     joined = []
     real = assets._join
     monkeypatch.setattr(assets, "_join", lambda *a: joined.append(1) or real(*a))

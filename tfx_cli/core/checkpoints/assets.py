@@ -158,7 +158,8 @@ def _same_parts(recorded, seen: list[dict], asset: Asset, update: Callable) -> l
         return None
     out = []
     for i, (was, now) in enumerate(zip(recorded, seen)):
-        if not isinstance(was, dict) or was.get("size") != now["size"]:
+        if not isinstance(was, dict) or was.get("size") != now["size"] \
+                or not isinstance(was.get("sha256"), str):
             return None
         if any(was.get(k) != now[k] for k in now):
             text = f"checking part {i + 1} of {len(seen)} of {asset.alias}"

@@ -189,7 +189,7 @@ def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
     return out
 
 
-def writes(tc: Transcoders, layer: int) -> list[int]:
+def _writes(tc: Transcoders, layer: int) -> list[int]:
     """The layers whose FFN output a feature of `layer` writes: its own, and every later
     one a cross-layer transcoder decodes into."""
     return [t for t in range(layer, tc.n_layers) if tc.decoder(layer, t) is not None]
@@ -202,7 +202,7 @@ def check_reach(tc: Transcoders, changes: list[tuple[int, int, int, float]],
     if constrained is None:
         return
     for text, (layer, _pos, feat, _value) in zip(texts, changes):
-        reach = writes(tc, layer)
+        reach = _writes(tc, layer)
         if not set(reach) & set(constrained):
             where = f"layer {layer}" if reach == [layer] else \
                 f"layers {reach[0]} to {reach[-1]}"
