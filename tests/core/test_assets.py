@@ -193,7 +193,7 @@ def test_the_same_parts_at_new_paths_are_checked_not_joined_again(site, tmp_path
     assert path.stat().st_mtime_ns == before and path.read_bytes() == whole
     assert any(text and "checking part 1 of 6" in text for _, text in events)
     stamp = assets._read_stamp(path.parent / (path.name + ".json"))
-    assert [Path(p["path"]).parents[2] for p in stamp["parts"]] == [again] * 6
+    assert [Path(p[0]).parents[2] for p in stamp["parts"]] == [again] * 6
     monkeypatch.setattr(assets, "_sha256", refuse)
     assert gguf_path(QWEN) == path  # the new paths are remembered: nothing read
 
@@ -207,28 +207,33 @@ def test_parts_of_other_content_at_new_paths_are_joined_again(site, tmp_path, mo
     part.write_bytes(b"y" * 3000)  # same size, other content
     assert gguf_path(QWEN).read_bytes()[9000:12000] == b"y" * 3000
     stamp = assets._read_stamp(path.parent / (path.name + ".json"))
-    assert stamp["parts"][3]["sha256"] == hashlib.sha256(b"y" * 3000).hexdigest()
+    assert stamp["parts_sha256"][3] == hashlib.sha256(b"y" * 3000).hexdigest()
 
 
-@pytest.mark.parametrize("old", ["format-1", "no-part-hash"])
-def test_a_stamp_without_the_parts_hashes_joins_once_more(site, monkeypatch, old):
-    """A stamp without the parts' hashes (the format before, or one edited by hand)
-    cannot say the parts are the joined ones."""
+@pytest.mark.parametrize("damaged", [False, True], ids=["older-tfx", "damaged"])
+def test_a_stamp_without_the_parts_hashes(site, tmp_path, monkeypatch, damaged):
+    """A stamp an older tfx wrote (or one whose hashes are damaged) still serves the joined
+    file while the parts stay where they were, so two versions sharing a cache do not
+    join it in turn; parts at new paths cannot be compared with it, and are joined again,
+    recording their hashes."""
     whole = fake_qwen(site)
     path = gguf_path(QWEN)
     stamp_path = path.parent / (path.name + ".json")
     stamp = assets._read_stamp(stamp_path)
-    if old == "format-1":
-        stamp = {**stamp, "format": 1, "parts": [[p["path"], p["size"], p["mtime_ns"]]
-                                                  for p in stamp["parts"]]}
+    if damaged:
+        stamp["parts_sha256"][2] = None
     else:
-        stamp["parts"][2].pop("sha256")
+        del stamp["parts_sha256"]
     stamp_path.write_text(__import__("json").dumps(stamp))
     joined = []
     real = assets._join
     monkeypatch.setattr(assets, "_join", lambda *a: joined.append(1) or real(*a))
+    assert gguf_path(QWEN) == path and joined == []
+    if not damaged:
+        assert assets._read_stamp(stamp_path) == stamp  # left as the older tfx wrote it
+    fake_qwen(_new_environment(tmp_path, monkeypatch, "site2"))
     assert gguf_path(QWEN).read_bytes() == whole and joined == [1]
-    assert assets._read_stamp(stamp_path)["format"] == assets.STAMP_FORMAT
+    assert len(assets._read_stamp(stamp_path)["parts_sha256"]) == 6
 
 
 def test_an_interrupted_join_leaves_no_file(site, monkeypatch):

