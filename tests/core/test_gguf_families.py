@@ -16,6 +16,7 @@ import shutil
 import pytest
 import torch
 from checkpoint_makers import gguf_from_hf, gguf_parsed_once, need
+from ranks import assert_ranked
 
 IDS = [5, 17, 99, 3, 250, 42, 7, 7, 123, 201, 64, 33]
 
@@ -166,7 +167,7 @@ def test_real_gguf_logits_match_transformers_gguf_load(real):
         want = hf(x).logits[0]
         got = model(x)[0]
     top = want[-1].topk(10).indices
-    assert got[-1].topk(10).indices.tolist() == top.tolist(), alias
+    assert_ranked(got[-1].topk(10).indices.tolist(), want[-1], 1e-4, alias)
     assert (got[-1, top] - want[-1, top]).abs().max() <= 1e-4, alias
     assert (got - want).abs().max() <= 1e-3, alias  # every position and token
     with torch.inference_mode():

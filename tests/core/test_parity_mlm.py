@@ -16,6 +16,7 @@ import pytest
 import torch
 from checkpoint_makers import need
 from parity import bound
+from ranks import assert_ranked
 
 pytestmark = pytest.mark.slow
 IDS = [256, 5, 17, 99, 258, 250, 42, 7, 7, 123, 201, 257]  # [CLS] ... [MASK] ... [SEP]
@@ -225,10 +226,9 @@ def test_fill_mask_is_transformers_softmax_at_the_mask(name, tmp_path):
     with torch.inference_mode():
         probs = hf(torch.tensor([ids])).logits[0].double().softmax(-1)
     for m in out["masks"]:
-        top = probs[m["position"]].topk(3)
-        assert [c["id"] for c in m["candidates"]] == top.indices.tolist()
-        assert max(abs(c["prob"] - p) for c, p in zip(m["candidates"], top.values.tolist())) \
-            <= 1e-5
+        row = probs[m["position"]]
+        assert_ranked([c["id"] for c in m["candidates"]], row, 1e-5)
+        assert max(abs(c["prob"] - float(row[c["id"]])) for c in m["candidates"]) <= 1e-5
     assert out["position"] == 3 and out["candidates"] == out["masks"][0]["candidates"]
     lens = CliRunner().invoke(app, ["lens", text, "-w", str(path), "--json"],
                               env={"TFX_QUIET": "1"})

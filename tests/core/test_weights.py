@@ -388,6 +388,93 @@ def test_a_read_only_cache_still_serves_and_never_serves_stale(llama, tmp_path,
         assert torch.equal(a, b), name
 
 
+def _cached(hf, path: Path, **kw):
+    """A GGUF of the tiny Llama at `path`, loaded once: (its config, its cache entry)."""
+    gguf_from_llama(hf, path, **kw)
+    cfg = checkpoint_config(str(path))
+    load_weights(str(path), cfg)
+    [entry] = entries(cache.cache_root())
+    return cfg, entry
+
+
+def _overwrite_middle(path: Path, *, keep_mtime: bool) -> None:
+    """Up to 1 MiB in the middle of `path` overwritten in place: same size, other bytes."""
+    st = path.stat()
+    size = min(1 << 20, st.st_size // 4)
+    with open(path, "r+b") as fh:
+        fh.seek((st.st_size - size) // 2)
+        old = fh.read(size)
+        fh.seek((st.st_size - size) // 2)
+        fh.write(bytes(b ^ 0x5A for b in old))
+    assert path.stat().st_size == st.st_size
+    if keep_mtime:  # as a copy that restores modification times would leave it
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True], ids=["new-mtime", "mtime-restored"])
+def test_an_entry_overwritten_in_place_is_rebuilt_never_read(llama, tmp_path, keep_mtime):
+    """An entry whose own tensors changed after they were written (same size) is not the
+    dequantised file any more: it is rebuilt from the source, never read as if whole."""
+    _, hf = llama
+    path = tmp_path / "w.gguf"
+    cfg, entry = _cached(hf, path, qtype="F32")
+    plain = load_weights(str(path), cfg, use_cache=False)
+    _overwrite_middle(entry / "model.safetensors", keep_mtime=keep_mtime)
+    gguf.forget()
+    assert not load_state(str(path), cfg)[2]
+    again = load_weights(str(path), cfg)
+    for (name, a), (_, b) in zip(plain.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    gguf.forget()
+    assert load_state(str(path), cfg)[2]  # the rebuilt entry serves again
+
+
+def test_an_entry_whose_config_changed_is_rebuilt(llama, tmp_path):
+    path = tmp_path / "c2.gguf"
+    cfg, entry = _cached(llama[1], path)
+    config = entry / "config.json"
+    text = config.read_text()
+    edited = text.replace(f'"n_layers": {cfg.n_layers}', f'"n_layers": {cfg.n_layers + 1}')
+    assert edited != text and len(edited) == len(text)
+    config.write_text(edited)
+    gguf.forget()
+    assert checkpoint_config(str(path)) == cfg
+
+
+def test_an_unchanged_entry_is_read_without_hashing_and_a_touched_one_once(
+        llama, tmp_path, monkeypatch):
+    """The check costs three stat calls on an entry nobody touched; an entry whose times
+    moved with the same content is hashed once, then its new times are recorded."""
+    path = tmp_path / "t.gguf"
+    cfg, entry = _cached(llama[1], path)
+    hashed = []
+    real = cache.sha256_file
+    monkeypatch.setattr(cache, "_HASHED", {})  # a new process: nothing hashed yet
+    monkeypatch.setattr(cache, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    gguf.forget()
+    assert load_state(str(path), cfg)[2] and hashed == []
+    st = (entry / "model.safetensors").stat()
+    os.utime(entry / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    gguf.forget()
+    assert load_state(str(path), cfg)[2] and hashed == ["model.safetensors"]
+    monkeypatch.setattr(cache, "_HASHED", {})
+    gguf.forget()
+    assert load_state(str(path), cfg)[2] and hashed == ["model.safetensors"]
+
+
+def test_an_entry_written_before_its_files_were_stamped_is_rebuilt(llama, tmp_path):
+    """Nothing says such an entry is whole: it is written again once, with its stamps."""
+    path = tmp_path / "o.gguf"
+    cfg, entry = _cached(llama[1], path)
+    recorded = json.loads((entry / "source.json").read_text())
+    del recorded["entry"]
+    (entry / "source.json").write_text(json.dumps(recorded))
+    gguf.forget()
+    assert not load_state(str(path), cfg)[2]
+    load_weights(str(path), cfg)
+    assert "entry" in json.loads((entry / "source.json").read_text())
+
+
 def test_writing_an_entry_removes_old_format_entries(llama, tmp_path):
     """Entries of an older format are never read again: the next write removes them
     (not a folder another process is still writing)."""

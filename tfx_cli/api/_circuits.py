@@ -2,6 +2,7 @@
 api.open_graph: one read back from its graph.json."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -59,9 +60,11 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
     circuit-tracer's feature_intervention; positions are the graph's: they count the ids
     `tfx graph` runs (with_bos: a special token first when the text starts with none),
     which next and generate run too when given `transcoders`; a feature not active at its
-    position (in the plain run) is refused unless `allow_inactive`. A null context when
-    nothing is set (with `transcoders` alone: the set is read and checked, the run is the
-    graph's plain one)."""
+    position (in the plain run) is refused unless `allow_inactive`, one named twice or
+    one `constrained_layers` drops is refused. It yields record(result), which adds each
+    intervention, with the activation its value replaced, to result.interventions (the
+    result unchanged when nothing is set; with `transcoders` alone the set is read and
+    checked, the run is the graph's plain one)."""
     from contextlib import nullcontext
 
     from ..errors import UsageError
@@ -72,7 +75,7 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
                              "--set-feature LAYER:POS:FEATURE=VALUE; add one, or drop them")
         if transcoders is not None:  # the graph's plain run: its model and set checked
             _transcoders(model_options, transcoders)
-        return nullcontext()
+        return nullcontext(lambda result: result)
     if transcoders is None:
         raise UsageError("--set-feature needs --transcoders DIR (the transcoders whose "
                          "features it sets)")
@@ -80,17 +83,40 @@ def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,
         raise UsageError("--set-feature changes the prompt's pass, which later steps read "
                          "from the KV cache; drop --no-cache")
     from ..core.analysis.common import encode
-    from ..core.circuits.intervene import check_active, intervening, parse_set_feature
+    from ..core.circuits.intervene import (check_active, check_reach, intervening,
+                                           parse_set_feature)
 
     loaded, tc = _transcoders(model_options, transcoders)
     ids = encode(loaded, _text(text), truncate=truncate, bos=True)
-    changes = parse_set_feature(list(set_feature), n_layers=tc.n_layers, width=tc.width,
+    texts = [str(x) for x in set_feature]
+    changes = parse_set_feature(texts, n_layers=tc.n_layers, width=tc.width,
                                 n_tokens=len(ids))
     constrained = _layer_range(constrained_layers, tc.n_layers)
+    check_reach(tc, changes, texts, constrained)
     if not allow_inactive:
-        check_active(loaded.model, ids, tc, changes, list(set_feature))
-    return intervening(loaded.model, ids, tc, changes, freeze_attention=freeze_attention,
-                       constrained=constrained)
+        check_active(loaded.model, ids, tc, changes, texts)
+    return _recorded(intervening(loaded.model, ids, tc, changes,
+                                 freeze_attention=freeze_attention, constrained=constrained),
+                     changes, texts, str(transcoders))
+
+
+@contextmanager
+def _recorded(context, changes: list, texts: list[str], transcoders: str):
+    """`context` entered; yields record(result), which appends one Intervention per
+    --set-feature (its layer, position, feature, value and the activation it replaced)
+    to result.interventions, after the command's own (--ablate, --steer)."""
+    from ..core.results.interventions import Intervention
+
+    with context as run:
+        def record(result):
+            done = [Intervention(kind="set", site=text, name=f"blocks.{layer}.ffn.out",
+                                 position=pos, layer=layer, feature=feat, value=value,
+                                 activation=run.replaced.get((layer, pos, feat)),
+                                 transcoders=transcoders)
+                    for text, (layer, pos, feat, value) in zip(texts, changes)]
+            result.interventions = [*(result.interventions or []), *done]
+            return result
+        yield record
 
 
 def _transcoders(model_options: dict, transcoders):

@@ -285,12 +285,12 @@ def generate(prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
     with feature_edits(model, prompt, transcoders=transcoders, set_feature=set_feature,
                        freeze_attention=freeze_attention,
                        constrained_layers=constrained_layers, truncate=truncate,
-                       no_cache=no_cache, allow_inactive=allow_inactive):
-        return _model(model).generate(
+                       no_cache=no_cache, allow_inactive=allow_inactive) as record:
+        return record(_model(model).generate(
             prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
             top_p=top_p, stop=stop, candidates=candidates, no_cache=no_cache,
             select=select, truncate=truncate, ignore_eos=ignore_eos, on_text=on_text,
-            target=target, bos=transcoders is not None, **edits)
+            target=target, bos=transcoders is not None, **edits))
 
 
 @checked
@@ -323,10 +323,11 @@ def next(text: str, *, temperature: float = 1.0, top_k: int | None = None,  # no
     with feature_edits(model, text, transcoders=transcoders, set_feature=set_feature,
                        freeze_attention=freeze_attention,
                        constrained_layers=constrained_layers, truncate=truncate,
-                       allow_inactive=allow_inactive):
-        return _model(model).next(text, temperature=temperature, top_k=top_k, top_p=top_p,
-                                  candidates=candidates, truncate=truncate, target=target,
-                                  bos=transcoders is not None, **edits)
+                       allow_inactive=allow_inactive) as record:
+        return record(_model(model).next(text, temperature=temperature, top_k=top_k,
+                                         top_p=top_p, candidates=candidates,
+                                         truncate=truncate, target=target,
+                                         bos=transcoders is not None, **edits))
 
 
 @checked

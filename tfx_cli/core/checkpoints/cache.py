@@ -4,11 +4,14 @@ $XDG_CACHE_HOME/tfx/weights (default ~/.cache/tfx/weights), one entry per file c
 An entry's name comes from the file's size and the SHA-256 of eight 256 KiB samples spread
 over it, never from its path or modification time: the same model installed again (a new
 virtual environment, a copy elsewhere) finds its entry instead of adding gigabytes beside
-it. Each entry records the source's size, modification time and full SHA-256
-(`source.json`); a file whose time changed is hashed whole once and the entry is used only
-if the content is the same (an edit between the samples rebuilds it). Entries are written
-to a temporary folder and renamed into place, so a crash leaves no half entry; writing one
-also removes entries an older cache format left behind, which nothing reads any more."""
+it. Each entry records (`source.json`) its source's size, modification time and full
+SHA-256, and its own files' (model.safetensors, config.json) size, modification and change
+times and full SHA-256. An entry is read only while both hold what they held when it was
+written: a file whose times changed is hashed whole once and kept only if its content is
+the recorded one (an edit between the samples, or one inside the entry, rebuilds it).
+Entries are written to a temporary folder and renamed into place, so a crash leaves no
+half entry; writing one also removes entries an older cache format left behind, which
+nothing reads any more."""
 from __future__ import annotations
 
 import hashlib
@@ -50,10 +53,28 @@ def cache_key(path: Path) -> str:
     return h.hexdigest()[:32]
 
 
-def _stamp(path: Path, digest: str | None = None) -> dict:
+ENTRY_FILES = ("model.safetensors", "config.json")  # what an entry holds, stamped
+_HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> SHA-256, this process
+
+
+def _sha256(path: Path, st: os.stat_result) -> str:
+    """The file's SHA-256, read whole once per process for one state of the file (a cache
+    that cannot record a new time would otherwise hash it at every look)."""
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _HASHED:
+        _HASHED[key] = sha256_file(path)
+    return _HASHED[key]
+
+
+def _stamp(path: Path) -> dict:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "sha256": digest or sha256_file(path)}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(path, st)}
+
+
+def _entry_stamp(path: Path) -> dict:
+    """An entry's own file: its change time too, which no tool that restores a
+    modification time can set back (an edit in place always moves it)."""
+    return {**_stamp(path), "ctime_ns": path.stat().st_ctime_ns}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -63,23 +84,42 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _holds(path: Path, stamp: dict, times: tuple[str, ...]) -> bool | None:
+    """Whether `path` holds what `stamp` records: True when its size and `times` are the
+    recorded ones (nothing read); None when they moved but the whole file hashes to the
+    recorded SHA-256 (the stamp then takes the new times); False otherwise."""
+    st = path.stat()
+    now = {"size": st.st_size, **{t: getattr(st, "st_" + t) for t in times}}
+    if all(stamp[k] == v for k, v in now.items()):
+        return True
+    if stamp["size"] != st.st_size or stamp["sha256"] != _sha256(path, st):
+        return False
+    stamp.update(now)
+    return None
+
+
 def _current(folder: Path, source: Path) -> bool:
-    """Whether the entry holds this file's content: the recorded size and time match, or
-    the file hashed whole equals the recorded hash (then the new time is recorded, where
-    the cache can be written; a read-only one is simply hashed again next time)."""
+    """Whether the entry is whole and holds this file's content: the source and each of the
+    entry's own files as recorded (see _holds). New times of the same content are
+    recorded where the cache can be written; a read-only one hashes them again in the
+    next process. An entry without its own files' stamps (written before they were
+    recorded) is not known to be whole, and is rebuilt."""
     try:
         rec = json.loads((folder / SOURCE).read_text(encoding="utf-8"))
-        st = source.stat()
-        if (rec["size"], rec["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
-            return True
-        if rec["size"] != st.st_size or rec["sha256"] != sha256_file(source):
-            return False
-    except (OSError, ValueError, KeyError, TypeError):
+        seen = [_holds(source, rec, ("mtime_ns",))]
+        for name in ENTRY_FILES:
+            seen.append(_holds(folder / name, rec["entry"][name], ("mtime_ns", "ctime_ns")))
+            if seen[-1] is False:
+                break
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    try:
-        _write_json(folder / SOURCE, {**rec, "mtime_ns": st.st_mtime_ns})
-    except OSError:
-        pass
+    if False in seen:
+        return False
+    if None in seen:
+        try:
+            _write_json(folder / SOURCE, rec)
+        except OSError:
+            pass
     return True
 
 
@@ -157,7 +197,8 @@ def cache_writer(folder: Path | None, plan, cfg: ModelConfig, source: Path):
         yield sink
         if writer is not None and writer.close():
             (tmp / "config.json").write_text(json.dumps(replace(cfg, name="cached").to_dict()))
-            _write_json(tmp / SOURCE, _stamp(source))
+            entry = {name: _entry_stamp(tmp / name) for name in ENTRY_FILES}
+            _write_json(tmp / SOURCE, {**_stamp(source), "entry": entry})
             prune_old_formats(folder.parent)
             os.rename(tmp, folder)  # atomic; fails if another process got there first
     except OSError:

@@ -8,11 +8,14 @@ run's. With `constrained` (a range of layers) the FFN outputs of those layers ar
 plain run's too (plus the interventions, whose deltas are then taken from the plain
 run's activations; a transcoder's skip connection still sees the changed input), every
 norm's divisor is frozen when the range covers every layer, and interventions on layers
-outside it are dropped. Everything is done through the model's taps (`Tap.edit`)."""
+outside it are dropped (a command refuses such an intervention: `check_reach`). Each run
+records the activation every intervention replaced (`Intervened.replaced`). Everything
+is done through the model's taps (`Tap.edit`)."""
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,6 +48,16 @@ def _acts(tc: Transcoders, layer: int, x: torch.Tensor) -> torch.Tensor:
     return acts
 
 
+@dataclass
+class Intervened:
+    """What a run with interventions saw: each layer's transcoder activations (L entries,
+    filled as the pass goes) and, for each (layer, position, feature) set, the activation
+    its value replaced (the run's own, or the plain run's under `constrained`)."""
+
+    acts: list
+    replaced: dict = field(default_factory=dict)
+
+
 def feature_intervention(model, ids: list[int], tc: Transcoders,
                          interventions: list[tuple[int, int, int, float]], *,
                          freeze_attention: bool = True,
@@ -52,9 +65,9 @@ def feature_intervention(model, ids: list[int], tc: Transcoders,
     """(logits (T, V), the transcoders' activations (L, T, F)) of the run with the
     interventions made."""
     with intervening(model, ids, tc, interventions, freeze_attention=freeze_attention,
-                     constrained=constrained) as current, torch.inference_mode():
+                     constrained=constrained) as run, torch.inference_mode():
         logits = model(torch.tensor([ids]))[0]
-    return logits.float(), torch.stack(current)
+    return logits.float(), torch.stack(run.acts)
 
 
 @contextmanager
@@ -63,7 +76,7 @@ def intervening(model, ids: list[int], tc: Transcoders,
                 freeze_attention: bool = True, constrained: range | None = None):
     """The interventions made on the next forward pass over `ids` (a command's own run:
     next's, generate's first step); the taps are left as they were after it. Yields the
-    list the run fills with each layer's transcoder activations."""
+    Intervened record the run fills."""
     L, T = len(model.blocks), len(ids)
     frozen = (freeze_attention or constrained is not None) and bool(interventions)
     plain = _record_plain(model, ids, tc) if frozen else None
@@ -71,7 +84,8 @@ def intervening(model, ids: list[int], tc: Transcoders,
     for layer, pos, feat, value in interventions:
         by_layer.setdefault(layer, []).append((pos, feat, value))
     deltas = torch.zeros(L, T, tc.d_model)
-    current: list = [None] * L
+    run = Intervened([None] * L)
+    current = run.acts
     inputs: list = [None] * L
     in_range = constrained if constrained is not None else range(L)
     edits: dict[str, object] = {}
@@ -94,7 +108,7 @@ def intervening(model, ids: list[int], tc: Transcoders,
             if layer in by_layer:
                 base = _acts(tc, layer, plain[f"blocks.{layer}.{tc.site}"]) \
                     if constrained is not None else current[layer]
-                _add_deltas(tc, deltas, layer, by_layer[layer], base)
+                _add_deltas(tc, deltas, layer, by_layer[layer], base, run.replaced)
             if layer in in_range:
                 x = x + deltas[layer].to(x.dtype)
             deltas[layer].zero_()
@@ -129,7 +143,7 @@ def intervening(model, ids: list[int], tc: Transcoders,
             taps[name].edit = fn
         taps["logits"].edit = after_first
         with hint:
-            yield current
+            yield run
     finally:
         release()
 
@@ -140,8 +154,9 @@ FLOAT32_MAX = 3.4028234663852886e38
 def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
                       n_tokens: int) -> list[tuple[int, int, int, float]]:
     """--set-feature LAYER:POS:FEATURE=VALUE, each checked against the model and the
-    transcoders."""
-    out = []
+    transcoders; a feature named twice is refused (each copy would add its change)."""
+    out: list[tuple[int, int, int, float]] = []
+    given: dict[tuple[int, int, int], str] = {}
     for text in texts:
         where, eq, value = str(text).partition("=")
         parts = where.split(":")
@@ -164,8 +179,39 @@ def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
             if not 0 <= got < n:
                 raise RangeError(f"--set-feature {text}: {name} {got} is out of range "
                                  f"(0 to {n - 1})")
+        if (layer, pos, feat) in given:
+            raise UsageError(f"--set-feature {text} sets feature {feat} of layer {layer} at "
+                             f"position {pos} again (also --set-feature "
+                             f"{given[layer, pos, feat]}); give each feature once, with the "
+                             "value it should take")
+        given[layer, pos, feat] = text
         out.append((layer, pos, feat, number))
     return out
+
+
+def _writes(tc: Transcoders, layer: int) -> list[int]:
+    """The layers whose FFN output a feature of `layer` writes: its own, and every later
+    one a cross-layer transcoder decodes into."""
+    return [t for t in range(layer, tc.n_layers) if tc.decoder(layer, t) is not None]
+
+
+def check_reach(tc: Transcoders, changes: list[tuple[int, int, int, float]],
+                texts: list[str], constrained: range | None) -> None:
+    """Refuse an intervention `constrained` drops whole: one whose feature writes no layer
+    in the range (its change would be computed and thrown away)."""
+    if constrained is None:
+        return
+    for text, (layer, _pos, feat, _value) in zip(texts, changes):
+        reach = _writes(tc, layer)
+        if not set(reach) & set(constrained):
+            where = f"layer {layer}" if reach == [layer] else \
+                f"layers {reach[0]} to {reach[-1]}"
+            span = f"{constrained.start}:{constrained.stop}"
+            wide = f"{min(constrained.start, layer)}:{max(constrained.stop, layer + 1)}"
+            raise UsageError(f"--set-feature {text} cannot take effect: feature {feat} of "
+                             f"layer {layer} writes {where}, outside --constrained-layers "
+                             f"{span}, which drops it; widen the range (e.g. "
+                             f"--constrained-layers {wide}) or drop the feature")
 
 
 def check_active(model, ids: list[int], tc: Transcoders,
@@ -197,10 +243,11 @@ def _fixed(value: torch.Tensor):
 
 
 def _add_deltas(tc: Transcoders, deltas: torch.Tensor, layer: int, changes: list,
-                base: torch.Tensor) -> None:
+                base: torch.Tensor, replaced: dict) -> None:
     """value − base activation, times the feature's decoder rows, into the layers it
-    writes."""
+    writes; the base activation recorded in `replaced`."""
     for pos, feat, value in changes:
+        replaced[layer, pos, feat] = float(base[pos, feat])
         change = float(value) - float(base[pos, feat])
         if change == 0:
             continue

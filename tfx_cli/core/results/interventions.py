@@ -11,9 +11,10 @@ from . import InputInfo, Result, optional
 
 @dataclass
 class Intervention:
-    """One change made to a run: an ablation or a steering vector, at one site."""
+    """One change made to a run: an ablation, a steering vector or a transcoder feature
+    set, at one site."""
 
-    kind: str  # "ablate" or "steer"
+    kind: str  # "ablate", "steer" or "set"
     site: str  # as given: blocks.0.attn.context:h=1
     name: str  # the trace name it edits (blocks.{i}.resid_pre is blocks.{i-1}.resid_out)
     head: int | None = None
@@ -29,6 +30,13 @@ class Intervention:
     # SAE's folder and the feature's index; `name` is the site the SAE reconstructs
     sae: str | None = optional()
     feature: int | None = optional()
+    # a transcoder feature set (--set-feature LAYER:POS:FEATURE=VALUE with --transcoders
+    # DIR, kind "set"): the set's folder, the feature's layer, the value it was given and
+    # the activation that value replaced at `position`; `name` is the FFN output it writes
+    transcoders: str | None = optional()
+    layer: int | None = optional()
+    value: float | None = optional()
+    activation: float | None = optional()
 
 
 @dataclass
