@@ -224,7 +224,7 @@ def _parity():
 
 def families() -> str:
     """The family registry as a table, with each family's parity bound."""
-    from tfx_cli.core.checkpoints.families import FAMILIES, registry
+    from tfx_cli.core.checkpoints.families import FAMILIES
 
     parity = _parity()
     untested = [name for name in FAMILIES if name not in parity.TESTS]
@@ -246,10 +246,8 @@ def families() -> str:
         if family.headless:
             archs += " (without a head: " + ", ".join(_code(a) for a in family.headless) + ")"
         bound, test = parity.of_family(family.name)
-        stack = ("decoder" if family.causal else "encoder"
-                 if family.token_tables is registry._no_tables else "encoder–decoder")
         out.append(f"| {family.name} | {archs} | "
-                   f"{', '.join(_code(t) for t in family.model_types)} | {stack} | "
+                   f"{', '.join(_code(t) for t in family.model_types)} | {family.stack} | "
                    f"≤ {_bound(bound)} | `{test}` |")
     return "\n".join(out) + "\n"
 

@@ -7,7 +7,9 @@ the commands from tfx_cli/registry.py without loading any of them.
 import difflib
 import importlib
 import os
+import re
 import sys
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -75,13 +77,43 @@ def _take_debug(args: list) -> list:
     return args
 
 
+_EMPHASIS = re.compile(r"[\\*_]")  # what markdown would read as emphasis (or an escape)
+_CODE = re.compile(r"`[^`\n]*`")
+
+
+def _as_written(text: str) -> str:
+    """Help text that Rich's markdown shows as it is written: outside `code` spans, a
+    `*` or `_` (blocks.*.ln2.out, W_enc, sae_weights.safetensors) is escaped, so no pair
+    of them turns into emphasis and vanishes."""
+    out, last = [], 0
+    for span in _CODE.finditer(text):
+        out += [_EMPHASIS.sub(r"\\\g<0>", text[last:span.start()]), span.group()]
+        last = span.end()
+    return "".join(out) + _EMPHASIS.sub(r"\\\g<0>", text[last:])
+
+
+@contextmanager
+def _shown_as_written(command):
+    """The command's and its parameters' help escaped while --help is drawn (the texts
+    themselves stay as declared: the site's reference reads them too)."""
+    held = [(o, o.help) for o in (command, *command.params) if getattr(o, "help", None)]
+    for owner, text in held:
+        owner.help = _as_written(text)
+    try:
+        yield
+    finally:
+        for owner, text in held:
+            owner.help = text
+
+
 class TfxCommand(TyperCommand):
     def format_help(self, ctx, formatter):
         # Rich answers a reader that closed the pipe (`tfx attend --help | head -3`) by
         # pointing stdout at /dev/null and exiting 1; a reader that has seen enough is no
         # failure, so that exit becomes 0, as everywhere else in tfx.
         try:
-            return super().format_help(ctx, formatter)
+            with _shown_as_written(self):
+                return super().format_help(ctx, formatter)
         except SystemExit as exc:
             if exc.code == 1 and _stdout_is_devnull():
                 sys.exit(0)

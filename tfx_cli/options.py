@@ -1,25 +1,26 @@
-"""The command line's options: Typer types built from the one table of declarations
-(tfx_cli/option_table.py), and `@command`, which gives a command whole groups of them.
+"""The command line's options: Typer parameters built from the one table of declarations
+(tfx_cli/option_table.py), by `@command`.
 
-    @command("edits", "display", "model")
-    def lens(text: TextArg = None, truncate: TruncateOpt = False, *, edits, display,
-             model, encoding):
-        emit(api.lens(read_text(text, encoding=encoding), truncate=truncate, **edits,
-                      **model), **display)
+    @command("truncate", "edits", "display", "model")
+    def lens(*, text, target, truncate, edits, display, model, encoding):
+        emit(api.lens(read_text(text, encoding=encoding), truncate=truncate,
+                      target=target, **edits, **model), **display)
 
-`@command(*names)` adds each named group's options (GROUPS: model, edits, ablations,
-dataset, engine, display), or a single declared option (OPTIONS: plot, force, target ...),
-after the command's own parameters, in the order named, and calls the command with one
-dict per group, keyed as `tfx_cli.api` (and render.emit's emit) takes them: choices as
-their text, a repeatable option given no times as None. A single option comes as its own
-keyword. "model" is handed as `model=` (with the progress and notice hooks) and
-`encoding=`; --force, when the command takes it, also lands in `model` (it covers both
-overwriting files and the memory check), and otherwise the model's own --force is added.
+A command's own parameters are bare keywords: each is the declaration of that name, looked
+up in the command's block of the table and then among the shared options (`text`, the
+TEXT argument; `target`; `layer` ...), in the order the signature gives them.
+`@command(*names)` then adds each named group's options (GROUPS: model, edits,
+ablations, dataset, engine, display, training ...), or a single shared option (plot, force,
+truncate ...), in the order named, and calls the command with one dict per group, keyed
+as `tfx_cli.api` (and render.emit's emit) takes them; a single option comes as its own
+keyword. Every value arrives as the API takes it: a choice as its text, a repeatable
+option given no times as None. "model" is handed as `model=` (with the progress and notice
+hooks) and `encoding=`; --force, when the command takes it, also lands in `model` (it
+covers both overwriting files and the memory check), and otherwise the model's own
+--force is added.
 
-A new option on every model command: one `Option(...)` among option_table.py's model
-options; the CLI type, the API's check and every model command's signature follow.
-An option only one command takes is written in that command's signature as before; for
-a shared one use `cli_type(NAME)` (or the ready-made `...Opt` aliases below).
+A parameter that carries its own `Annotated` type is taken as it is written (and a test
+lists each such one: none should be left).
 
 Command modules must not use `from __future__ import annotations`: Typer reads the real
 annotation objects.
@@ -34,33 +35,45 @@ from typing import Annotated, Any, List, Optional, get_type_hints
 import typer
 
 from .errors import InputTextError, UsageError
-from .option_table import GROUPS, MODEL_FORCE, OPTIONS, SEED_MAX, SITE_HELP, Option  # noqa: F401
+from .option_table import GROUPS, MODEL_FORCE, OPTIONS, Option, checker, options_of
 from .values import as_names
 
-_TYPES = {"text": str, "choice": str, "int": int, "float": float, "number": float,
-          "flag": bool, "path": Path, "folder": str, "engine": str, "names": List[str],
-          "texts": List[str], "floats": List[float]}
+_TYPES = {"text": str, "choice": str, "int": int, "float": float, "flag": bool,
+          "path": Path, "folder": str, "engine": str, "names": List[str],
+          "texts": List[str], "floats": List[float], "units": str, "layers": str}
 _ENUMS: dict = {}
 
 
 def _choices(option: Option) -> type:
     """The Enum Typer shows and checks for a choice option (one class per option)."""
-    if option.name not in _ENUMS:
+    key = (option.name, option.choices)
+    if key not in _ENUMS:
         name = "".join(part.title() for part in option.name.split("_"))
-        _ENUMS[option.name] = Enum(name, {c: c for c in option.choices}, type=str)
-    return _ENUMS[option.name]
+        _ENUMS[key] = Enum(name, {c: c for c in option.choices}, type=str)
+    return _ENUMS[key]
+
+
+def _parsed(option: Option):
+    """A float's reader as a Click callback: the API's, so `--lr nan` and `--top-p 2` are
+    refused as the value is parsed, in the words `api.X(lr=...)` uses."""
+    read, name = checker(option), option.spelled
+    return lambda value: read(value, name)
 
 
 def cli_type(option: "str | Option") -> Any:
     """The Annotated type a command's parameter takes for a declared option."""
     option = OPTIONS[option] if isinstance(option, str) else option
     kind = _choices(option) if option.kind == "choice" else _TYPES[option.kind]
-    if option.default is None and kind is not bool:
+    if option.default is None:
         kind = Optional[kind]
     fields = {key: value for key, value in (
         ("help", option.help), ("rich_help_panel", option.panel), ("metavar", option.metavar),
-        ("min", option.minimum), ("max", option.maximum),
         ("show_default", option.show_default)) if value is not None}
+    if option.kind == "int":  # Click shows an int's range in --help and checks it
+        fields.update({k: v for k, v in (("min", option.minimum), ("max", option.maximum))
+                       if v is not None})
+    if option.kind in ("float", "floats"):
+        fields["callback"] = _parsed(option)
     if not option.flags:
         return Annotated[kind, typer.Argument(**fields)]
     return Annotated[kind, typer.Option(*option.flags, **fields)]
@@ -80,28 +93,61 @@ def _parameter(option: Option) -> inspect.Parameter:
                              annotation=cli_type(option), default=option.default)
 
 
+def _command_name(fn) -> "str | None":
+    """The registered command a command module's function is (None for any other)."""
+    from .registry import COMMANDS
+
+    package, _, module = (fn.__module__ or "").rpartition(".")
+    if package != __package__ + ".commands":
+        return None
+    return next((c.name for c in COMMANDS if c.module == module), None)
+
+
+def _own(fn, handed: set, declared: dict) -> tuple[list, list]:
+    """fn's own parameters (a bare one made from its declaration) and the names of the
+    bare ones, whose values are handed on as the API takes them."""
+    hints = get_type_hints(fn, include_extras=True)
+    own, bare = [], []
+    for param in inspect.signature(fn).parameters.values():
+        if param.name in handed:
+            continue
+        if param.name in hints:  # written out: taken as it is
+            own.append(param.replace(annotation=hints[param.name],
+                                     kind=inspect.Parameter.KEYWORD_ONLY))
+        elif param.name in declared:
+            own.append(_parameter(declared[param.name]))
+            bare.append(param.name)
+        else:
+            raise ValueError(f"{fn.__name__}: no option {param.name!r} is declared for "
+                             "it; add it to its block in tfx_cli/option_table.py")
+    return own, bare
+
+
 def command(*names: str):
-    """Give a command the declared groups and options `names` (see the module's text)."""
+    """Give a command its declared options: its own bare keywords, then the groups and
+    shared options `names` (see the module's text)."""
     def wrap(fn):
-        unknown = [name for name in names if name not in GROUPS and name not in OPTIONS]
+        declared = options_of(_command_name(fn))
+        unknown = [name for name in names if name not in GROUPS and name not in declared]
         if unknown:
             raise ValueError(f"{fn.__name__}: no option group or declared option "
                              f"{', '.join(unknown)} (tfx_cli/option_table.py)")
-        hints = get_type_hints(fn, include_extras=True)
         handed = {*names, "encoding"} if "model" in names else set(names)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation))
-               for p in inspect.signature(fn).parameters.values() if p.name not in handed]
-        taken = [(name, GROUPS.get(name, (name,))) for name in names]
-        added = [_parameter(OPTIONS[o]) for _, options in taken for o in options]
+        own, bare = _own(fn, handed, declared)
+        taken = [(name, GROUPS.get(name)) for name in names]  # a group's members: shared
+        added = [_parameter(OPTIONS[o]) if group else _parameter(declared[name])
+                 for name, group in taken for o in (group or (name,))]
         own_force = any(p.name == "force" for p in own + added)
         if "model" in names and not own_force:
             added.append(_parameter(MODEL_FORCE))
 
         @functools.wraps(fn)
         def wrapper(**kwargs):
-            for name, options in taken:
-                if name in GROUPS:
-                    kwargs[name] = {o: _value(kwargs.pop(o)) for o in options}
+            for name in bare:
+                kwargs[name] = _value(kwargs[name])
+            for name, group in taken:
+                if group:
+                    kwargs[name] = {o: _value(kwargs.pop(o)) for o in group}
                 else:
                     kwargs[name] = _value(kwargs[name])
             if "model" in names:
@@ -125,58 +171,6 @@ def _model_hooks(kwargs: dict, own_force: bool) -> None:
     model["force"] = kwargs["force"] if own_force else kwargs.pop("force")
     model["progress"] = progress  # loading real weights can take seconds
     model["notice"] = info  # e.g. that a checkpoint is streamed from disk
-
-
-def model_command(fn):
-    """The model options alone: `fn` is called with `model=` and `encoding=`."""
-    return command("model")(fn)
-
-
-# The declared options as Typer types, for a command that spells one in its signature:
-# built on first use (module __getattr__), so a command pays only for the ones it names.
-_ALIASES = {
-    "JsonOpt": "json", "PrecisionOpt": "precision", "FullOpt": "full", "ForceOpt": "force",
-    "PlotOpt": "plot", "TruncateOpt": "truncate", "TargetOpt": "target", "StackOpt": "stack",
-    "EncodingOpt": "encoding", "AblateOpt": "ablate", "AblateModeOpt": "ablate_mode",
-    "SteerOpt": "steer", "TowardOpt": "toward", "AwayOpt": "away", "ScaleOpt": "scale",
-    "SaeOpt": "sae", "SaeSiteOpt": "sae_site", "SteerFeatureOpt": "steer_feature",
-    "ConfigOpt": "config", "WeightsOpt": "weights", "SeedOpt": "seed", "HeadsOpt": "heads",
-    "LayersOpt": "layers", "DModelOpt": "d_model", "ContextOpt": "context",
-    "TokenizerOpt": "tokenizer", "CorpusOpt": "corpus", "NoCacheWeightsOpt": "no_cache_weights",
-    "DtypeOpt": "dtype", "MaxMemoryOpt": "max_memory", "DeviceOpt": "device",
-    "FieldOpt": "field", "MaxDocsOpt": "max_docs", "MaxTokensOpt": "max_tokens",
-    "CtxOpt": "ctx", "BatchSizeOpt": "batch_size", "EngineOpt": "engine",
-    "RayAddressOpt": "ray_address", "WorkersOpt": "workers",
-    "GpusPerWorkerOpt": "gpus_per_worker", "VerboseOpt": "verbose",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ALIASES:
-        value = globals()[name] = cli_type(_ALIASES[name])
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-TextArg = Annotated[Optional[str], typer.Argument(
-    help="Input text; '-' reads standard input.", show_default=False)]
-Stack = _choices(OPTIONS["stack"])
-AblateMode = _choices(OPTIONS["ablate_mode"])
-
-
-# For a command that spells these options one by one rather than taking their group:
-# stack_value, edit_options, corpus_options and engine_options turn them into what the
-# API takes, as @command does for a group.
-def stack_value(stack: Optional[Stack]) -> Optional[str]:
-    return stack.value if stack is not None else None
-
-
-def edit_options(ablate: Optional[List[str]] = None, ablate_mode: Optional[AblateMode] = None,
-                 **steering) -> dict:
-    """The intervention options as `tfx_cli.api` takes them (which reads and checks them:
-    tfx_cli/values.py). Repeatable options given no times are None, not []."""
-    return {k: _value(v) for k, v in dict(ablate=ablate, ablate_mode=ablate_mode,
-                                          **steering).items()}
 
 
 def split_list(values: Optional[List[str]], option: str) -> List[str]:
@@ -226,32 +220,6 @@ def read_text(text: Optional[str], *, encoding: str = "utf-8", what: str = "text
         raise InputTextError(f"the {what} is empty; give at least one word, e.g. \"Hello\"")
     return text
 
-
-# -- dataset commands (scan, top, collect, patch --pairs) ---------------------------------
-CorpusArg = Annotated[Optional[str], typer.Argument(
-    metavar="CORPUS", show_default=False,
-    help="A .txt file (one document per non-empty line), a .jsonl or .parquet file "
-         "(--field; one document per line or row), a folder of .txt files (one document "
-         "per file, its lines together), or a built-in corpus: python-docs, "
-         "repeated-tokens.")]
-# scan's and top's optional state folder (collect's -o is its output, with its own help)
-StateDirOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", metavar="DIR", show_default=False,
-    help="Keep the run's state in DIR (resumable after a kill) and its result in "
-         "DIR/result.json.")]
-
-
-def corpus_options(field: str, max_docs: Optional[int], max_tokens: Optional[int],
-                   ctx: Optional[int], batch_size: int, engine: str) -> dict:
-    return dict(field=field, max_docs=max_docs, max_tokens=max_tokens, ctx=ctx,
-                batch_size=batch_size, engine=engine)
-
-
-def engine_options(ray_address: Optional[str], workers: Optional[int],
-                   gpus_per_worker: Optional[float], verbose: bool) -> dict:
-    """--engine ray's options (--engine itself travels with corpus_options)."""
-    return dict(ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-                verbose=verbose)
 
 
 def need_corpus(corpus: Optional[str]) -> str:

@@ -147,9 +147,10 @@ def as_units(value: Any, option: str) -> str | None:
 
 
 def as_float(value: Any, option: str, *, minimum: float | None = None,
-             maximum: float | None = None, finite: bool = False) -> float | None:
+             maximum: float | None = None, finite: bool = False,
+             example: float | None = None) -> float | None:
     """A real number (int, float, numpy scalar or its text); `finite` refuses inf and
-    NaN."""
+    NaN, suggesting `example` (a value the option takes) when given."""
     if value is None:
         return None
     if isinstance(value, (bool, Enum)):
@@ -165,7 +166,8 @@ def as_float(value: Any, option: str, *, minimum: float | None = None,
     else:
         raise _invalid(option, value, "a valid float")
     if finite and not math.isfinite(number):
-        raise UsageError(f"{option} {value} must be a finite number, e.g. 4")
+        hint = "" if example is None else f", e.g. {example:g}"
+        raise UsageError(f"{option} {value} must be a finite number{hint}")
     _check_range(option, number, minimum, maximum)
     return number
 

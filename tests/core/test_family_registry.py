@@ -129,3 +129,58 @@ def test_every_family_is_declared_once_with_its_reader_and_mapping():
     for name, family in FAMILIES.items():
         assert hf_map(name) is family.mapping
         assert all(ARCHITECTURES[a] == name for a in family.architectures + family.headless)
+
+
+# -- rename rules with converters ---------------------------------------------------------
+def test_a_rule_splits_and_transposes_a_fused_conv1d_into_tfxs_linears():
+    """GPT-2's c_attn: one (in, 3 × out) Conv1D -> q, k, v, each (out, in); a bias split,
+    never transposed; a dropped buffer; an unmatched name kept to be reported."""
+    from tfx_cli.core.checkpoints.families.registry import Split, Transpose
+
+    rules = Renames([
+        (r"h\.(\d+)\.qkv\.(weight|bias)", tuple(rf"b.\1.{n}.\2" for n in "qkv"),
+         Split(dim=-1), Transpose()),
+        (r"h\.(\d+)\.proj\.(weight|bias)", r"b.\1.proj.\2", Transpose()),
+        (r"h\.\d+\.mask", None)])
+    weight, bias = torch.arange(24.).reshape(2, 12), torch.arange(12.)
+    proj = torch.arange(6.).reshape(2, 3)
+    out = rules.read({"h.0.qkv.weight": weight, "h.0.qkv.bias": bias, "h.0.proj.weight": proj,
+                      "h.0.mask": torch.ones(2), "h.0.odd": torch.zeros(1)})
+    for i, n in enumerate("qkv"):
+        assert torch.equal(out.tensors[f"b.0.{n}.weight"], weight[:, 4 * i:4 * i + 4].t())
+        assert torch.equal(out.tensors[f"b.0.{n}.bias"], bias[4 * i:4 * i + 4])
+        assert out.sources[f"b.0.{n}.weight"] == "h.0.qkv.weight"
+    assert torch.equal(out.tensors["b.0.proj.weight"], proj.t())
+    assert "h.0.mask" not in out.tensors and out.sources["h.0.odd"] == "h.0.odd"
+
+
+def test_a_rule_splits_by_the_configs_widths_or_head_by_head():
+    """Phi-3's qkv_proj (q wider than k and v) and GPT-NeoX's query_key_value (rows head
+    by head: [q_h, k_h, v_h] for each head h)."""
+    from types import SimpleNamespace
+
+    from tfx_cli.core.checkpoints.families.registry import HeadByHead, Split
+
+    cfg = SimpleNamespace(n_heads=2, head_dim=3)
+    rules = Renames([
+        (r"qkv", ("q", "k", "v"), Split(sizes=lambda c: [c.n_heads * c.head_dim, 3, 3])),
+        (r"neox", ("q", "k", "v"), HeadByHead())])
+    fused = torch.arange(12.).reshape(12, 1)
+    out = rules.read({"qkv": fused}, cfg)
+    assert [out.tensors[n].flatten().tolist() for n in "qkv"] == \
+        [list(range(6)), [6, 7, 8], [9, 10, 11]]
+    rows = torch.arange(18.).reshape(18, 1)  # head 0: q 0-2, k 3-5, v 6-8; head 1: 9-17
+    out = rules.read({"neox": rows}, cfg)
+    assert out.tensors["q"].flatten().tolist() == [0, 1, 2, 9, 10, 11]
+    assert out.tensors["v"].flatten().tolist() == [6, 7, 8, 15, 16, 17]
+    with pytest.raises(ValueError, match="2 tensors for 3 names"):
+        Renames([(r"x", ("a", "b", "c"), Split(sizes=lambda c: [1, 1]))]).read(
+            {"x": torch.zeros(2)}, cfg)
+
+
+def test_a_family_says_what_stack_it_builds():
+    from tfx_cli.core.checkpoints.families import FAMILIES
+
+    assert FAMILIES["gpt2"].stack == "decoder" and FAMILIES["bert"].stack == "encoder"
+    assert FAMILIES["bart"].stack == "encoder–decoder" and FAMILIES["t5"].stack == \
+        "encoder–decoder"

@@ -10,7 +10,6 @@ from ._model import Model, _model, report_html, write_report  # noqa: F401 (re-e
 from ._options import (_check_edits, _check_layer, _needs_head, _one_of_text_or_length, _spec,
                        _text, checked)
 from ._options import _masked_lm_checks
-from ..values import as_path
 
 if TYPE_CHECKING:  # the result classes load with the command that makes them
     from ..core.results import (AttendInputsResult, AttendResult, AttributeResult,
@@ -79,9 +78,6 @@ def count_params(*, config: str | None = None, weights: str | None = None,
     if weights and vocab_size is not None:
         raise ConfigError("--vocab-size cannot change a checkpoint; drop it, or use "
                           "--config for random weights")
-    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(
-            vocab_size, int) or vocab_size < 1):
-        raise RangeError(f"--vocab-size {vocab_size!r} must be a positive whole number")
     cfg = with_overrides(spec_config(spec), tie=tie, vocab_size=vocab_size)
     if seq_len is not None and seq_len > cfg.context_length:
         raise RangeError(f"--seq-len {seq_len} is longer than the context length "
@@ -101,7 +97,7 @@ def count_params(*, config: str | None = None, weights: str | None = None,
     return result
 
 
-@checked(text=as_path)
+@checked
 def train(*, output: str | Path, pairs: str | Path | None = None,
           text: str | Path | None = None, steps: int = 200, lr: float = 0.01,
           force: bool = False, **model: Any) -> TrainResult:
@@ -384,14 +380,9 @@ def patch(clean: str | None = None, *, corrupt: str | None = None,
     averaged over the pairs (tensors["patch.effect_std"]: its standard deviation), run by
     `engine` ("local", or "ray" with ray_address, workers, gpus_per_worker, verbose: see
     api.scan)."""
-    from ..core.analysis.patching import ALL_SITES, check_site
+    from ..core.analysis.patching import check_site
 
-    if site not in ALL_SITES:
-        raise UsageError(f"--site {site!r} is not a patching site; valid: "
-                         f"{', '.join(ALL_SITES)}")
     check_site(site, sae is not None)
-    if batch is not None and batch < 1:
-        raise UsageError(f"--batch {batch} must be at least 1 (cells per forward pass)")
     if pairs is not None:
         from ._datasets import patch_pairs
 

@@ -185,7 +185,7 @@ def activations(path: str | Path) -> Activations:
     return Activations(path)
 
 
-@checked
+@checked(command="patch")
 def patch_pairs(pairs: str | Path, *, site: str = "resid_pre", batch: int | None = None,
                 engine: str = "local", ray_address: str | None = None,
                 workers: int | None = None, gpus_per_worker: float | None = None,

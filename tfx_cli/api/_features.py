@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._model import _model
 from ..values import as_path
-from ._options import _finite, checked
+from ._options import checked
 
 if TYPE_CHECKING:
     from ..core.results import (EvalSAEResult, FeaturesResult, TrainSAEResult,
@@ -42,7 +42,7 @@ def features(text: str, *, sae: str, sae_site: str | None = None, per_token: int
                                   truncate=truncate)
 
 
-@checked(lr=_finite, collect=as_path)
+@checked
 def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | None = None,
               latents: int | None = None, expansion: float | None = None,
               l1: float | None = None, lr: float = 4e-4, batch_size: int = 4096,
@@ -192,7 +192,7 @@ def _layers(value: Any, option: str) -> Any:
                      "0:4, or all")
 
 
-@checked(lr=_finite, collect=as_path, layer=_layers)
+@checked(collect=as_path, layer=_layers)
 def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Path,
                      input_site: str = "ln2.out", skip: bool = False, k: int | None = None,
                      latents: int | None = None, expansion: float | None = None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from ..errors import UsageError
 from ._options import _one_of_text_or_length, _spec, _target, _text, checked
 
 if TYPE_CHECKING:
@@ -104,8 +103,6 @@ class Model:
                sae_site: str | None = None) -> AttendResult:
         from ..core.analysis.attend import attend
 
-        if mask not in (None, "causal", "none"):
-            raise UsageError(f"--mask {mask!r} is not a mask; valid: causal, none")
         return self._edited(
             lambda _: attend(self._loaded, _text(text), layer=layer, head=head,
                                     mask=mask, kv=None if kv is None else _text(kv, "--kv text"),
@@ -119,11 +116,8 @@ class Model:
     def layernorm(self, text: str, *, layer: int = 0, which: str = "ln1",
                   truncate: bool = False, target: str | None = None,
                   stack: str | None = None) -> LayerNormResult:
-        from ..core.analysis.stages import NORM_CHOICES, layernorm
+        from ..core.analysis.stages import layernorm
 
-        if which not in NORM_CHOICES:
-            raise UsageError(f"--which {which!r} is not a norm; valid: "
-                             f"{', '.join(NORM_CHOICES)}")
         return layernorm(self._loaded, _text(text), layer=layer, which=which,
                                 truncate=truncate, target=_target(target), stack=stack)
 

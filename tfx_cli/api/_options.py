@@ -2,13 +2,16 @@
 validation layer the CLI goes through too), the model options read into a ModelSpec, and
 the checks that refuse a bad value before any model is built or loaded.
 
-`@checked` wraps every API function and Model method: each argument whose name is in
-OPTION_KINDS is read by that kind's checker (tfx_cli/values.py) before the function runs,
-so `ablate="blocks.0.attn.out"` is one site, `select="blocks.*.attn.pattern"` one glob,
-`scale="4"` the number 4, `b"hello"` the text "hello", None (`device=None`, `k=None`)
-the parameter's default, and `ablate=3`, `scale="x"` or `truncate="yes"` raise the
-tfx_cli.errors class (and message) the command line gives for the same value. A command's parameters that need more than
-their name says pass their own: `@checked(text=as_path)`.
+`@checked` wraps every API function and Model method: each argument is read by the
+checker of its declaration (tfx_cli/option_table.py), as the command of the function's
+name reads it (`api.next`'s `candidates` by next's block, `api.report`'s by report's),
+before the function runs. So `ablate="blocks.0.attn.out"` is one site,
+`select="blocks.*.attn.pattern"` one glob, `scale="4"` the number 4, `b"hello"` the text
+"hello", None (`device=None`, `k=None`) the parameter's default, and `ablate=3`,
+`scale="x"`, `candidates=0` or `truncate="yes"` raise the tfx_cli.errors class (and
+message) the command line gives for the same value. A parameter that needs more than its
+declaration passes its own: `@checked(layer=_layers)`; a function named unlike its
+command names it: `@checked(command="patch")`.
 """
 from __future__ import annotations
 
@@ -19,25 +22,12 @@ from typing import Any, Callable
 
 from ..core.spec import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from ..errors import InputTextError, UsageError
-from ..option_table import checkers
-from ..values import (as_flag, as_float, as_int, as_names, as_path, as_text, as_texts,
-                      as_units)
-
-
-def _positive(value, option):
-    return as_int(value, option, minimum=1)
+from ..option_table import checker, checkers, options_of
+from ..values import as_flag, as_float, as_int, as_path, as_text, as_texts
 
 
 def _whole(value, option):
     return as_int(value, option)
-
-
-def _count(value, option):
-    return as_int(value, option, minimum=0)
-
-
-def _number(value, option):
-    return as_float(value, option)
 
 
 def _finite(value, option):
@@ -53,90 +43,72 @@ def _hook(value, option):
                      f"{type(value).__name__} {value!r:.60}")
 
 
-def _maybe_flag(value, option):
-    """A flag whose None means "leave it" (count-params --tie/--no-tie)."""
-    return None if value is None else as_flag(value, option)
-
-
-# keyword -> the checker its value goes through; the message names the option as the
-# command line spells it (`max_new_tokens` -> --max-new-tokens; TEXT for the text).
-# The shared options (model, edits, corpus, engine, display, --truncate, --target ...)
-# take theirs from their declarations (tfx_cli/option_table.py), the ones the command
-# line reads too; what follows are the options one command takes.
-OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
-    # the input texts, and options that take one text
-    "text": as_text, "prompt": as_text, "clean": as_text, "corrupt": as_text,
-    "kv": as_text, "answer": as_text, "wrong": as_text, "mask": as_text, "which": as_text,
-    "site": as_text, "show_layers": lambda v, o: v if not isinstance(v, (str, bytes))
-    else as_text(v, o),
-    # names, one or many, comma lists allowed (a string is one item)
-    "select": as_names, "show": as_names,
-    # texts, one or many (commas are part of a text)
-    "stop": as_texts,
-    # numbers
-    "layer": _whole, "head": _whole, "query_pos": _whole, "valid_lens": _whole,
-    "length": _whole, "max_new_tokens": _whole, "top_k": _whole, "candidates": _count,
-    "batch": _positive, "seq_len": _positive, "vocab_size": _whole, "steps": _whole,
-    "temperature": _number, "top_p": _number, "lr": _number,
-    # flags
-    "explain": as_flag, "cross": as_flag, "per_head": as_flag, "no_cache": as_flag,
-    "ignore_eos": as_flag, "verify": as_flag, "tie": _maybe_flag,
-    # files
-    "output": as_path, "pairs": as_path, "inputs": as_path, "collect": as_path,
-    "html": as_path,
-    # SAEs and their training, top: the type only; each command checks its own ranges,
-    # with its own words
-    "b_dec_init": as_text, "units": as_units, "k": _whole, "around": _whole,
-    "shard_tokens": _whole, "per_token": _whole, "latents": _whole, "aux_k": _whole,
-    "dead_after": _whole, "skip_first": _whole, "expansion": _finite, "l1": _finite,
-    "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "checkpoint_every": _positive,
-    # attribution graphs (tfx graph; --transcoders and the feature edits are in the table)
+# What the API reads beside the declared options: its hooks, and the options of the
+# commands that declare theirs in their own modules (graph's, train-transcoder's).
+API_KINDS: dict[str, Callable[[Any, str], Any]] = {
+    "progress": _hook, "notice": _hook,
+    "checkpoint_every": lambda v, o: as_int(v, o, minimum=1),  # the trainers'
+    # tfx graph
     "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
     "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
     "save": as_path, "labels": as_texts,
-    # eval-sae and train-transcoder (train-transcoder's `layer` takes its own kind: a
-    # layer, a list of them, a range or "all")
+    # tfx train-transcoder (its `layer` takes its own kind: a layer, a list of them, a
+    # range or "all")
     "input_site": as_text, "skip": as_flag, "jumprelu": _finite,
-    # the API's hooks: functions, or None
-    "progress": _hook, "notice": _hook,
-    # the shared options, from their one declaration
-    **checkers(),
 }
-# positional on the CLI (and api.activations' folder)
-_ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN", "collect": "COLLECT_DIR",
-              "path": "DIR"}
+# positional where no declaration says so (api.activations' folder)
+_ARGUMENTS = {"collect": "COLLECT_DIR", "path": "DIR"}
 
 
-def option_name(keyword: str) -> str:
+def option_kinds(command: str | None = None) -> dict[str, Callable[[Any, str], Any]]:
+    """keyword -> its checker, as `command` reads it (None: the shared options)."""
+    return {**API_KINDS, **checkers(command)}
+
+
+def option_name(keyword: str, command: str | None = None) -> str:
     """How the command line spells a keyword: --max-new-tokens, or TEXT."""
+    option = options_of(command).get(keyword)
+    if option is not None:
+        return option.spelled
     return _ARGUMENTS.get(keyword) or "--" + keyword.replace("_", "-")
 
 
-def read_option(keyword: str, value: Any, kinds: dict | None = None) -> Any:
-    """`value` read by its keyword's kind (unchanged when the keyword has none)."""
-    kind = (kinds or {}).get(keyword) or OPTION_KINDS.get(keyword)
-    return value if kind is None else kind(value, option_name(keyword))
+def read_option(keyword: str, value: Any, kinds: dict | None = None,
+                command: str | None = None) -> Any:
+    """`value` read by its keyword's kind, as `command` declares it (unchanged when the
+    keyword has none)."""
+    option = options_of(command).get(keyword)
+    kind = (kinds or {}).get(keyword) or (
+        API_KINDS.get(keyword) if option is None else checker(option))
+    if kind is None:
+        return value
+    return kind(value, option.spelled if option is not None else option_name(keyword))
 
 
-def checked(fn: Callable | None = None, **kinds: Callable[[Any, str], Any]):
+def checked(fn: Callable | None = None, *, command: str | None = None,
+            **kinds: Callable[[Any, str], Any]):
     """Read every argument of `fn` (and of its **model options) by its kind before `fn`
-    runs; `kinds` gives a parameter a kind of its own (train's text is a path)."""
+    runs, as `command` (default: fn's name, train_sae -> train-sae) reads it; `kinds`
+    gives a parameter a kind of its own."""
     def wrap(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
+        name = command or fn.__name__.replace("_", "-")
+
+        def read(keyword, value):
+            return read_option(keyword, value, kinds, name)
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             bound = signature.bind_partial(*args, **kwargs)
-            for name, value in bound.arguments.items():
-                param = signature.parameters[name]
+            for key, value in bound.arguments.items():
+                param = signature.parameters[key]
                 if param.kind is param.VAR_KEYWORD:
-                    bound.arguments[name] = {k: read_option(k, v, kinds)
-                                             for k, v in value.items()}
-                elif name != "self":
+                    bound.arguments[key] = {k: read(k, v) for k, v in value.items()}
+                elif key != "self":
                     if value is None and param.default is not None and \
                             param.default is not param.empty:
                         value = param.default  # None is "not given": the default
-                    bound.arguments[name] = read_option(name, value, kinds)
+                    bound.arguments[key] = read(key, value)
             return fn(*bound.args, **bound.kwargs)
 
         return call

@@ -1,25 +1,10 @@
 """`tfx attribute TEXT --answer TOKEN`: direct logit attribution."""
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import TextArg, command, read_text
+from ..options import command, read_text
 
 
 @command("truncate", "target", "sae", "sae_site", "display", "plot", "force", "model")
-def attribute(
-    text: TextArg = None,
-    answer: Annotated[Optional[str], typer.Option(
-        "--answer", metavar="TOKEN", show_default=False,
-        help="The token whose logit is split: one token (mind the leading space).")] = None,
-    wrong: Annotated[Optional[str], typer.Option(
-        "--wrong", metavar="TOKEN", show_default=False,
-        help="Split logit(--answer) − logit(--wrong) instead: one token.")] = None,
-    per_head: Annotated[bool, typer.Option(
-        "--per-head", help="One part per attention head (its context times its slice of "
-        "W_O) instead of one per layer. (--heads is the head-count override.)")] = False,
-    *, truncate, target, sae, sae_site, display, plot, force, model, encoding,
-) -> None:
+def attribute(*, text, answer, wrong, per_head, truncate, target, sae, sae_site, display,
+              plot, force, model, encoding) -> None:
     """Direct logit attribution: which parts of the model write the answer's logit at
     the last position.
 

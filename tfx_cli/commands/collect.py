@@ -1,27 +1,10 @@
 """`tfx collect CORPUS --select GLOB -o DIR`: an activation dataset on disk."""
-from pathlib import Path
-from typing import Annotated, List, Optional
-
-import typer
-
-from ..options import CorpusArg, command, need_corpus, split_list
+from ..options import command, need_corpus, split_list
 
 
 @command("dataset", "engine", "json", "force", "model")
-def collect(
-    source: CorpusArg = None,
-    select: Annotated[Optional[List[str]], typer.Option(
-        "--select", "-s", show_default=False,
-        help="Sites to store, names or globs (repeatable, or comma-separated), e.g. "
-             "'blocks.*.resid_out'.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="DIR", show_default=False,
-        help="The folder to write (created; a folder of the same run is resumed).")] = None,
-    shard_tokens: Annotated[Optional[int], typer.Option(
-        "--shard-tokens", metavar="N", show_default=False,
-        help="Rows (tokens) per shard file (default: about 64 MB of rows).")] = None,
-    *, dataset, engine, json, force, model, encoding,
-) -> None:
+def collect(*, source, select, output, shard_tokens, dataset, engine, json, force, model,
+            encoding) -> None:
     """Write an activation dataset: DIR/shard-00000.safetensors ... (one 2-D tensor per
     site, rows = tokens in corpus order), DIR/tokens.parquet and DIR/manifest.json.
 

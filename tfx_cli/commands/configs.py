@@ -1,8 +1,9 @@
 """`tfx configs`: the presets, their shapes and parameter counts. No torch."""
-from ..options import JsonOpt
+from ..options import command
 
 
-def configs(json_out: JsonOpt = False) -> None:
+@command("json")
+def configs(*, json) -> None:
     """List the presets: sizes, switches and parameter counts.
 
     Use a name with --config (`tfx attend "Hello" --config toy`), or copy
@@ -17,4 +18,4 @@ def configs(json_out: JsonOpt = False) -> None:
     from .. import api
     from ..render.emit import emit
 
-    emit(api.configs(), json=json_out)
+    emit(api.configs(), json=json)

@@ -4,34 +4,12 @@ Nothing is built and torch is never imported, unless --verify asks to build the 
 (on the meta device) and count its parameters for real. With --weights the architecture
 comes from the checkpoint's header; no tensors are read.
 """
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import (ConfigOpt, ContextOpt, DModelOpt, HeadsOpt, JsonOpt, LayersOpt,
-                       WeightsOpt)
-
-TieOpt = Annotated[Optional[bool], typer.Option(
-    "--tie/--no-tie", show_default=False,
-    help="Tie the output head to the token embedding (counted once), or untie it. "
-         "Default: the config's.")]
-SeqLenOpt = Annotated[Optional[int], typer.Option(
-    "--seq-len", min=1, show_default=False,
-    help="Sequence length T for the FLOP count. Default: the context length.")]
-VocabOpt = Annotated[Optional[int], typer.Option(
-    "--vocab-size", min=1, show_default=False,
-    help="Count with this vocabulary size (e.g. the paper's 37000 shared BPE tokens for "
-         "vaswani). Default: the config's.")]
-VerifyOpt = Annotated[bool, typer.Option(
-    "--verify", help="Also build the model (shapes only, no weight memory; imports torch) "
-                     "and check its parameter count against the analytic one.")]
+from ..options import command
 
 
-def count_params(config: ConfigOpt = None, weights: WeightsOpt = None,
-                 heads: HeadsOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
-                 context: ContextOpt = None, tie: TieOpt = None, seq_len: SeqLenOpt = None,
-                 vocab_size: VocabOpt = None, verify: VerifyOpt = False,
-                 json_out: JsonOpt = False) -> None:
+@command("json")
+def count_params(*, config, weights, heads, layers, d_model, context, tie, seq_len,
+                 vocab_size, verify, json) -> None:
     """Count parameters, weight memory and forward FLOPs per token, from the config alone.
 
     Tied weights are counted once.
@@ -59,7 +37,7 @@ def count_params(config: ConfigOpt = None, weights: WeightsOpt = None,
     result = api.count_params(config=config, weights=weights, heads=heads, layers=layers,
                               d_model=d_model, context=context, tie=tie, seq_len=seq_len,
                               vocab_size=vocab_size, verify=verify)
-    emit(result, json=json_out)
+    emit(result, json=json)
     if result.verify is not None and not result.verify.verified:
         check = result.verify
         raise TfxError(f"the built model has {check.model_params:,} parameters, the "

@@ -1,10 +1,9 @@
 """`tfx embed TEXT`: token embedding rows, positional rows and their sum."""
-from ..options import StackOpt, TargetOpt, TextArg, command, read_text, stack_value
+from ..options import command, read_text
 
 
 @command("truncate", "display", "plot", "force", "model")
-def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None, *,
-          truncate, display, plot, force, model, encoding) -> None:
+def embed(*, text, target, stack, truncate, display, plot, force, model, encoding) -> None:
     """Show each token's embedding row, its positional row and their sum (T, C).
 
     The model's input is embed.out = embed.tok + embed.pos (the hand-worked encoder tutorial, steps 4-6); the
@@ -24,6 +23,6 @@ def embed(text: TextArg = None, target: TargetOpt = None, stack: StackOpt = None
     check_plot(plot, force)
 
     result = api.embed(read_text(text, encoding=encoding), truncate=truncate, target=target,
-                       stack=stack_value(stack), **model)
+                       stack=stack, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, **display)

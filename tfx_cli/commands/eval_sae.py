@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import CorpusArg, SaeOpt, SaeSiteOpt, StateDirOpt, command, need_corpus
+from ..options import command, need_corpus
 
 # This command's own option, declared once here.
 EvalTranscodersOpt = Annotated[Optional[str], typer.Option(
@@ -15,12 +15,9 @@ EvalTranscodersOpt = Annotated[Optional[str], typer.Option(
 
 @command("dataset", "engine", "display", "plot", "force", "model")
 def eval_sae(
-    source: CorpusArg = None,
-    sae: SaeOpt = None,
+    *, source, sae,
     transcoders: EvalTranscodersOpt = None,
-    sae_site: SaeSiteOpt = None,
-    output: StateDirOpt = None,
-    *, dataset, engine, display, plot, force, model, encoding,
+    sae_site, output, dataset, engine, display, plot, force, model, encoding,
 ) -> None:
     """Judge a sparse autoencoder (or transcoder) over a corpus by SAEBench's core
     scores: sparsity, reconstruction, and how much of the model's loss it keeps.

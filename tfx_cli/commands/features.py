@@ -1,21 +1,10 @@
 """`tfx features TEXT --sae DIR`: a sparse autoencoder's features on every token."""
-from typing import Annotated
-
-import typer
-
-from ..options import SaeOpt, SaeSiteOpt, TextArg, command, read_text
+from ..options import command, read_text
 
 
 @command("truncate", "display", "plot", "force", "model")
-def features(
-    text: TextArg = None,
-    sae: SaeOpt = None,
-    sae_site: SaeSiteOpt = None,
-    per_token: Annotated[int, typer.Option(
-        "--per-token", min=1, metavar="N",
-        help="The most active features listed per token.")] = 5,
-    *, truncate, display, plot, force, model, encoding,
-) -> None:
+def features(*, text, sae, sae_site, per_token, truncate, display, plot, force, model,
+             encoding) -> None:
     """Show a sparse autoencoder's features on TEXT: per token the most active features,
     how many fire (L0), and how well the SAE reconstructs its site.
 

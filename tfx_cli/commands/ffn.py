@@ -1,19 +1,10 @@
 """`tfx ffn TEXT`: one feed-forward sublayer, hidden to activation to output."""
-from typing import Annotated
-
-import typer
-
-from ..options import StackOpt, TargetOpt, TextArg, command, read_text, stack_value
+from ..options import command, read_text
 
 
 @command("truncate", "display", "plot", "force", "model")
-def ffn(
-    text: TextArg = None,
-    layer: Annotated[int, typer.Option("--layer", "-l", help="Block to look at.")] = 0,
-    target: TargetOpt = None,
-    stack: StackOpt = None,
-    *, truncate, display, plot, force, model, encoding,
-) -> None:
+def ffn(*, text, layer, target, stack, truncate, display, plot, force, model,
+        encoding) -> None:
     """Show one feed-forward sublayer: its input, the hidden pre-activation (T, F), the
     activation (ReLU for toy, GELU-tanh for gpt124m, SiLU-gated for SwiGLU) and the
     output (T, C).
@@ -32,6 +23,6 @@ def ffn(
 
     check_plot(plot, force)
     result = api.ffn(read_text(text, encoding=encoding), layer=layer, truncate=truncate,
-                     target=target, stack=stack_value(stack), **model)
+                     target=target, stack=stack, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, **display)

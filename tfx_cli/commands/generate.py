@@ -1,34 +1,11 @@
 """`tfx generate PROMPT`: decode token by token and show every step's choice."""
-from typing import Annotated, List, Optional
-
-import typer
+from typing import Optional
 
 from ..errors import InputTextError
-from ..options import TextArg, command, read_text, split_list
+from ..options import command, read_text, split_list
 
 EMPTY_PROMPT = ("the prompt is empty; a GPT predicts each token from the ones before it, so "
                 "it needs at least one token to start from, e.g. \"Hello\"")
-
-TemperatureOpt = Annotated[float, typer.Option(
-    "--temperature", help="0 is greedy (argmax, as LLMs-from-scratch's generate_text_simple); above 0 "
-    "samples from softmax(logits / T). Must not be negative.", rich_help_panel="Sampling")]
-TopKOpt = Annotated[Optional[int], typer.Option(
-    "--top-k", show_default=False, rich_help_panel="Sampling",
-    help="Sample only among the K largest logits (ties with the K-th are kept). An error "
-    "when K is larger than the vocabulary.")]
-TopPOpt = Annotated[Optional[float], typer.Option(
-    "--top-p", show_default=False, rich_help_panel="Sampling",
-    help="Nucleus: sample only among the most likely tokens whose probability adds up to "
-    "P, in (0, 1]. Applied after --temperature and --top-k.")]
-StopOpt = Annotated[Optional[List[str]], typer.Option(
-    "--stop", show_default=False, help="End as soon as the continuation contains TEXT; "
-    "the text is cut before it (the ids keep every token). Repeatable.")]
-GenerateTargetOpt = Annotated[Optional[str], typer.Option(
-    "--target", metavar="TEXT", show_default=False, rich_help_panel="Encoder–decoder",
-    help="An encoder–decoder's target so far: decoding goes on after it (default: "
-         "from the start token alone). PROMPT is the source.")]
-CandidatesOpt = Annotated[int, typer.Option(
-    "--candidates", min=0, help="Most likely alternatives shown (and in JSON) per step.")]
 
 
 def read_prompt(text: Optional[str], encoding: str) -> str:
@@ -38,29 +15,9 @@ def read_prompt(text: Optional[str], encoding: str) -> str:
 
 
 @command("truncate", "edits", "transcoder_edits", "display", "model")
-def generate(
-    prompt: TextArg = None,
-    max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", "-n", help="How many tokens to add (at least 1).")] = 20,
-    temperature: TemperatureOpt = 0.0,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    stop: StopOpt = None,
-    candidates: CandidatesOpt = 5,
-    no_cache: Annotated[bool, typer.Option(
-        "--no-cache", help="Recompute the whole text every step instead of reusing cached "
-        "keys and values (same tokens; for comparison).")] = False,
-    select: Annotated[Optional[List[str]], typer.Option(
-        "--select", "-s", show_default=False, help="Record these trace names (globs) at every "
-        "step, as step.{i}.NAME: e.g. 'blocks.0.attn.pattern'. Repeatable.")] = None,
-    no_stream: Annotated[bool, typer.Option(
-        "--no-stream", help="Do not echo the text to stderr while it is produced.")] = False,
-    ignore_eos: Annotated[bool, typer.Option(
-        "--ignore-eos", help="Go on past the model's end-of-sequence token (real weights "
-        "bring one, e.g. SmolLM2's <|im_end|>); by default decoding stops there.")] = False,
-    target: GenerateTargetOpt = None,
-    *, truncate, edits, transcoder_edits, display, model, encoding,
-) -> None:
+def generate(*, prompt, max_new_tokens, temperature, top_k, top_p, stop, candidates,
+             no_cache, select, no_stream, ignore_eos, target, truncate, edits,
+             transcoder_edits, display, model, encoding) -> None:
     """Continue PROMPT token by token and show each step: the token chosen, its
     probability and the most likely alternatives.
 

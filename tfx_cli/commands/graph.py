@@ -4,7 +4,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..options import TextArg, command, read_text
+from ..options import command, read_text
 
 # This command's own options, declared once here.
 TranscodersOpt = Annotated[Optional[str], typer.Option(
@@ -53,7 +53,7 @@ MaxLinksOpt = Annotated[int, typer.Option(
 @command("truncate", "display", "force", "model")
 def graph(
     ctx: typer.Context,
-    text: TextArg = None,
+    text,
     transcoders: TranscodersOpt = None,
     max_logits: MaxLogitsOpt = 10,
     logit_prob: LogitProbOpt = 0.95,

@@ -1,13 +1,10 @@
 """`tfx lens TEXT`: the logit lens, every layer's best guess at the next token."""
-from ..options import TargetOpt, TextArg, command, read_text
+from ..options import command, read_text
 
 
 @command("truncate", "ablations", "display", "plot", "force", "model")
-def lens(
-    text: TextArg = None,
-    target: TargetOpt = None,
-    *, truncate, ablations, display, plot, force, model, encoding,
-) -> None:
+def lens(*, text, target, truncate, ablations, display, plot, force, model,
+         encoding) -> None:
     """Logit lens: what each layer would predict if the model stopped there.
 
     For every layer the residual stream after the block (blocks.{i}.resid_out), and the

@@ -1,25 +1,11 @@
 """`tfx next TEXT`: the distribution over the next token, and what sampling does to it."""
-from typing import Annotated
-
-import typer
-
-from ..options import TargetOpt, TextArg, command
-from .generate import TopKOpt, TopPOpt, read_prompt
+from ..options import command
+from .generate import read_prompt
 
 
 @command("truncate", "edits", "transcoder_edits", "json", "precision", "model")
-def next_token(
-    text: TextArg = None,
-    temperature: Annotated[float, typer.Option(
-        "--temperature", rich_help_panel="Sampling",
-        help="Show softmax(logits / T); 0 puts all probability on the argmax (greedy).")] = 1.0,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    candidates: Annotated[int, typer.Option(
-        "--candidates", min=1, help="How many of the most likely tokens to list.")] = 10,
-    target: TargetOpt = None,
-    *, truncate, edits, transcoder_edits, json, precision, model, encoding,
-) -> None:
+def next_token(*, text, temperature, top_k, top_p, candidates, target, truncate, edits,
+               transcoder_edits, json, precision, model, encoding) -> None:
     """The model's distribution over the token after TEXT: the most likely tokens with
     their logits and probabilities (softmax of the logits).
 

@@ -1,51 +1,10 @@
 """`tfx patch CLEAN --corrupt CORRUPT --answer A --wrong W`: activation patching."""
-from enum import Enum
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import TextArg, command, read_text
-
-
-class PatchSite(str, Enum):
-    resid_pre = "resid_pre"
-    attn_out = "attn_out"
-    ffn_out = "ffn_out"
-    heads = "heads"
-    features = "features"
+from ..options import command, read_text
 
 
 @command("engine", "truncate", "target", "ablations", "display", "plot", "force", "model")
-def patch(
-    clean: TextArg = None,
-    corrupt: Annotated[Optional[str], typer.Option(
-        "--corrupt", metavar="TEXT", show_default=False,
-        help="The corrupted text: as many tokens as CLEAN, differing where the answer "
-        "should change.")] = None,
-    answer: Annotated[Optional[str], typer.Option(
-        "--answer", metavar="TOKEN", show_default=False,
-        help="CLEAN's answer: one token (mind the leading space, e.g. ' Paris').")] = None,
-    wrong: Annotated[Optional[str], typer.Option(
-        "--wrong", metavar="TOKEN", show_default=False,
-        help="CORRUPT's answer: one token (e.g. ' Rome').")] = None,
-    site: Annotated[PatchSite, typer.Option(
-        "--site", help="What one cell patches: resid_pre (block i's input at one position), "
-        "attn_out, ffn_out (a sublayer's output at one position), heads (one head's context "
-        "at every position), features (one feature of --sae's SAE at one position, the "
-        "32 features that differ most).")] = PatchSite.resid_pre,
-    batch: Annotated[Optional[int], typer.Option(
-        "--batch", min=1, show_default=False,
-        help="Cells run together in one forward pass (default: as many as fill 4,096 "
-        "positions). 1 runs each cell alone: slower, and bit for bit the patched model run "
-        "by itself; batched cells agree with that to float rounding.")] = None,
-    pairs: Annotated[Optional[Path], typer.Option(
-        "--pairs", metavar="FILE.jsonl", show_default=False,
-        help="Patch many prompt pairs and average: one {\"clean\", \"corrupt\", "
-             "\"answer\", \"wrong\"} object per line, instead of CLEAN and the options. "
-             "See samples/ioi_pairs.jsonl.")] = None,
-    *, engine, truncate, target, ablations, display, plot, force, model, encoding,
-) -> None:
+def patch(*, clean, corrupt, answer, wrong, site, batch, pairs, engine, truncate, target,
+          ablations, display, plot, force, model, encoding) -> None:
     """Activation patching: run CORRUPT, put in CLEAN's activation at one cell, and see
     how much of CLEAN's answer comes back.
 
@@ -89,7 +48,7 @@ def patch(
     texts = dict(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
     if pairs is None:  # one pair, from the command line
         texts = _one_pair(encoding=encoding, **texts)
-    result = api.patch(pairs=pairs, site=site.value, batch=batch, truncate=truncate,
+    result = api.patch(pairs=pairs, site=site, batch=batch, truncate=truncate,
                        target=target, **texts, **ablations, **engine, **model)
     plot_to(result, plot, force)  # the same result the view and JSON read
     emit(result, **display)

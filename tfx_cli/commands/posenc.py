@@ -1,19 +1,9 @@
 """`tfx posenc [TEXT | --length N]`: the positional encoding the config uses."""
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import TextArg, command, read_text
+from ..options import command, read_text
 
 
 @command("truncate", "display", "plot", "force", "model")
-def posenc(
-    text: TextArg = None,
-    length: Annotated[Optional[int], typer.Option(
-        "--length", "-n", show_default=False,
-        help="Show positions 0..N-1 instead of a text's positions.")] = None,
-    *, truncate, display, plot, force, model, encoding,
-) -> None:
+def posenc(*, text, length, truncate, display, plot, force, model, encoding) -> None:
     """Show the positional encoding for TEXT's positions, or for --length N positions.
 
     Sinusoidal configs (toy, vaswani): PE(pos, 2i) = sin(pos / 10000^(2i/d)) and

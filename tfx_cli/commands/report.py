@@ -7,28 +7,14 @@ result out as the page, and --json prints the same result.
 """
 import time
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
 
 from ..errors import UsageError
-from ..options import TargetOpt, TextArg, command, read_text
+from ..options import command, read_text
 
-OutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="The HTML file to write (.html).", show_default=False,
-    metavar="FILE.html")]
-ShowLayersOpt = Annotated[Optional[str], typer.Option(
-    "--show-layers", metavar="LIST",
-    help="Layers to show in the attention views: '0,1,5', '0-3' or 'all' (default: all). "
-         "(--layers changes the model's layer count.)", show_default=False)]
-CandidatesOpt = Annotated[int, typer.Option(
-    "--candidates", min=0, max=50, help="Most likely next tokens listed per position "
-    "(causal models with an output head; 0 leaves them out).")]
 
 @command("truncate", "ablations", "json", "force", "model")
-def report(text: TextArg = None, output: OutputOpt = None, show_layers: ShowLayersOpt = None,
-           candidates: CandidatesOpt = 5, target: TargetOpt = None, *, truncate, ablations,
-           json, force, model, encoding) -> None:
+def report(*, text, output, show_layers, candidates, target, truncate, ablations, json,
+           force, model, encoding) -> None:
     """Write one self-contained HTML page: tokens, a layers × heads grid of attention
     maps, a clickable head view with hover values, layer-norm statistics, and the
     next-token top-k.

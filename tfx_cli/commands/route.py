@@ -1,12 +1,10 @@
 """`tfx route TEXT`: which experts a mixture-of-experts model sends each token to."""
-from ..options import TextArg, command, read_text
+from ..options import command, read_text
 
 
 @command("truncate", "ablate", "ablate_mode", "display", "plot", "force", "model")
-def route(
-    text: TextArg = None,
-    *, truncate, ablate, ablate_mode, display, plot, force, model, encoding,
-) -> None:
+def route(*, text, truncate, ablate, ablate_mode, display, plot, force, model,
+          encoding) -> None:
     """Show a mixture-of-experts model's router: for every MoE layer and token, the k
     experts it is routed to and their weights; each layer's load over the text and the
     router's entropy.

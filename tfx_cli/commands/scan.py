@@ -1,14 +1,10 @@
 """`tfx scan CORPUS`: attention head statistics, residual norms and FFN activity over a
 corpus."""
-from ..options import CorpusArg, StateDirOpt, command, need_corpus
+from ..options import command, need_corpus
 
 
 @command("dataset", "engine", "display", "plot", "force", "model")
-def scan(
-    source: CorpusArg = None,
-    output: StateDirOpt = None,
-    *, dataset, engine, display, plot, force, model, encoding,
-) -> None:
+def scan(*, source, output, dataset, engine, display, plot, force, model, encoding) -> None:
     """Attention head statistics, residual norms and FFN activity over a corpus.
 
     Per layer and head, averaged over every qualifying query of every window: entropy

@@ -2,14 +2,11 @@
 
 No model is built and torch is never imported: this command only needs a tokenizer.
 """
-from ..options import (ConfigOpt, CorpusOpt, EncodingOpt, FullOpt, JsonOpt, TextArg,
-                       TokenizerOpt, WeightsOpt, read_text)
+from ..options import command, read_text
 
 
-def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: CorpusOpt = None,
-             config: ConfigOpt = None, weights: WeightsOpt = None,
-             encoding: EncodingOpt = "utf-8", json_out: JsonOpt = False,
-             full: FullOpt = False) -> None:
+@command("json", "full")
+def tokenize(*, text, tokenizer, corpus, config, weights, encoding, json, full) -> None:
     """Split TEXT into tokens and show each token's id.
 
     Whitespace in tokens is made visible: space ·, newline ↵, tab →, carriage
@@ -30,4 +27,4 @@ def tokenize(text: TextArg = None, tokenizer: TokenizerOpt = None, corpus: Corpu
     from ..render.emit import emit
 
     emit(api.tokenize(read_text(text, encoding=encoding), tokenizer=tokenizer, corpus=corpus,
-                      config=config, weights=weights), json=json_out, full=full)
+                      config=config, weights=weights), json=json, full=full)

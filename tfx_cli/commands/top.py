@@ -1,39 +1,19 @@
 """`tfx top CORPUS --site SITE`: each unit's highest activations over a corpus."""
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..options import CorpusArg, SaeSiteOpt, StateDirOpt, command, need_corpus
+from ..options import command, need_corpus
 
 
 @command("dataset", "engine", "display", "force", "model")
 def top(
-    source: CorpusArg = None,
-    site: Annotated[Optional[str], typer.Option(
-        "--site", metavar="SITE", show_default=False,
-        help="A site with one row per token: blocks.3.ffn.act (neurons), "
-             "blocks.3.resid_out (residual dimensions), blocks.3.attn.context (heads × "
-             "head dim) ... With --sae: the SAE's site (default: the one its folder names).")] = None,
-    units: Annotated[Optional[str], typer.Option(
-        "--units", metavar="LIST", show_default=False,
-        help="Units of the site: 0,5,9 or 0:64 (default: all); with --sae, feature "
-             "indices.")] = None,
+    *, source, site, units,
     sae: Annotated[Optional[str], typer.Option(
         "--sae", metavar="DIR", show_default=False, rich_help_panel="Features",
         help="An SAE folder (SAELens, Gemma Scope, tfx-sae.json, tfx train-sae's output): "
              "the units are its features, their activations on the site's rows.")] = None,
-    sae_site: SaeSiteOpt = None,
-    k: Annotated[int, typer.Option("-k", "--k", help="Examples per unit.")] = 10,
-    around: Annotated[int, typer.Option(
-        "--around", metavar="C",
-        help="Tokens of context shown either side of each example (--context is the "
-             "model's context length).")] = 8,
-    html: Annotated[Optional[Path], typer.Option(
-        "--html", metavar="FILE", show_default=False,
-        help="Also write a self-contained HTML page with a card per unit.")] = None,
-    output: StateDirOpt = None,
-    *, dataset, engine, display, force, model, encoding,
+    sae_site, k, around, html, output, dataset, engine, display, force, model, encoding,
 ) -> None:
     """Each unit's highest activations over a corpus (max-activating examples).
 

@@ -1,23 +1,10 @@
 """`tfx trace TEXT --select GLOB`: the whole forward pass, recording what is selected."""
-from typing import Annotated, List, Optional
-
-import typer
-
-from ..options import TargetOpt, TextArg, command, read_text, split_list
+from ..options import command, read_text, split_list
 
 
 @command("truncate", "edits", "display", "plot", "force", "model")
-def trace(
-    text: TextArg = None,
-    select: Annotated[Optional[List[str]], typer.Option(
-        "--select", "-s", show_default=False,
-        help="Trace names or globs to record (repeatable, or comma-separated), e.g. "
-        "'blocks.*.attn.pattern'. Default: everything.")] = None,
-    values: Annotated[bool, typer.Option(
-        "--values", help="Print the recorded values, not only names and shapes.")] = False,
-    target: TargetOpt = None,
-    *, truncate, edits, display, plot, force, model, encoding,
-) -> None:
+def trace(*, text, select, values, target, truncate, edits, display, plot, force, model,
+          encoding) -> None:
     """Run the whole forward pass on TEXT, record only the names --select picks, and show
     them as a tree with dims and shapes (values with --values; every tensor with --json).
 

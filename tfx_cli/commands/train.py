@@ -1,45 +1,10 @@
 """`tfx train`: teach a small model a few examples and write a checkpoint folder."""
-from enum import Enum
-from typing import Annotated, Optional
-
-import typer
-
-from ..options import (ConfigOpt, ContextOpt, DModelOpt, ForceOpt, HeadsOpt, JsonOpt,
-                       LayersOpt, SeedOpt)
+from ..options import command
 
 
-class Vocab(str, Enum):
-    word = "word"
-    char = "char"
-
-
-def train(
-    pairs: Annotated[Optional[str], typer.Option(
-        "--pairs", metavar="FILE.tsv", show_default=False,
-        help="Lines of source, a tab, then target, for an encoder–decoder (toy, vaswani), e.g. "
-             "samples/seed001.tsv.")] = None,
-    text: Annotated[Optional[str], typer.Option(
-        "--text", metavar="FILE", show_default=False,
-        help="A text whose next tokens a decoder-only model learns.")] = None,
-    output: Annotated[Optional[str], typer.Option(
-        "--output", "-o", metavar="DIR", show_default=False,
-        help="The checkpoint folder to write (then --weights DIR in every command).")] = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, max=100_000,
-                                       help="Adam updates, each over every example.")] = 200,
-    lr: Annotated[float, typer.Option("--lr", help="Adam's learning rate.")] = 0.01,
-    config: ConfigOpt = None,
-    seed: SeedOpt = 123,
-    heads: HeadsOpt = None,
-    layers: LayersOpt = None,
-    d_model: DModelOpt = None,
-    context: ContextOpt = None,
-    tokenizer: Annotated[Optional[Vocab], typer.Option(
-        "--tokenizer", "-t", show_default=False, rich_help_panel="Model",
-        help="word or char: the vocabulary is built from the data (default: the config's "
-             "if it is one of them, else word).")] = None,
-    force: ForceOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
+@command("force", "json")
+def train(*, pairs, text, output, steps, lr, config, seed, heads, layers, d_model, context,
+          tokenizer, force, json) -> None:
     """Train a model from random weights on a few examples, as seed 001 describes it: the
     model sees the target, errs, is corrected (cross-entropy) and its weights are updated
     (Adam), until it answers right.
@@ -68,6 +33,6 @@ def train(
         raise UsageError("no output folder given; pass --output DIR (-o DIR)")
     result = api.train(output=output, pairs=pairs, text=text, steps=steps, lr=lr,
                        config=config, seed=seed, heads=heads, layers=layers, d_model=d_model,
-                       context=context, tokenizer=tokenizer.value if tokenizer else None,
+                       context=context, tokenizer=tokenizer,
                        force=force, progress=progress)
-    emit(result, json=json_out)
+    emit(result, json=json)

@@ -1,63 +1,10 @@
 """`tfx train-sae COLLECT_DIR --site SITE -o SAE_DIR`: an SAE trained on collected rows."""
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-
 from ..options import command
 
 
-# train-sae's own options; train-transcoder takes --batch-size, --seed and --score-tokens
-# from here too. The training options both share are the "training" group
-# (tfx_cli/option_table.py); these stay here as their names are other options' there.
-SiteOpt = Annotated[Optional[str], typer.Option(
-    "--site", metavar="SITE", show_default=False,
-    help="The collected site to train on, e.g. blocks.15.resid_out.")]
-OutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", metavar="SAE_DIR", show_default=False,
-    help="The SAE folder to write (a killed run in it is continued).")]
-BatchSizeOpt = Annotated[int, typer.Option(
-    "--batch-size", metavar="TOKENS", rich_help_panel="Training", help="Tokens per step.")]
-SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel="Training",
-                                      help="Initialisation and shuffling.")]
-BDecInitOpt = Annotated[str, typer.Option(
-    "--b-dec-init", metavar="HOW",
-    help="The decoder bias's start: median (geometric), mean or zeros.")]
-DeadAfterOpt = Annotated[Optional[int], typer.Option(
-    "--dead-after", metavar="TOKENS", show_default=False,
-    help="A latent is dead once it has not fired in this many training tokens "
-         "(default: an epoch, at most 10M).")]
-AuxKOpt = Annotated[Optional[int], typer.Option(
-    "--aux-k", metavar="N", show_default=False,
-    help="TopK's auxiliary loss: the N most active dead latents model the residual "
-         "(default min(512, latents/2); 0 turns it off).")]
-AuxCoefOpt = Annotated[float, typer.Option(
-    "--aux-coef", metavar="C", help="The auxiliary loss's weight.")]
-ScoreTokensOpt = Annotated[Optional[int], typer.Option(
-    "--score-tokens", metavar="N", min=0, show_default=False,
-    help="The CE-loss score of what was written (eval-sae's: its site or MLP replaced by "
-         "the reconstruction) on up to N of the collect folder's last tokens, the model "
-         "rebuilt from its manifest (default 4096; train-transcoder's, 4096 shared out "
-         "among its layers, at least 512; left out with a note where the folder's model "
-         "cannot be rebuilt); 0 skips it.")]
-
-
 @command("training", "json", "precision", "force")
-def train_sae(
-    collect: Annotated[Optional[Path], typer.Argument(
-        metavar="COLLECT_DIR", show_default=False,
-        help="A folder written by tfx collect.")] = None,
-    site: SiteOpt = None,
-    output: OutputOpt = None,
-    batch_size: BatchSizeOpt = 4096,
-    seed: SeedOpt = 0,
-    b_dec_init: BDecInitOpt = "median",
-    dead_after: DeadAfterOpt = None,
-    aux_k: AuxKOpt = None,
-    aux_coef: AuxCoefOpt = 1 / 32,
-    score_tokens: ScoreTokensOpt = None,
-    *, training, json, precision, force,
-) -> None:
+def train_sae(*, collect, site, output, batch_size, seed, b_dec_init, dead_after, aux_k,
+              aux_coef, score_tokens, training, json, precision, force) -> None:
     """Train a sparse autoencoder on a collect folder's site and write it in SAELens's
     format (read back with --sae).
 

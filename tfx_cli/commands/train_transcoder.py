@@ -6,7 +6,6 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..options import command
-from .train_sae import BatchSizeOpt, ScoreTokensOpt, SeedOpt
 
 LayerOpt = Annotated[Optional[List[str]], typer.Option(
     "--layer", "--layers", metavar="I", show_default=False,
@@ -25,7 +24,7 @@ JumpReLUOpt = Annotated[Optional[float], typer.Option(
 
 @command("training", "json", "precision", "force")
 def train_transcoder(
-    collect: Annotated[Optional[Path], typer.Argument(
+    *, collect: Annotated[Optional[Path], typer.Argument(
         metavar="COLLECT_DIR", show_default=False,
         help="A folder written by tfx collect holding both sites of each layer.")] = None,
     layer: LayerOpt = None,
@@ -35,10 +34,7 @@ def train_transcoder(
     input_site: InputSiteOpt = "ln2.out",
     skip: SkipOpt = False,
     jumprelu: JumpReLUOpt = None,
-    batch_size: BatchSizeOpt = 4096,
-    seed: SeedOpt = 0,
-    score_tokens: ScoreTokensOpt = None,
-    *, training, json, precision, force,
+    batch_size, seed, score_tokens, training, json, precision, force,
 ) -> None:
     """Train per-layer transcoders on a collect folder's MLP input/output pairs and write
     them in circuit-tracer's layout (read by circuit-tracer's load_transcoder_set).

@@ -25,12 +25,12 @@ both read.
 """
 from __future__ import annotations
 
-import re
+import functools
 from functools import partial
 
 from ....errors import WeightsError
 from .common import norm_rules, unprefixed
-from .registry import Family, Renames, TensorMap, register
+from .registry import Family, HeadByHead, Renames, Split, TensorMap, register
 from .values import SIZE_KEYS
 
 # A multimodal config.json stores only the text settings that differ from these
@@ -196,7 +196,7 @@ def decoder_config(family: str, hf: dict, where: str) -> dict:
 
 # -- tensors ------------------------------------------------------------------------------
 _ATTN = {"q_proj": "attn.W_query", "k_proj": "attn.W_key", "v_proj": "attn.W_value",
-         "o_proj": "attn.out_proj", "q_norm": "attn.q_norm", "k_norm": "attn.k_norm"}
+         "o_proj": "attn.out_proj"}
 _MLP = {"gate_proj": "ffn.gate_proj", "up_proj": "ffn.fc1", "down_proj": "ffn.fc2"}
 
 
@@ -213,44 +213,47 @@ def _norms(family: str) -> dict:
     return {"input_layernorm": "ln1", "post_attention_layernorm": "ln2"}
 
 
-# the names outside the blocks, once the text model's prefix is gone
-_OUTSIDE = Renames([(r"embed_tokens\.weight", "embed.tok_emb.weight"),
-                    (r"norm\.weight", "ln_f.scale"), (r"lm_head\.weight", "lm_head.weight"),
-                    (r".*rotary_emb\.inv_freq", None)])  # recomputed from the rope settings
+def _kv_split(cfg) -> list[int]:
+    """Phi-3's qkv_proj rows: q's heads, then k's and v's (fewer with grouped queries)."""
+    kv = cfg.n_kv_heads * cfg.head_dim
+    return [cfg.attn_dim, kv, kv]
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder_names(family: str) -> Renames:
+    """A decoder family's names, once the text model's prefix is gone."""
+    layer = r"layers\.(\d+)"
+    return Renames([
+        (r"embed_tokens\.weight", "embed.tok_emb.weight"), (r"norm\.weight", "ln_f.scale"),
+        (r"lm_head\.weight", "lm_head.weight"),
+        (r".*rotary_emb\.inv_freq", None),  # recomputed from the rope settings
+        *((rf"{layer}\.{module}\.\w+", rf"blocks.\1.{ours}.scale")
+          for module, ours in _norms(family).items()),
+        (rf"{layer}\.self_attn\.([qk])_norm\.\w+", r"blocks.\1.attn.\2_norm.scale"),
+        *((rf"{layer}\.self_attn\.{theirs}\.(\w+)", rf"blocks.\1.{ours}.\2")
+          for theirs, ours in _ATTN.items()),
+        *((rf"{layer}\.mlp\.{theirs}\.(\w+)", rf"blocks.\1.{ours}.\2")
+          for theirs, ours in _MLP.items()),
+        # Phi-3: q, k, v stacked by rows; gate, then up
+        (rf"{layer}\.self_attn\.qkv_proj\.(\w+)",
+         tuple(rf"blocks.\1.attn.{n}.\2" for n in ("W_query", "W_key", "W_value")),
+         Split(sizes=_kv_split)),
+        (rf"{layer}\.mlp\.gate_up_proj\.(\w+)",
+         (r"blocks.\1.ffn.gate_proj.\2", r"blocks.\1.ffn.fc1.\2"),
+         Split(sizes=lambda cfg: [cfg.d_ff, cfg.d_ff])),
+    ])
+
+
 TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "model.")
 
 
 def map_decoder(family: str, state: dict, cfg) -> tuple[dict, dict]:
     """Checkpoint tensors -> (tfx name -> tensor, tfx name -> checkpoint name)."""
-    out = TensorMap()
-    norms = _norms(family)
+    out, names = TensorMap(), _decoder_names(family)
     for key, t in state.items():
         if key.startswith(NOT_TEXT):
             continue  # a multimodal checkpoint's image half
-        name = unprefixed(key, TEXT_PREFIXES)
-        parts = name.split(".")
-        if _OUTSIDE.apply(out, name, key, t):
-            continue
-        if parts[0] != "layers" or len(parts) < 4:
-            out.keep(key, t)  # reported as unexpected
-            continue
-        b, module, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
-        if module in norms:
-            out.put(f"{b}.{norms[module]}.scale", key, t)
-        elif module.startswith("self_attn.") and module[10:] in _ATTN:
-            ours = _ATTN[module[10:]]
-            out.put(f"{b}.{ours}.{'scale' if ours.endswith('norm') else leaf}", key, t)
-        elif module.startswith("mlp.") and module[4:] in _MLP:
-            out.put(f"{b}.{_MLP[module[4:]]}.{leaf}", key, t)
-        elif module == "self_attn.qkv_proj":  # Phi-3: q, k, v stacked by rows
-            q, kv = cfg.attn_dim, cfg.n_kv_heads * cfg.head_dim
-            for ours, part in zip(("W_query", "W_key", "W_value"), t.split([q, kv, kv])):
-                out.put(f"{b}.attn.{ours}.{leaf}", key, part)
-        elif module == "mlp.gate_up_proj":  # Phi-3: gate, then up
-            gate, up = t.split([cfg.d_ff, cfg.d_ff])
-            out.put(f"{b}.ffn.gate_proj.{leaf}", key, gate)
-            out.put(f"{b}.ffn.fc1.{leaf}", key, up)
-        else:
+        if not names.apply(out, unprefixed(key, TEXT_PREFIXES), key, t, cfg):
             out.keep(key, t)  # reported as unexpected
     return out.result()
 
@@ -260,6 +263,8 @@ _NEOX = Renames([
     *norm_rules(r"final_layer_norm", "ln_f"),
     *norm_rules(r"layers\.(\d+)\.input_layernorm", r"blocks.\1.ln1"),
     *norm_rules(r"layers\.(\d+)\.post_attention_layernorm", r"blocks.\1.ln2"),
+    (r"layers\.(\d+)\.attention\.query_key_value\.(\w+)",
+     tuple(rf"blocks.\1.attn.{n}.\2" for n in ("W_query", "W_key", "W_value")), HeadByHead()),
     (r"layers\.(\d+)\.attention\.dense\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
     (r"layers\.(\d+)\.mlp\.dense_h_to_4h\.(\w+)", r"blocks.\1.ffn.fc1.\2"),
     (r"layers\.(\d+)\.mlp\.dense_4h_to_h\.(\w+)", r"blocks.\1.ffn.fc2.\2"),
@@ -267,22 +272,13 @@ _NEOX = Renames([
     (r"layers\.\d+\.attention\.(?:rotary_emb\.)?\w+", None),
     (r"layers\.\d+\.[\w.]+\.masked_bias", None),
 ])
-_NEOX_QKV = re.compile(r"layers\.(\d+)\.attention\.query_key_value\.(\w+)")
 
 
 def map_neox(state: dict, cfg) -> tuple[dict, dict]:
     """GPT-NeoX: query_key_value rows are per head [q_h, k_h, v_h], head after head."""
     out = TensorMap()
-    H, D = cfg.n_heads, cfg.head_dim
     for key, t in state.items():
-        name = unprefixed(key, ("gpt_neox.",))
-        qkv = _NEOX_QKV.fullmatch(name)
-        if qkv:
-            b, leaf = f"blocks.{qkv.group(1)}", qkv.group(2)
-            per_head = t.reshape(H, 3, D, *t.shape[1:])  # (H, q/k/v, D, ...)
-            for j, ours in enumerate(("W_query", "W_key", "W_value")):
-                out.put(f"{b}.attn.{ours}.{leaf}", key, per_head[:, j].reshape(H * D, *t.shape[1:]))
-        elif not _NEOX.apply(out, name, key, t):
+        if not _NEOX.apply(out, unprefixed(key, ("gpt_neox.",)), key, t, cfg):
             out.keep(key, t)  # reported as unexpected
     return out.result()
 

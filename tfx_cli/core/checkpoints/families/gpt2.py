@@ -6,8 +6,8 @@ positions."""
 from __future__ import annotations
 
 from ....errors import WeightsError
-from .common import activation, ln_leaf, norm_rules, strip_prefix
-from .registry import Family, Renames, TensorMap, register
+from .common import activation, norm_rules, strip_prefix, unprefixed
+from .registry import Family, Renames, Split, TensorMap, Transpose, register
 
 
 def gpt2_config(hf: dict, where: str) -> dict:
@@ -26,37 +26,34 @@ def gpt2_config(hf: dict, where: str) -> dict:
         positional="learned", tie_embeddings=hf.get("tie_word_embeddings", True))
 
 
+def _gpt_names(fused: tuple, linear: tuple, buffers: str) -> Renames:
+    """GPT-2's tensor names, which nanoGPT keeps: `fused` the converters of c_attn (q, k
+    and v in one linear), `linear` those of the other linears, `buffers` the causal-mask
+    buffers' names to drop."""
+    qkv = [rf"blocks.\1.attn.{name}.\2" for name in ("W_query", "W_key", "W_value")]
+    return Renames([
+        (r"wte\.weight", "embed.tok_emb.weight"), (r"wpe\.weight", "embed.pos_emb.weight"),
+        *norm_rules(r"ln_f", "ln_f"), (r"lm_head\.weight", "lm_head.weight"),
+        *norm_rules(r"h\.(\d+)\.ln_([12])", r"blocks.\1.ln\2"),
+        (r"h\.(\d+)\.attn\.c_attn\.(weight|bias)", tuple(qkv), *fused),
+        (r"h\.(\d+)\.attn\.c_proj\.(weight|bias)", r"blocks.\1.attn.out_proj.\2", *linear),
+        (r"h\.(\d+)\.mlp\.c_fc\.(weight|bias)", r"blocks.\1.ffn.fc1.\2", *linear),
+        (r"h\.(\d+)\.mlp\.c_proj\.(weight|bias)", r"blocks.\1.ffn.fc2.\2", *linear),
+        (buffers, None),
+    ])
+
+
 # Each mapping returns (tfx name -> tensor, tfx name -> checkpoint name) and drops the
-# checkpoint's non-parameters (causal-mask buffers, position ids, rotary tables).
-_GPT2_NAMES = Renames([
-    (r"wte\.weight", "embed.tok_emb.weight"), (r"wpe\.weight", "embed.pos_emb.weight"),
-    *norm_rules(r"ln_f", "ln_f"), (r"lm_head\.weight", "lm_head.weight"),
-    *norm_rules(r"h\.(\d+)\.ln_([12])", r"blocks.\1.ln\2"),
-    (r"h\.\d+\.attn\.(?:bias|masked_bias)", None),  # old saves: the causal mask, a buffer
-])
-# Conv1D linears, (in, out): transposed to tfx's (out, in)
-_CONV1D = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
+# checkpoint's non-parameters (causal-mask buffers). HF GPT-2's linears are Conv1D, (in,
+# out): transposed to tfx's (out, in), c_attn's q, k, v side by side along the last axis
+# (old saves keep the causal mask as attn.bias, attn.masked_bias).
+_GPT2_NAMES = _gpt_names(fused=(Split(dim=-1), Transpose()), linear=(Transpose(),),
+                         buffers=r"h\.\d+\.attn\.(?:bias|masked_bias)")
 
 
 def map_gpt2(state: dict, cfg) -> tuple[dict, dict]:
-    """HF GPT-2 stores Conv1D weights as (in, out) and fuses q, k, v in c_attn."""
-    state = strip_prefix(state, ("transformer.",))
-    out = TensorMap()
-    for key, t in state.items():
-        if _GPT2_NAMES.apply(out, key, key, t):
-            continue
-        parts = key.split(".")
-        rest, leaf = ".".join(parts[2:-1]), parts[-1]
-        b = f"blocks.{parts[1]}" if parts[0] == "h" and len(parts) >= 4 else None
-        if b and rest == "attn.c_attn":
-            # (C, 3C) weight or (3C,) bias: q, k, v side by side along the last axis
-            for name, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=-1)):
-                out.put(f"{b}.attn.{name}.{leaf}", key, part.t() if leaf == "weight" else part)
-        elif b and rest in _CONV1D:
-            out.put(f"{b}.{_CONV1D[rest]}.{leaf}", key, t.t() if leaf == "weight" else t)
-        else:
-            out.keep(key, t)  # reported as unexpected
-    return out.result()
+    """An HF GPT-2 checkpoint's tensors -> (tfx name -> tensor, tfx name -> theirs)."""
+    return _GPT2_NAMES.read(strip_prefix(state, ("transformer.",)), cfg).result()
 
 
 GPT2 = register(Family("gpt2", ("GPT2LMHeadModel", "GPT2Model"), gpt2_config, map_gpt2,
@@ -75,40 +72,26 @@ def nanogpt_config(args: dict) -> dict:
         positional="learned", causal=True, tie_embeddings=True, tokenizer="gpt2")
 
 
+# nanoGPT's linears are nn.Linear, (out, in) as tfx's, c_attn's q, k, v stacked by rows;
+# attn.bias is the causal-mask buffer of its non-flash path
+_NANOGPT_NAMES = _gpt_names(fused=(Split(dim=0),), linear=(), buffers=r"h\.\d+\.attn\.bias")
+
+
 def map_nanogpt(state: dict, cfg) -> tuple[dict, dict]:
-    """nanoGPT uses nn.Linear (out, in), so only c_attn needs splitting (along rows)."""
-    state = strip_prefix(state, ("_orig_mod.",))  # torch.compile's wrapper
-    out, src = {}, {}
-    for key, t in state.items():
-        parts = key.split(".")
-        if parts[0] == "transformer":
-            parts = parts[1:]
-        ours = ".".join(parts)
-        if parts[0] in ("wte", "wpe"):
-            ours = f"embed.{'tok' if parts[0] == 'wte' else 'pos'}_emb.weight"
-        elif parts[0] == "ln_f" and len(parts) == 2:
-            ours = f"ln_f.{ln_leaf(parts[1])}"
-        elif parts[0] == "h" and len(parts) >= 4:
-            b, rest, leaf = f"blocks.{parts[1]}", ".".join(parts[2:-1]), parts[-1]
-            if rest in ("ln_1", "ln_2"):
-                ours = f"{b}.ln{rest[-1]}.{ln_leaf(leaf)}"
-            elif rest == "attn.c_attn":
-                for name, part in zip(("W_query", "W_key", "W_value"), t.chunk(3, dim=0)):
-                    out[f"{b}.attn.{name}.{leaf}"] = part
-                    src[f"{b}.attn.{name}.{leaf}"] = key
-                continue
-            elif rest == "attn" and leaf == "bias":
-                continue  # the causal-mask buffer of the non-flash path
-            elif rest in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-                ours = {"attn.c_proj": f"{b}.attn.out_proj", "mlp.c_fc": f"{b}.ffn.fc1",
-                        "mlp.c_proj": f"{b}.ffn.fc2"}[rest] + f".{leaf}"
-        out[ours], src[ours] = t, key
+    """A nanoGPT ckpt.pt's model tensors -> (tfx name -> tensor, tfx name -> theirs)."""
+    # torch.compile's wrapper, then the module nanoGPT holds its blocks in
+    state = {unprefixed(unprefixed(key, ("_orig_mod.",)), ("transformer.",)): (key, t)
+             for key, t in state.items()}
+    out = TensorMap()
+    for name, (key, t) in state.items():
+        if not _NANOGPT_NAMES.apply(out, name, key, t, cfg):
+            out.put(name, key, t)  # reported as unexpected
     if not cfg.proj_bias:
         # nanoGPT's bias=False LayerNorms have no shift; tfx's have one, and zero is exact
         import torch
 
         for ln in ["ln_f"] + [f"blocks.{i}.ln{j}" for i in range(cfg.n_layers) for j in (1, 2)]:
-            if f"{ln}.scale" in out and f"{ln}.shift" not in out:
-                out[f"{ln}.shift"] = torch.zeros_like(out[f"{ln}.scale"])
-                src[f"{ln}.shift"] = "(zeros: LayerNorm without bias)"
-    return out, src
+            if f"{ln}.scale" in out.tensors and f"{ln}.shift" not in out.tensors:
+                out.put(f"{ln}.shift", "(zeros: LayerNorm without bias)",
+                        torch.zeros_like(out.tensors[f"{ln}.scale"]))
+    return out.result()

@@ -15,11 +15,10 @@ classifier.*) are set aside with the base model read.
 """
 from __future__ import annotations
 
-import re
 
 from ....errors import WeightsError
 from .common import norm_rules, unprefixed
-from .registry import Family, Renames, TensorMap, archs_of, register
+from .registry import Family, Renames, Split, TensorMap, archs_of, register
 from .values import SIZE_KEYS
 from .decoders import rope_settings
 
@@ -104,12 +103,13 @@ _NAMES = Renames([
     *norm_rules(r"layers\.(\d+)\.mlp_norm", r"blocks.\1.ln2"),
     (r"layers\.(\d+)\.attn\.Wo\.(\w+)", r"blocks.\1.attn.out_proj.\2"),
     (r"layers\.(\d+)\.mlp\.Wo\.(\w+)", r"blocks.\1.ffn.fc2.\2"),
+    # fused linears, split by rows: Wqkv (3 * C, C) q, k, v; Wi (2 * F, C) the activated
+    # half (tfx's gate_proj), then the gate it multiplies (fc1, "up")
+    (r"layers\.(\d+)\.attn\.Wqkv\.(\w+)",
+     tuple(rf"blocks.\1.attn.{n}.\2" for n in ("W_query", "W_key", "W_value")), Split()),
+    (r"layers\.(\d+)\.mlp\.Wi\.(\w+)", (r"blocks.\1.ffn.gate_proj.\2", r"blocks.\1.ffn.fc1.\2"),
+     Split()),
 ])
-# fused linears, split by rows: Wqkv (3 * C, C) q, k, v; Wi (2 * F, C) the activated half
-# (tfx's gate_proj), then the gate it multiplies (fc1, "up")
-_FUSED = re.compile(r"layers\.(\d+)\.(attn\.Wqkv|mlp\.Wi)\.(\w+)")
-_SPLITS = {"attn.Wqkv": ("attn.W_query", "attn.W_key", "attn.W_value"),
-           "mlp.Wi": ("ffn.gate_proj", "ffn.fc1")}
 SET_ASIDE = ("classifier.",)
 
 
@@ -120,14 +120,7 @@ def map_modernbert(state: dict, cfg) -> tuple[dict, dict]:
     for key, t in state.items():
         if key.startswith(SET_ASIDE) or (key.startswith("head.") and not cfg.mlm_head):
             continue  # a classifier's task head: set aside
-        name = unprefixed(key, ("model.",))
-        fused = _FUSED.fullmatch(name)
-        if fused:
-            block, module, leaf = fused.groups()
-            parts = _SPLITS[module]
-            for ours, part in zip(parts, t.chunk(len(parts), dim=0)):
-                out.put(f"blocks.{block}.{ours}.{leaf}", key, part)
-        elif not _NAMES.apply(out, name, key, t):
+        if not _NAMES.apply(out, unprefixed(key, ("model.",)), key, t, cfg):
             out.keep(key, t)  # reported as unexpected
     return out.result()
 

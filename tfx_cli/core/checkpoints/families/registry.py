@@ -7,9 +7,11 @@ its token table may be saved under, and whether its stack is causal. The module 
 tables below are filled once; `family_of` and the dispatch in __init__ read nothing else.
 
 `TensorMap` is the accumulator each mapping writes into (tfx name -> tensor, tfx name ->
-checkpoint name), and `Renames` a list of rename rules (a pattern of checkpoint names and
-the tfx name it becomes, first match wins), for the one-to-one names of a family; tensors
-that are split, stacked or reordered stay in the mapping's own code.
+checkpoint name), and `Renames` a family's table of rename rules: a pattern of checkpoint
+names, the tfx name (or names) it becomes, and the converters its tensor goes through on
+the way (`Split` a fused tensor into its parts, `Transpose` a Conv1D matrix, `HeadByHead`
+for q, k and v interleaved per head), first match wins. A mapping is then its rules and
+what no rule can say (a tied table, a tensor the checkpoint leaves out).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from ....errors import WeightsError
 NO_HEAD = {"lm_head": False, "logits_bias": False, "tie_embeddings": False}
 
 
-def _no_tables(cfg) -> tuple[str, ...]:
+def no_token_tables(cfg) -> tuple[str, ...]:
+    """A family whose one token table is saved once (every decoder and encoder)."""
     return ()
 
 
@@ -42,10 +45,18 @@ class Family:
     config: Callable[[dict, str], dict]
     mapping: Callable[..., tuple[dict, dict]]
     model_types: tuple[str, ...] = ()
-    token_tables: Callable[[Any], tuple[str, ...]] = _no_tables
+    token_tables: Callable[[Any], tuple[str, ...]] = no_token_tables
     causal: bool = False
     headless: tuple[str, ...] = ()
     size_keys: tuple[str, ...] = ()
+
+    @property
+    def stack(self) -> str:
+        """What it is built as: "decoder", "encoder" or "encoder–decoder" (a family whose
+        token table is saved under several names)."""
+        if self.causal:
+            return "decoder"
+        return "encoder" if self.token_tables is no_token_tables else "encoder–decoder"
 
     def read(self, hf: dict, where: str) -> dict:
         """ModelConfig keyword arguments of a config.json of this family."""
@@ -122,31 +133,92 @@ class TensorMap:
         return self.tensors, self.sources
 
 
+class Split:
+    """A fused checkpoint tensor into the rule's tfx tensors, along `dim`: equal parts
+    (GPT-2's c_attn: q, k, v), or the widths `sizes(cfg)` gives (Phi-3's q, k, v when
+    k and v have fewer heads)."""
+
+    def __init__(self, dim: int = 0, sizes: Callable[[Any], list[int]] | None = None):
+        self.dim, self.sizes = dim, sizes
+
+    def __call__(self, tensors: list, parts: int, cfg) -> list:
+        (tensor,) = tensors
+        if self.sizes is None:
+            return list(tensor.chunk(parts, dim=self.dim))
+        return list(tensor.split(self.sizes(cfg), dim=self.dim))
+
+
+class Transpose:
+    """A Conv1D weight, (in, out), as tfx's linear reads it, (out, in); a bias (or any
+    vector) as it is."""
+
+    def __call__(self, tensors: list, parts: int, cfg) -> list:
+        return [t.t() if t.dim() == 2 else t for t in tensors]
+
+
+class HeadByHead:
+    """q, k and v fused with their rows head by head ([q_h, k_h, v_h] for each head h,
+    GPT-NeoX's query_key_value) into the rule's parts, each its heads in order."""
+
+    def __call__(self, tensors: list, parts: int, cfg) -> list:
+        (tensor,) = tensors
+        heads, rest = cfg.n_heads, tensor.shape[1:]
+        per_head = tensor.reshape(heads, parts, cfg.head_dim, *rest)  # (H, part, D, ...)
+        return [per_head[:, j].reshape(heads * cfg.head_dim, *rest) for j in range(parts)]
+
+
 class Renames:
-    """Rename rules: (pattern, template) pairs, tried in order; the first whose pattern
-    matches the whole checkpoint name gives tfx's name (`\\1`-style groups), a template of
-    None drops the tensor (a buffer, a table tfx computes). Written as a family's table of
-    names, it reads like the checkpoint's layout beside tfx's."""
+    """Rename rules: (pattern, tfx name, *converters), tried in order; the first whose
+    pattern matches the whole checkpoint name gives tfx's name (`\\1`-style groups), or a
+    tuple of names its tensor is converted into (`Split`), and None drops the tensor (a
+    buffer, a table tfx computes). The converters run in order on the tensor (a list of
+    one) and must leave one tensor per name. Written as a family's table of names, it
+    reads like the checkpoint's layout beside tfx's."""
 
-    def __init__(self, rules: Iterable[tuple[str, str | None]]):
-        self.rules = [(re.compile(pattern), template) for pattern, template in rules]
+    def __init__(self, rules: Iterable[tuple]):
+        self.rules = [(re.compile(pattern), target, tuple(convert))
+                      for pattern, target, *convert in rules]
 
-    def __call__(self, name: str) -> tuple[bool, str | None]:
-        """(matched, tfx name or None when dropped)."""
-        for pattern, template in self.rules:
+    def __call__(self, name: str) -> tuple[bool, tuple[str, ...]]:
+        """(matched, the tfx names: none when the tensor is dropped)."""
+        found = self._find(name)
+        return (found is not None, () if found is None else found[1])
+
+    def _find(self, name: str):
+        for pattern, target, convert in self.rules:
             match = pattern.fullmatch(name)
             if match:
-                return True, None if template is None else match.expand(template)
-        return False, None
+                names = () if target is None else tuple(
+                    match.expand(t) for t in ((target,) if isinstance(target, str) else target))
+                return match, names, convert
+        return None
 
-    def apply(self, out: TensorMap, name: str, key: str, tensor) -> bool:
-        """Put `tensor` (checkpoint name `key`, read as `name`) under its tfx name when a
-        rule matches; False when none does."""
-        matched, ours = self(name)
-        if matched and ours is not None:
-            out.put(ours, key, tensor)
-        return matched
+    def apply(self, out: TensorMap, name: str, key: str, tensor, cfg=None) -> bool:
+        """Put `tensor` (checkpoint name `key`, read as `name`) under its tfx name(s),
+        converted, when a rule matches; False when none does."""
+        found = self._find(name)
+        if found is None:
+            return False
+        _, names, convert = found
+        tensors = [tensor]
+        for step in convert:
+            tensors = step(tensors, len(names), cfg)
+        if names and len(tensors) != len(names):
+            raise ValueError(f"{key}: {len(tensors)} tensors for {len(names)} names")
+        for ours, part in zip(names, tensors):
+            out.put(ours, key, part)
+        return True
+
+    def read(self, state: dict, cfg=None) -> TensorMap:
+        """Every tensor of `state` through the rules; one no rule matches is kept under
+        its own name (and reported as unexpected)."""
+        out = TensorMap()
+        for key, tensor in state.items():
+            if not self.apply(out, key, key, tensor, cfg):
+                out.keep(key, tensor)
+        return out
 
 
 __all__ = ["Family", "FAMILIES", "ARCHITECTURES", "MODEL_TYPES", "NO_HEAD", "register",
-           "unregister", "archs_of", "family_of", "TensorMap", "Renames"]
+           "unregister", "archs_of", "family_of", "no_token_tables", "TensorMap", "Renames",
+           "Split", "Transpose", "HeadByHead"]
