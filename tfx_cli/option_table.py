@@ -11,15 +11,16 @@ This module imports neither typer nor rich nor torch: `import tfx_cli.api` stays
 
 To add an option to every command of a group, add one `Option(...)` to that group's
 tuple below (GROUPS and OPTIONS are built from the tuples). To give a new command a group, name the group in its `@command`
-decorator and read the dict it is handed (`**edits` into the api call). An option one
-command alone takes stays in that command's signature (kinds for the API: OPTION_KINDS's
-own entries).
+decorator and read the dict it is handed (`**edits` into the api call). A command's own
+options are declared here too, in that command's block, as its group (tfx graph's:
+"graph_options"), so the command line and the API read one range and one default.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .errors import UsageError
 from .values import as_flag, as_float, as_int, as_names, as_path, as_text, as_texts
 
 SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
@@ -28,10 +29,11 @@ SEED_MAX = 2**64 - 1  # the largest seed torch.manual_seed accepts
 @dataclass(frozen=True)
 class Option:
     """One option as both layers read it. `kind` says what a value is (text, int,
-    float (finite), number (any float), flag, path, folder, names (repeatable, comma
-    lists), texts (repeatable), floats (one or many finite numbers), choice (one of
-    `choices`), engine (a name, or an engine object in the API)); `minimum`/`maximum` bound
-    an int. `flags` empty makes it a positional argument shown as `metavar`."""
+    float (finite), number (any float), share (0 < x ≤ 1), flag, path, folder, names
+    (repeatable, comma lists), texts (repeatable), floats (one or many finite numbers),
+    choice (one of `choices`), engine (a name, or an engine object in the API));
+    `minimum`/`maximum` bound an int. `flags` empty makes it a positional argument shown
+    as `metavar`."""
     name: str
     flags: tuple[str, ...]
     kind: str
@@ -133,17 +135,23 @@ _EDIT_OPTIONS = (  # interventions (core/interventions.py) and an SAE's features
          "at its site (the feature's activation raised by K at every position)."),
 )
 
+# the transcoder set: tfx graph's, and the one next's and generate's --set-feature sets
+TRANSCODERS = _opt(
+    "transcoders", "--transcoders", kind="folder", metavar="DIR", show_default=False,
+    panel="Transcoder features",
+    help="A transcoder set in circuit-tracer's layout: config.yaml (feature_input_hook, "
+    "feature_output_hook, transcoders: one file per layer). tfx graph makes its graph of "
+    "the set's features; next and generate set them (--set-feature) and run the text as "
+    "tfx graph runs it: a special token first when it starts with none, so the prediction "
+    "and the positions are the graph's.")
+
 _TRANSCODER_EDIT_OPTIONS = (  # a transcoder set's features set (core/circuits/intervene.py)
     _opt("set_feature", "--set-feature", kind="texts", metavar="LAYER:POS:FEATURE=VALUE",
          show_default=False, panel="Transcoder features",
          help="Set a transcoder feature (repeatable; needs --transcoders): its FFN output "
          "changes by (VALUE − its activation) × its decoder row. POS is the position tfx "
          "graph gives it (a special token put first counts as 0)."),
-    _opt("transcoders", "--transcoders", kind="folder", metavar="DIR", show_default=False,
-         panel="Transcoder features",
-         help="The transcoder set --set-feature's features belong to (circuit-tracer's "
-         "layout). With it the text runs as tfx graph runs it: a special token first when "
-         "it starts with none, so the prediction and the positions are the graph's."),
+    TRANSCODERS,
     _opt("freeze_attention", "--freeze-attention/--no-freeze-attention", kind="flag",
          default=True, panel="Transcoder features",
          help="Keep the attention patterns of the plain run while features are set."),
@@ -241,6 +249,48 @@ _SINGLE_OPTIONS = (
          help="Which stack to show: encoder, or decoder (the default with --target)."),
 )
 
+# -- tfx graph's own options (core/circuits): every default of the graph is here alone;
+# the command hands them to api.graph, which reads them from here too ------------------
+_GRAPH_OPTIONS = (
+    TRANSCODERS,
+    _opt("max_logits", "--max-logits", kind="int", default=10, minimum=1,
+         help="At most this many logit targets."),
+    _opt("logit_prob", "--logit-prob", kind="share", default=0.95,
+         help="Take the most likely tokens until their probabilities add up to this "
+         "(0 < p ≤ 1)."),
+    _opt("targets", "--target", kind="texts", metavar="TOKEN", show_default=False,
+         help="A logit target of your own (one token; repeatable, each token once) instead "
+         "of the likeliest."),
+    _opt("max_features", "--max-features", kind="int", default=7500, minimum=1,
+         help="Rows for at most this many active features, the most influential first "
+         "(circuit-tracer's ranking)."),
+    _opt("node_threshold", "--node-threshold", kind="share", default=0.8,
+         help="Keep the nodes carrying this share of the influence on the logits "
+         "(0 < t ≤ 1)."),
+    _opt("edge_threshold", "--edge-threshold", kind="share", default=0.98,
+         help="Keep the edges carrying this share of the influence (0 < t ≤ 1)."),
+    _opt("save", "--save", kind="path", metavar="FILE.safetensors", show_default=False,
+         help="Write the unpruned graph (adjacency, features, targets, labels): --open "
+         "reads it back and prunes it again at any threshold; any safetensors reader "
+         "reads it too."),
+    _opt("labels", "--labels", kind="texts", metavar="DIR", show_default=False,
+         help="A `tfx top --sae ... -o DIR` folder (repeatable, one per layer): label the "
+         "features by their top examples instead of their strongest output tokens."),
+    _opt("output", "--output", "-o", kind="path", metavar="FILE.json", show_default=False,
+         help="Write graph.json, the file circuit-tracer's frontend and Neuronpedia open."),
+    _opt("html", "--html", kind="path", metavar="FILE", show_default=False,
+         help="Write one self-contained offline page drawing the pruned graph."),
+    _opt("max_links", "--max-links", kind="int", default=60_000, minimum=0, metavar="N",
+         help="At most N edges in graph.json and the --html page, the strongest by "
+         "circuit-tracer's edge score (a viewer chokes on millions); 0 keeps every pruned "
+         "edge."),
+    _opt("open", "--open", kind="path", metavar="FILE", show_default=False,
+         help="Show a saved graph again, without the model: the unpruned FILE.safetensors "
+         "of --save, pruned again at --node-threshold and --edge-threshold, or a graph.json "
+         "(`tfx graph -o`'s or circuit-tracer's, pruned already). No TEXT, no model or "
+         "transcoder options."),
+)
+
 # --force where a command writes nothing of its own: the model's memory check alone
 MODEL_FORCE = _opt("force", "--force", kind="flag", default=False, panel=_MODEL,
                    help="Build the model even if it may not fit in memory.")
@@ -254,10 +304,15 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "engine": tuple(o.name for o in _ENGINE_OPTIONS),
     "display": tuple(o.name for o in _DISPLAY_OPTIONS),
     "training": tuple(o.name for o in _TRAINING_OPTIONS),
+    "graph_options": tuple(o.name for o in _GRAPH_OPTIONS),
 }
-OPTIONS: dict[str, Option] = {o.name: o for o in (
-    *_MODEL_OPTIONS, *_EDIT_OPTIONS, *_TRANSCODER_EDIT_OPTIONS, *_CORPUS_OPTIONS, *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS,
-    *_TRAINING_OPTIONS, *_SINGLE_OPTIONS)}
+OPTIONS: dict[str, Option] = {}
+for _option in (*_MODEL_OPTIONS, *_EDIT_OPTIONS, *_TRANSCODER_EDIT_OPTIONS, *_CORPUS_OPTIONS,
+                *_ENGINE_OPTIONS, *_DISPLAY_OPTIONS, *_TRAINING_OPTIONS, *_SINGLE_OPTIONS,
+                *_GRAPH_OPTIONS):
+    # one name, one declaration (groups may share one: --transcoders)
+    if OPTIONS.setdefault(_option.name, _option) is not _option:
+        raise ValueError(f"the option {_option.name} is declared twice")
 
 # a group is handed to a command under its own name, so that name is no option's but
 # (--engine in "engine") one of its own members
@@ -277,6 +332,15 @@ def _floats(value, option):
     return as_float(value, option, finite=True)
 
 
+def _share(value, option):
+    """A share of a whole, 0 < x ≤ 1 (a threshold, a probability mass)."""
+    number = as_float(value, option)
+    if number is not None and not 0 < number <= 1:  # NaN is refused here too
+        raise UsageError(f"{option} {number:g} is outside (0, 1]; give a share of the whole, "
+                         f"e.g. {option} 0.5")
+    return number
+
+
 def _folder(value, option):
     """A file or folder name, given on as the text it is (an SAE folder: --sae)."""
     return None if value is None else str(as_path(value, option))
@@ -285,7 +349,7 @@ def _folder(value, option):
 _BY_KIND: dict[str, Callable[[Any, str], Any]] = {
     "text": as_text, "choice": as_text, "flag": as_flag, "path": as_path, "names": as_names,
     "texts": as_texts, "floats": _floats, "folder": _folder, "engine": _engine,
-    "float": lambda v, o: as_float(v, o, finite=True), "number": as_float,
+    "float": lambda v, o: as_float(v, o, finite=True), "number": as_float, "share": _share,
 }
 
 

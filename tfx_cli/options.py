@@ -38,6 +38,7 @@ from .option_table import GROUPS, MODEL_FORCE, OPTIONS, SEED_MAX, SITE_HELP, Opt
 from .values import as_names
 
 _TYPES = {"text": str, "choice": str, "int": int, "float": float, "number": float,
+          "share": float,
           "flag": bool, "path": Path, "folder": str, "engine": str, "names": List[str],
           "texts": List[str], "floats": List[float]}
 _ENUMS: dict = {}

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..core.spec import SPEC_DEFAULTS, SPEC_FIELDS, ModelSpec, spec_config
 from ..errors import InputTextError, UsageError
-from ..option_table import checkers
+from ..option_table import OPTIONS, checkers
 from ..values import (as_flag, as_float, as_int, as_names, as_path, as_text, as_texts,
                       as_units)
 
@@ -90,10 +90,6 @@ OPTION_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "shard_tokens": _whole, "per_token": _whole, "latents": _whole, "aux_k": _whole,
     "dead_after": _whole, "skip_first": _whole, "expansion": _finite, "l1": _finite,
     "holdout": _finite, "aux_coef": _finite, "epochs": _finite, "checkpoint_every": _positive,
-    # attribution graphs (tfx graph; --transcoders and the feature edits are in the table)
-    "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
-    "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
-    "save": as_path, "labels": as_texts,
     # eval-sae and train-transcoder (train-transcoder's `layer` takes its own kind: a
     # layer, a list of them, a range or "all")
     "input_site": as_text, "skip": as_flag, "jumprelu": _finite,
@@ -108,7 +104,11 @@ _ARGUMENTS = {"text": "TEXT", "prompt": "PROMPT", "clean": "CLEAN", "collect": "
 
 
 def option_name(keyword: str) -> str:
-    """How the command line spells a keyword: --max-new-tokens, or TEXT."""
+    """How the command line spells a keyword: --max-new-tokens, or TEXT (a declared
+    option as declared: `targets` is --target)."""
+    declared = OPTIONS.get(keyword)
+    if keyword not in _ARGUMENTS and declared is not None and declared.flags:
+        return declared.flags[0].split("/")[0]
     return _ARGUMENTS.get(keyword) or "--" + keyword.replace("_", "-")
 
 
