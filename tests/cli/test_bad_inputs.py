@@ -96,7 +96,7 @@ def _torch_zip(name: str, keep: float) -> Callable[[Path], None]:
         torch.save({"model_args": {"n_layer": 1}, "model": {"w": torch.zeros(64, 64)}},
                    d / name)
         data = (d / name).read_bytes()
-        (d / name).write_bytes(data[:len(data) - cut])
+        (d / name).write_bytes(data[:int(len(data) * keep)])
     return make
 
 
