@@ -12,8 +12,10 @@ names, except a feature's index (its name `{layer}_{feature}_{pos}`) and an embe
 token id, so circuit-tracer 0.5.0's error names (`0_{layer}_{pos}`) read as well as
 later releases' (`{layer}_-1_{pos}`).
 
-Also `strongest_paths`, the terminal tree's paths, which the run uses too. NumPy only:
-no torch, so opening a graph loads no model machinery.
+Also `strongest_paths`, the terminal tree's paths, which the run uses too, and
+`is_safetensors`, which tells the unpruned graph of `--save` (graph.Graph.load reads it)
+from a graph.json. NumPy only: no torch, so opening a graph.json loads no model
+machinery.
 """
 from __future__ import annotations
 

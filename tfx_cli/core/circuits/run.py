@@ -120,9 +120,10 @@ def result_of(g: Graph, pruned, scores: tuple[float, float], *, node_threshold: 
               for index in pruned.kept.tolist()]
     adjacency = pruned.adjacency.numpy().astype(np.float32)
     result = GraphResult(
-        model=src.model, input=InputInfo(text=src.text, tokens=list(src.tokens), ids=list(g.ids)),
-        transcoders=src.transcoders,
-        feature_input_hook=src.input_hook, feature_output_hook=src.output_hook,
+        model=src.model, input=InputInfo(text=src.text, tokens=list(src.tokens),
+                                         ids=list(g.ids)),
+        transcoders=src.transcoders, feature_input_hook=src.input_hook,
+        feature_output_hook=src.output_hook,
         n_layers=g.n_layers, n_active_features=len(g.active),
         n_selected_features=len(g.selected), node_threshold=node_threshold,
         edge_threshold=edge_threshold, replacement_score=scores[0],
@@ -164,20 +165,24 @@ def _label(g: Graph, loaded, named: dict, indices, progress=None) -> None:
 def _output_labels(g: Graph, loaded, indices: list[int], progress=None, k: int = 3,
                    chunk: int = 256) -> None:
     """Each feature's strongest output tokens: the largest entries of its decoder row
-    times the unembedding (a cross-layer feature's rows into every layer, summed); the
-    rows go through the unembedding a chunk at a time, one matrix product each."""
+    times the unembedding (a cross-layer feature's rows into every layer, summed), once
+    per (layer, feature) however many positions it is active at; the rows go through the
+    unembedding a chunk at a time, one matrix product each."""
     p = g.prompt
     tc = p.frozen.tc
-    shown = progress if len(indices) > chunk else None  # seconds only for --save's many
-    with counting(shown, "feature labels", total=len(indices), unit="features") as update:
-        for start in range(0, len(indices), chunk):
-            part = indices[start:start + chunk]
-            rows = []
-            for i in part:
-                layer, _, feature, _ = g.feature(i)
-                W = tc.W_dec[layer][feature]
-                rows.append(W.sum(0) if W.ndim == 2 else W)
+    nodes: dict[tuple[int, int], list[int]] = {}
+    for i in indices:
+        layer, _, feature, _ = g.feature(i)
+        nodes.setdefault((layer, feature), []).append(i)
+    keys = list(nodes)
+    shown = progress if len(keys) > chunk else None  # seconds only for --save's many
+    with counting(shown, "feature labels", total=len(keys), unit="features") as update:
+        for start in range(0, len(keys), chunk):
+            part = keys[start:start + chunk]
+            rows = [tc.W_dec[layer][feature] for layer, feature in part]
+            rows = [W.sum(0) if W.ndim == 2 else W for W in rows]
             top = torch.topk(torch.stack(rows) @ p.unembed.T, k, dim=1).indices.tolist()
-            for i, ids in zip(part, top):
-                g.labels[i] = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
+            for key, ids in zip(part, top):
+                label = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
+                g.labels.update((i, label) for i in nodes[key])
             update(start + len(part))
