@@ -97,7 +97,7 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
             pending = torch.arange(n_feat)
         else:
             infl = partial_influence(edges[:st], probabilities, row_node[:st])
-            rank = torch.argsort(infl[:n_feat], descending=True)
+            rank = torch.argsort(infl[order.features], descending=True)
             pending = rank[~visited[rank]][:min(update_interval * batch_size, budget - done)]
         # the queue's rows in layer order: a batch then starts its backward pass at the
         # highest layer it holds (the rows, and which features get them, are unchanged)
