@@ -58,7 +58,7 @@ def _folder(name: str) -> Callable[[Path], None]:
 # attribution graphs: a transcoder folder in circuit-tracer's layout, small and seeded
 def _transcoders(name: str, *, layers: int = 1, d_model: int = 6, width: int = 4,
                  nan: bool = False, hook: str = "ln2.hook_normalized",
-                 missing: bool = False) -> Callable[[Path], None]:
+                 missing: bool = False, huge: bool = False) -> Callable[[Path], None]:
     def make(d: Path) -> None:
         import torch
         from safetensors.torch import save_file
@@ -72,8 +72,10 @@ def _transcoders(name: str, *, layers: int = 1, d_model: int = 6, width: int = 4
             if nan:
                 w[0, 0] = float("nan")
             files.append(f"layer_{layer}.safetensors")
+            # huge: finite decoder rows up to 3e38, whose products overflow float32
+            dec = w / w.abs().max() * 3e38 if huge else w.clone()
             if not (missing and layer == layers - 1):
-                save_file({"W_enc": w, "W_dec": w.clone(), "b_enc": torch.zeros(width),
+                save_file({"W_enc": w, "W_dec": dec, "b_enc": torch.zeros(width),
                            "b_dec": torch.zeros(d_model)}, str(folder / files[-1]))
         (folder / "config.yaml").write_text(
             f"feature_input_hook: {hook}\nfeature_output_hook: hook_mlp_out\ntranscoders:\n"
@@ -529,6 +531,38 @@ def _graph_file(name: str, links: list) -> Callable[[Path], None]:
                         "prompt_tokens": ["a", "b"], "prompt": "ab"},
            "qParams": {}, "nodes": nodes, "links": links}
     return _text(name, json.dumps(doc))
+
+
+def _graph_weight(name: str, weight: str) -> Callable[[Path], None]:
+    """The two-token graph.json above with one link whose weight is written as `weight`
+    (JSON text: 1e39, or an integer of 401 digits)."""
+    def make(d: Path) -> None:
+        _graph_file(name, [{"source": "E_5_0", "target": "3_7_1", "weight": 0.5}])(d)
+        text = (d / name).read_text(encoding="utf-8")
+        (d / name).write_text(text.replace('"weight": 0.5', f'"weight": {weight}'),
+                              encoding="utf-8")
+    return make
+
+
+def _saved_graph(name: str, cut: int = 0) -> Callable[[Path], None]:
+    """An unpruned graph as `tfx graph --save` writes it (one layer, two tokens, one
+    feature, one logit), its last `cut` bytes left out."""
+    def make(d: Path) -> None:
+        import torch
+
+        from tfx_cli.core.circuits.graph import Graph, GraphSource
+        from tfx_cli.core.results import ModelInfo
+
+        size = 1 + 2 * 2 + 1  # a feature, the errors and tokens of two positions, a logit
+        g = Graph([5, 6], 1, torch.tensor([[0, 1, 3]]), torch.tensor([1.5]),
+                  torch.tensor([0]), [7], torch.tensor([0.5]), torch.rand(size, size),
+                  source=GraphSource("a b", ["a", "b"], ["x"], ModelInfo(config="gpt2"),
+                                     "tc", "hook_resid_mid", "hook_mlp_out"),
+                  labels={0: "'x'"})
+        g.save(d / name)
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[:len(data) - cut])
+    return make
 
 
 CASES = [
@@ -1426,6 +1460,33 @@ CASES = [
          ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--html", "g.html"],
          "OutputFileError", "pass --force", files=(_transcoders("tc"), _text("g.html", "mine")),
          keep={"g.html": "mine"}),
+    # two outputs naming one file, --save onto a folder or into a missing one: refused
+    # before the graph is made, so nothing is written
+    Case("graph-outputs-one-file", "graph -o and --html naming one file",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "-o", "g.json", "--html",
+          "g.json"], "OutputFileError", "both name g.json", files=(_transcoders("tc"),)),
+    Case("graph-outputs-one-file-force", "graph -o and --html naming one existing file, "
+         "with --force", ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "-o", "g.json",
+                          "--html", "./g.json", "--force"], "OutputFileError",
+         "both name g.json", files=(_transcoders("tc"), _text("g.json", "mine")),
+         keep={"g.json": "mine"}),
+    Case("graph-save-folder", "graph --save naming a folder, with --force",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--save", "adir", "--force"],
+         "OutputFileError", "--save adir is a folder", files=(_transcoders("tc"),
+                                                              _folder("adir"))),
+    Case("graph-save-no-folder", "graph --save into a folder that does not exist",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--save", "no/g.safetensors"],
+         "OutputFileError", "the folder no does not exist", files=(_transcoders("tc"),)),
+    Case("graph-target-twice", "graph --target naming one token twice",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--target", " game", "--target",
+          " game"], "UsageError", "twice; give each logit target once",
+         files=(_transcoders("tc"),)),
+    Case("graph-transcoders-overflow", "graph --transcoders whose finite W_dec overflows "
+         "float32", ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "NonFiniteError",
+         "(W_dec): check the set", files=(_transcoders("tc", huge=True),)),
+    Case("graph-logit-prob-nan", "graph --logit-prob nan",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--logit-prob", "nan"],
+         "UsageError", "is outside (0, 1]", files=(_transcoders("tc"),)),
     # eval-sae and train-transcoder
     Case("eval-sae-no-sae", "eval-sae without --sae",
          ["eval-sae", "python-docs", *WORDY], "UsageError", "--sae is missing"),
@@ -1469,6 +1530,21 @@ CASES = [
     Case("graph-open-threshold", "graph --open with a pruning threshold (the file is pruned)",
          ["graph", "--open", "g.json", "--node-threshold", "0.5"], "UsageError",
          "--node-threshold does not apply", files=(_graph_file("g.json", []),)),
+    Case("graph-open-deep", "graph --open of JSON nested 100,000 deep",
+         ["graph", "--open", "g.json"], "InputTextError", "nested deeper than any graph",
+         files=(_text("g.json", "[" * 100_000 + "]" * 100_000),)),
+    Case("graph-open-weight-digits", "graph --open of a link weight of 401 digits",
+         ["graph", "--open", "g.json"], "InputTextError", "(401 characters), not a finite",
+         files=(_graph_weight("g.json", "1" + "0" * 400),)),
+    Case("graph-open-weight-float32", "graph --open of a link weight past float32 (1e39)",
+         ["graph", "--open", "g.json"], "InputTextError", "within float32's range",
+         files=(_graph_weight("g.json", "1e39"),)),
+    Case("graph-open-not-saved-graph", "graph --open of a safetensors file that is no graph",
+         ["graph", "--open", "tc/layer_0.safetensors"], "InputTextError",
+         "not a graph (its header has no tfx_graph metadata)", files=(_transcoders("tc"),)),
+    Case("graph-open-saved-cut", "graph --open of a --save file cut short",
+         ["graph", "--open", "g.safetensors"], "InputTextError",
+         "not a whole safetensors file", files=(_saved_graph("g.safetensors", cut=16),)),
     # eval-sae --transcoders (a whole transcoder set judged) and the trainers' CE-loss score
     Case("eval-sae-sae-and-transcoders", "eval-sae with both --sae and --transcoders",
          ["eval-sae", "python-docs", *WORDY, "--sae", "sae", "--transcoders", "tc"],
@@ -1863,14 +1939,21 @@ def test_the_fix_a_message_names_works(args, stdin, made, tmp_path):
         assert "café" in json.loads(result.stdout)["input"]["text"]
 
 
-def test_unwritable_folder(tmp_path):
+@pytest.mark.parametrize("command", ["report", "graph-save"])
+def test_unwritable_folder(tmp_path, command):
     """Checked apart from the table: the folder is made read-only, which root ignores, so
     as root the command runs in a process without the capability to override file
-    permissions (util-linux's setpriv drops it from the bounding set)."""
+    permissions (util-linux's setpriv drops it from the bounding set). graph's --save is
+    refused before the graph is made (once an internal error after it)."""
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
-    args = ["report", "hi", *TOY, "-o", str(locked / "r.html")]
+    if command == "report":
+        args = ["report", "hi", *TOY, "-o", str(locked / "r.html")]
+    else:
+        _transcoders("tc")(tmp_path)
+        args = ["graph", SENTENCE, *WORDY, "--transcoders", str(tmp_path / "tc"), "--save",
+                str(locked / "g.safetensors")]
     try:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             import subprocess
@@ -1881,7 +1964,7 @@ def test_unwritable_folder(tmp_path):
             proc = subprocess.run(
                 [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--",
                  sys.executable, "-m", "tfx_cli", *args], capture_output=True, text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                env={**os.environ, "PYTHONPATH": str(ROOT), "TFX_QUIET": "1"}, timeout=300)
             code, stderr = proc.returncode, proc.stderr
         else:
             result = CliRunner().invoke(app, args)
@@ -1889,6 +1972,7 @@ def test_unwritable_folder(tmp_path):
     finally:
         locked.chmod(0o700)
     assert code == 2 and "not writable" in stderr, stderr
+    assert len(stderr.splitlines()) == 1 and "internal error" not in stderr
     assert list(locked.iterdir()) == []
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -194,3 +195,58 @@ def test_max_links_caps_graph_json_and_says_so(tmp_path):
     assert json.loads(capped.stdout)["result"]["n_edges"] == n_edges
     weights = {(x["source"], x["target"]): x["weight"] for x in every["links"]}
     assert all(weights[(x["source"], x["target"])] == x["weight"] for x in doc["links"])
+
+
+def test_every_file_written_is_an_ordinary_files_mode(tmp_path):
+    """graph.json, the page and the unpruned graph alike: the umask's 0644, none private
+    (a temporary file's 0600)."""
+    import os
+
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96)
+    old = os.umask(0o022)
+    try:
+        out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", str(tc),
+                                       "-o", str(tmp_path / "g.json"), "--html",
+                                       str(tmp_path / "g.html"), "--save",
+                                       str(tmp_path / "g.safetensors")])
+    finally:
+        os.umask(old)
+    assert out.exit_code == 0, out.output
+    for name in ("g.json", "g.html", "g.safetensors"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.html", "g.json",
+                                                           "g.safetensors", "tc"]
+
+
+def test_truncate_says_what_it_left_out(tmp_path):
+    """--truncate crops the text's start: the terminal says how many tokens, --json has
+    result.truncated; a text that fits has neither."""
+    tc = write_transcoders(tmp_path / "tc", 2, 64, 96)
+    args = ["graph", TEXT, *SMALL, "--context", "4", "--transcoders", str(tc), "--truncate"]
+    shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    n_text = len(api.tokenize(TEXT, tokenizer="gpt2").input.ids)
+    left_out = n_text - 3  # the context holds the token put first and the last three
+    assert f"--truncate left out the text's first {left_out} tokens" in shown.stdout
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert doc["result"]["truncated"] == left_out and len(doc["input"]["ids"]) == 4
+    whole = json.loads(CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders",
+                                                str(tc), "--json"]).stdout)
+    assert "truncated" not in whole["result"]
+
+
+def test_cli_and_api_refuse_a_share_alike(tmp_path):
+    """--node-threshold, --edge-threshold and --logit-prob are shares (0, 1], declared
+    once: the same words from the command line and from Python, before any model."""
+    from tfx_cli.errors import UsageError
+
+    for option, value in (("node_threshold", "1.5"), ("edge_threshold", "0"),
+                          ("logit_prob", "nan")):
+        flag = "--" + option.replace("_", "-")
+        out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", "nowhere",
+                                       flag, value])
+        with pytest.raises(UsageError) as caught:
+            api.graph(TEXT, transcoders="nowhere", **{option: value}, **_api(SMALL))
+        assert out.exit_code == 2 and out.stderr.strip() == f"tfx: error: {caught.value.message}"
+        assert f"{flag} {value} must be " in out.stderr
+        assert ("(0, 1]" if value != "nan" else "finite") in out.stderr

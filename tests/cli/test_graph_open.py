@@ -196,3 +196,164 @@ def test_opening_a_graph_loads_no_model_machinery(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "False"
     assert "tfx graph" in out.stdout and (tmp_path / "g.html").stat().st_size > 1000
+
+
+# -- the unpruned graph --save wrote, opened and pruned again ---------------------------
+SMALL_KW = dict(config="gpt124m", layers=2, d_model=64, heads=4)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A run that saved its unpruned graph (labelled by a `tfx top` folder for one
+    feature), the file, and how to run it again."""
+    folder = tmp_path_factory.mktemp("saved")
+    tc = str(write_transcoders(folder / "tc", 2, 64, 96, skip=True))
+    first = api.graph(TEXT, transcoders=tc, node_threshold=1, edge_threshold=1, **SMALL_KW)
+    feature = next(n for n in first.nodes if n.kind == "feature")
+    labels = [str(_top_folder(folder / "top", f"blocks.{feature.layer}.ln2.normed",
+                              feature.feature))]
+    path = folder / "g.safetensors"
+    kw = dict(transcoders=tc, labels=labels, **SMALL_KW)
+    run = api.graph(TEXT, save=path, **kw)
+    return run, path, kw
+
+
+def _top_folder(folder: Path, site: str, unit: int) -> Path:
+    from tfx_cli.core.results import TopContext, TopExample, TopResult, TopUnit
+
+    result = TopResult(corpus={"source": "hand"}, ctx=8, batch_size=1, site=site, k=3,
+                       context=2, units=[TopUnit(unit, [TopExample(
+                           1.0, 0, 1, "alpha", TopContext(["before", "alpha"], [None, 1.0],
+                                                          1))])])
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    return folder
+
+
+def _same(fresh, opened, path) -> None:
+    """Two results that must be one: equal to the last number, but for which file."""
+    a, b = fresh.to_dict(), opened.to_dict()
+    a["result"].pop("saved", None)
+    assert b["result"].pop("opened") == str(path)
+    assert a == b
+
+
+def test_a_saved_graph_opens_as_the_run_that_saved_it(saved):
+    run, path, _ = saved
+    assert run.saved == str(path)
+    _same(run, api.graph(open=path), path)
+    _same(run, api.open_graph(path), path)  # the defaults: the run's thresholds here
+    shown = _tfx("graph", "--open", path, "--precision", "4")
+    assert "opened from" in shown and "replacement score" in shown
+    assert _tree(shown) == _tree(_tfx("graph", TEXT, *SMALL, "--transcoders",
+                                      saved[2]["transcoders"], "--labels",
+                                      saved[2]["labels"][0], "--precision", "4"))
+
+
+@pytest.mark.parametrize("node_threshold,edge_threshold", [(1.0, 1.0), (0.5, 0.9)])
+def test_pruned_again_it_is_the_run_at_those_thresholds(saved, node_threshold,
+                                                         edge_threshold):
+    """Every node, label (the --labels feature's and the output tokens of features the
+    run's own pruning dropped), score and edge: what a run at these thresholds gives."""
+    run, path, kw = saved
+    fresh = api.graph(TEXT, node_threshold=node_threshold, edge_threshold=edge_threshold,
+                      **kw)
+    opened = api.graph(open=path, node_threshold=node_threshold,
+                       edge_threshold=edge_threshold)
+    _same(fresh, opened, path)
+    assert len(opened.nodes) != len(run.nodes)
+    if node_threshold == 1:  # every node: the --labels feature among them
+        assert "before[alpha]" in {n.label for n in opened.nodes if n.kind == "feature"}
+
+
+def test_graph_json_and_the_page_from_a_saved_graph(saved, tmp_path):
+    """-o and --html of a reopened graph are the files its run writes at those
+    thresholds."""
+    _, path, kw = saved
+    _tfx("graph", "--open", path, "--node-threshold", "0.6", "-o", tmp_path / "a.json",
+         "--html", tmp_path / "a.html")
+    _tfx("graph", TEXT, *SMALL, "--transcoders", kw["transcoders"], "--labels",
+         kw["labels"][0], "--node-threshold", "0.6", "-o", tmp_path / "b.json", "--html",
+         tmp_path / "b.html")
+    a = json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))
+    b = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))
+    assert a["metadata"].pop("slug") == "a" and b["metadata"].pop("slug") == "b"
+    assert a == b and a["metadata"]["pruning_settings"]["node_threshold"] == 0.6
+    assert (tmp_path / "a.html").read_text(encoding="utf-8") == \
+        (tmp_path / "b.html").read_text(encoding="utf-8")
+
+
+def test_what_makes_a_graph_is_refused_with_open(saved, written):
+    """A saved unpruned graph takes thresholds, not what makes a graph; a graph.json
+    takes neither: refused by name in Python as on the command line."""
+    from tfx_cli.errors import UsageError
+
+    _, path, _ = saved
+    pruned = written[3]
+    for call, flag in ((dict(open=path, max_features=3), "--max-features"),
+                       (dict(open=path, weights="x"), "--weights"),
+                       (dict(open=path, targets=[" a"]), "--target"),
+                       (dict(open=path, truncate=True), "--truncate"),
+                       (dict(open=pruned, node_threshold=0.5), "--node-threshold")):
+        with pytest.raises(UsageError, match=f"so {flag} does not apply"):
+            api.graph(**call)
+    with pytest.raises(UsageError, match="takes no TEXT"):
+        api.graph("hello", open=path)
+    out = CliRunner().invoke(app, ["graph", "--open", str(path), "--seed", "5"], env=ENV)
+    assert out.exit_code == 2 and "so --seed does not apply" in out.stderr
+
+
+def test_a_damaged_saved_graph_is_refused_by_name(saved, tmp_path):
+    """Whatever is changed in a saved graph's file (its metadata's fields, its tensors,
+    its bytes), --open answers with it or refuses it in one line: never an internal
+    error, never a NaN."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    _, path, _ = saved
+    with safe_open(str(path), framework="pt") as handle:
+        meta = handle.metadata()
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    about = json.loads(meta["tfx_graph"])
+    rng = np.random.default_rng(0)
+    hostile = [None, True, -1, 10**400, 1e308, "x", [], {}, [None], ["a"] * 3, 2.5]
+    cases = []
+    for key in about:
+        for value in hostile:
+            cases.append(({**about, key: value}, tensors))
+    for key in about["model"]:
+        cases.append(({**about, "model": {**about["model"], key: "?"}}, tensors))
+    for key in about["model"]["cfg"]:  # the model's config, read as a config file is
+        for value in ("x", 10**400):
+            model = {**about["model"], "cfg": {**about["model"]["cfg"], key: value}}
+            cases.append(({**about, "model": model}, tensors))
+    for name, t in tensors.items():
+        cases.append((about, {**tensors, name: t[:1]}))
+        cases.append((about, {**tensors, name: t.double() * 1e300 if t.is_floating_point()
+                              else -t - 1}))
+        cases.append((about, {k: v for k, v in tensors.items() if k != name}))
+    codes = set()
+    for i, (doc, ts) in enumerate(cases):
+        file = tmp_path / f"m{i}.safetensors"
+        save_file({k: v.contiguous() for k, v in ts.items()}, str(file),
+                  metadata={"tfx_graph": json.dumps(doc)})
+        codes.add(_answer(file))
+    data = path.read_bytes()
+    for i in range(40):  # bytes changed at random
+        mutated = bytearray(data)
+        for at in rng.integers(0, len(data), 4):
+            mutated[at] = int(rng.integers(0, 256))
+        (tmp_path / f"b{i}.safetensors").write_bytes(bytes(mutated))
+        codes.add(_answer(tmp_path / f"b{i}.safetensors"))
+    assert codes == {0, 2}  # some changes leave a graph that opens
+
+
+def _answer(file: Path) -> int:
+    out = CliRunner().invoke(app, ["graph", "--open", str(file), "--json"], env=ENV)
+    assert out.exit_code in (0, 2), (file, out.output)
+    if out.exit_code:
+        assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+        assert "internal error" not in out.stderr
+    else:
+        json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in {file}"))
+    return out.exit_code

@@ -24,9 +24,6 @@ RANGED = [o for o in DECLARED if o.ranged]
 # own); each is to become a declaration in its command's block.
 WRITTEN_OUT = {
     "eval-sae": {"transcoders"},
-    "graph": {"transcoders", "max_logits", "logit_prob", "target", "max_features",
-              "node_threshold", "edge_threshold", "save", "labels", "output", "html",
-              "max_links", "open"},
     "top": {"sae"},
     "train-transcoder": {"collect", "layer", "output", "input_site", "skip", "jumprelu"},
 }

@@ -15,7 +15,12 @@ from tfx_cli.core.circuits import attribution, graph, setup
 from tfx_cli.core.circuits.transcoders import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
+from tfx_cli.option_table import BLOCKS
+
 from circuit_makers import write_clt, write_transcoders
+
+DEFAULT = {name: BLOCKS["graph"][name].default for name in
+           ("max_logits", "logit_prob", "node_threshold", "edge_threshold")}  # tfx graph's
 
 GPT2 = dict(config="gpt124m", layers=2, d_model=64, heads=4)  # LayerNorm, learned positions
 LLAMA = dict(config="smollm2-135m", layers=2, d_model=72, tokenizer="gpt2")  # RMSNorm, RoPE, GQA
@@ -41,7 +46,8 @@ def built(model, tmp_path, kind):
     tc = read_transcoders(folder, n_layers=model.cfg.n_layers, d_model=model.cfg.d_model)
     ids = setup.with_bos(model, model.tokenizer.encode(TEXT))
     p = setup.forward(model, ids, tc)
-    logit_ids, probs, vecs = setup.targets(p)
+    logit_ids, probs, vecs = setup.targets(p, max_logits=DEFAULT["max_logits"],
+                                           logit_prob=DEFAULT["logit_prob"])
     return p, attribution.attribute(p, logit_ids, probs, vecs, batch_size=64), vecs
 
 
@@ -148,7 +154,9 @@ def test_pruning_keeps_all_at_threshold_one_and_less_below(tmp_path):
     kw = dict(n_features=p.n_features, n_tokens=p.n_tokens)
     keep_all, edges_all, _ = graph.prune(g.adjacency, g.probabilities, node_threshold=1.0,
                                          edge_threshold=1.0, **kw)
-    some, edges_some, cumulative = graph.prune(g.adjacency, g.probabilities, **kw)
+    some, edges_some, cumulative = graph.prune(
+        g.adjacency, g.probabilities, node_threshold=DEFAULT["node_threshold"],
+        edge_threshold=DEFAULT["edge_threshold"], **kw)
     K = len(g.logit_ids)
     assert bool(keep_all[-K - p.n_tokens:].all()) and bool(some[-K - p.n_tokens:].all())
     assert int(some.sum()) < int(keep_all.sum())
@@ -182,3 +190,44 @@ def test_gemma_scope_npz_reads_as_the_same_transcoder(tmp_path):
         assert torch.equal(ta.activate(layer, ta.pre(layer, x)),
                            tb.activate(layer, tb.pre(layer, x)))
         assert torch.equal(ta.W_dec[layer], tb.W_dec[layer])
+
+
+def test_the_node_order_names_every_index_once():
+    """Features, errors (layer-major), tokens, logits: kind() reads back each index the
+    order gives, and a graph's size gives back its layer count."""
+    order = graph.NodeOrder(n_features=5, n_layers=3, n_tokens=4, n_logits=2)
+    assert order.size == 5 + 3 * 4 + 4 + 2 and order.n_sources == order.size - 2
+    kinds = [order.kind(i) for i in range(order.size)]
+    assert kinds[:5] == [("feature", i, None) for i in range(5)]
+    errors = [order.error(layer, pos) for layer in range(3) for pos in range(4)]
+    assert errors == list(range(order.errors.start, order.errors.stop))
+    assert [kinds[i] for i in errors] == [("error", l, p) for l in range(3) for p in range(4)]
+    assert kinds[order.tokens.start:order.tokens.stop] == [("embedding", p, None)
+                                                           for p in range(4)]
+    assert kinds[-2:] == [("logit", 0, None), ("logit", 1, None)]
+    assert graph.NodeOrder.of(order.size, n_features=5, n_tokens=4, n_logits=2) == order
+    with pytest.raises(ValueError):
+        graph.NodeOrder.of(order.size + 1, n_features=5, n_tokens=4, n_logits=2)
+    w = order.logit_weights(torch.tensor([0.7, 0.3]))
+    assert w[order.logits].tolist() == pytest.approx([0.7, 0.3]) and float(w.sum()) == \
+        pytest.approx(1.0)
+
+
+def test_a_graph_saves_and_loads_whole(tmp_path):
+    """Graph.save then Graph.load: every tensor the same, the labels and what made it
+    too; the node order of the one read back is the run's."""
+    model = loading.load(ModelSpec(**GPT2))
+    _, g, _ = built(model, tmp_path, "ln2-skip-jump")
+    from tfx_cli.core.circuits.graph import GraphSource, Graph
+
+    g.source = GraphSource(TEXT, model.tokenizer.pieces(g.ids),
+                           model.tokenizer.pieces(g.logit_ids), model.info, "tc",
+                           "ln2.hook_normalized", "hook_mlp_out", 0)
+    g.labels = {i: f"label {i}" if i % 3 else None for i in range(len(g.selected))}
+    back = Graph.load(g.save(tmp_path / "g.safetensors"))
+    for name in ("active", "activations", "selected", "probabilities", "adjacency"):
+        assert torch.equal(getattr(back, name), getattr(g, name)), name
+    assert (back.ids, back.logit_ids, back.n_layers) == (g.ids, g.logit_ids, g.n_layers)
+    assert back.labels == g.labels and back.order == g.order and back.prompt is None
+    assert back.source.model.to_json() == model.info.to_json()
+    assert back.source.tokens == g.source.tokens

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from circuit_graphs import VALIDATED, synthetic_graph
+from tfx_cli.core import outputs
 from tfx_cli.core.circuits import neuronpedia
 from tfx_cli.core.circuits.neuronpedia import cantor, dumps, graph_json, write_graph_json
 from tfx_cli.errors import DiskFullError, OutputFileError, TfxError
@@ -223,7 +224,7 @@ def test_a_failed_write_leaves_no_file(tmp_path, graph, monkeypatch):
     def full(a, b):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(neuronpedia.os, "replace", full)
+    monkeypatch.setattr(outputs.os, "replace", full)  # the one output layer's move
     with pytest.raises(DiskFullError):
         write_graph_json(graph, path, force=True)
     monkeypatch.undo()

@@ -1,54 +1,158 @@
-"""api.graph: the attribution graph of a text's next token, on transcoders;
-api.open_graph: one read back from its graph.json."""
+"""api.graph: the attribution graph of a text's next token, on transcoders, or one read
+back from its file (open=); api.open_graph: the same, for a file alone."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..errors import UsageError
 from ._model import _model
-from ._options import _text, checked
+from ._options import _text, checked, option_name
 
 if TYPE_CHECKING:
     from ..core.results.circuits import GraphResult
 
 
+# What makes a graph, which a saved one already is (the thresholds prune it: a saved
+# unpruned graph takes them, a graph.json is pruned already)
+_MAKING = ("transcoders", "max_logits", "logit_prob", "targets", "max_features", "save",
+           "labels", "truncate")
+_PRUNING = ("node_threshold", "edge_threshold")
+
+
 @checked
-def graph(text: str, *, transcoders: str, max_logits: int = 10, logit_prob: float = 0.95,
-          targets: Sequence[str] | None = None, max_features: int | None = 7500,
-          node_threshold: float = 0.8, edge_threshold: float = 0.98,
-          save: str | None = None, truncate: bool = False,
-          labels: Sequence[str] | None = None, **model: Any) -> "GraphResult":
+def graph(text: str | None = None, *, transcoders: str | None = None,
+          max_logits: int | None = None, logit_prob: float | None = None,
+          targets: Sequence[str] | None = None, max_features: int | None = None,
+          node_threshold: float | None = None, edge_threshold: float | None = None,
+          save: str | Path | None = None, truncate: bool = False,
+          labels: Sequence[str] | None = None, open: str | Path | None = None,
+          output: str | Path | None = None, html: str | Path | None = None,
+          max_links: int | None = None, **model: Any) -> "GraphResult":
     """The attribution graph of `text`'s next token on the transcoder set `transcoders`
     (circuit-tracer's layout): nodes (features, errors, tokens, logits) pruned to
     `node_threshold` / `edge_threshold` of the influence, the two scores, and tensor
     graph.adjacency (targets × sources in result.nodes order). `save`: the unpruned graph
-    as safetensors."""
+    (safetensors), which `open` reads back and prunes again at any thresholds; `open`
+    also reads a graph.json (pruned already: no thresholds) and runs no model. `output`:
+    graph.json; `html`: the page drawing it; both with at most `max_links` edges (0: all).
+    An option left None takes its default, declared once in tfx_cli/option_table.py (as
+    `tfx graph --help` shows it); files are checked before any work, and replaced only
+    with `force`."""
+    from ..core.outputs import check_output_files
+
+    given = {name: value for name, value in locals().items()
+             if name in (*_MAKING, *_PRUNING) and value is not None and value is not False}
+    given.update((k, v) for k, v in model.items() if k not in _HOOKS and v is not None)
+    option = _declared(locals())
+    force, notice = bool(model.get("force")), model.get("notice")
+    if open is not None:
+        return _reopen(open, text, given, option, output, html, force, notice)
+    if transcoders is None:
+        raise UsageError("--transcoders is missing; tfx graph TEXT --transcoders DIR")
+    text = _text(text)
+    files = check_output_files({"-o": (output, "graph.json"), "--html": (html, "graph.html"),
+                                "--save": (save, "graph.safetensors")}, force)
     from ..core.circuits.run import graph as run_graph
 
-    loaded = _model(model)._loaded
-    return run_graph(loaded, _text(text), transcoders=str(transcoders),
-                     max_logits=max_logits, logit_prob=logit_prob,
-                     target=list(targets) if targets else None, max_features=max_features,
-                     node_threshold=node_threshold, edge_threshold=edge_threshold,
-                     save=None if save is None else str(save), truncate=truncate,
-                     labels=[str(x) for x in labels] if labels else None,
-                     progress=model.get("progress"))
+    result = run_graph(_model(model)._loaded, text, transcoders=str(transcoders),
+                       max_logits=option["max_logits"], logit_prob=option["logit_prob"],
+                       targets=list(targets) if targets else None,
+                       max_features=option["max_features"],
+                       node_threshold=option["node_threshold"],
+                       edge_threshold=option["edge_threshold"], truncate=truncate,
+                       labels=[str(x) for x in labels] if labels else None,
+                       save=files.get("--save"), force=force,
+                       progress=model.get("progress"))
+    _write_views(result, files, force, option["max_links"], notice)
+    return result
+
+
+_HOOKS = ("progress", "notice", "force")  # how a call runs, not what it makes
+
+
+def _declared(arguments: dict) -> dict:
+    """The graph's options as given, each left None at its declared default."""
+    from ..option_table import BLOCKS, options_of
+
+    declared = options_of("graph")
+    return {name: declared[name].default if arguments.get(name) is None else arguments[name]
+            for name in ("transcoders", *BLOCKS["graph"])}
+
+
+def _reopen(path, text, given: dict, option: dict, output, html, force: bool, notice):
+    """`open`: the graph file at `path` (an unpruned --save file, pruned again at the
+    thresholds; or a graph.json), refusing what makes (or, for graph.json, prunes) a
+    graph, named as the command line spells it."""
+    from ..core.circuits.graphfile import is_safetensors, open_graph as read_graph
+    from ..core.outputs import check_output_files
+
+    if text is not None:
+        raise UsageError(f"--open {path} shows a saved graph, so it takes no TEXT; drop "
+                         f"{text!r:.40}, or drop --open to compute the text's graph")
+    saved = is_safetensors(path)
+    for name in given:
+        if name in _PRUNING and saved:
+            continue
+        flag = option_name(name, "graph")
+        made = "made" if saved else "made and pruned"
+        raise UsageError(f"--open {path} shows a saved graph, already {made}, so {flag} "
+                         f"does not apply; drop {flag}, or drop --open to compute a graph")
+    files = check_output_files({"-o": (output, "graph.json"),
+                                "--html": (html, "graph.html")}, force)
+    if saved:
+        from ..core.circuits.run import open_saved
+
+        result = open_saved(path, node_threshold=option["node_threshold"],
+                            edge_threshold=option["edge_threshold"])
+    else:
+        result = read_graph(path)
+    _write_views(result, files, force, option["max_links"], notice)
+    return result
+
+
+def _write_views(result, files: dict, force: bool, max_links: int, notice=None) -> None:
+    """graph.json (-o) and the HTML page (--html), from the one mapping both writers
+    read, with at most `max_links` edges (0: all; `notice` is told when some are left
+    out); each written whole beside its name, moved into place once both are made."""
+    from contextlib import ExitStack
+
+    from ..core.circuits.neuronpedia import dumps, graph_json, strongest_links
+    from ..core.outputs import atomic_file
+    from ..core.results.circuits import graph_payload
+
+    if not files.keys() & {"-o", "--html"}:
+        return
+    payload, total = strongest_links(graph_payload(result), max_links or None)
+    if max_links and total > max_links and notice is not None:
+        notice(f"graph.json/--html: the {max_links:,} strongest of the pruned graph's "
+               f"{total:,} edges kept (--max-links 0 keeps all)")
+    texts = {}
+    if "-o" in files:
+        texts["-o"] = dumps(graph_json(payload, slug=files["-o"].stem))
+    if "--html" in files:
+        from ..render.graph_page import graph_html
+
+        texts["--html"] = graph_html(payload)
+    with ExitStack() as stack:
+        for option, text in texts.items():
+            tmp = stack.enter_context(atomic_file(files[option], force=force, mode="umask"))
+            tmp.write_text(text, encoding="utf-8")
 
 
 def open_graph(path: str | Path) -> "GraphResult":
-    """A graph file read back (`tfx graph --open`): the graph.json `tfx graph -o` or
-    circuit-tracer's create_graph_files wrote (the layout Neuronpedia serves), as the
-    result api.graph gives: nodes (a feature's clerp its label), tensor graph.adjacency
-    from the links, the paths; the scores where the file holds them (None in
-    circuit-tracer's files). Runs no model; draws itself in Jupyter as api.graph's does."""
-    from ..core.circuits.graphfile import open_graph as read_graph
-    from ..errors import UsageError
-
+    """A graph file read back (`tfx graph --open`): the unpruned graph `tfx graph --save`
+    wrote, pruned at the default thresholds (api.graph(open=..., node_threshold=...)
+    prunes it at others), or a graph.json `tfx graph -o` or circuit-tracer's
+    create_graph_files wrote (the layout Neuronpedia serves): nodes (a feature's clerp its
+    label), tensor graph.adjacency from the links, the paths; the scores where the file
+    holds them (None in circuit-tracer's files). Runs no model; draws itself in Jupyter as
+    api.graph's result does."""
     if path is None or not isinstance(path, (str, Path)):
-        raise UsageError("api.open_graph needs the path of a graph.json, e.g. "
+        raise UsageError("api.open_graph needs the path of a graph file, e.g. "
                          "api.open_graph(\"graph.json\")")
-    return read_graph(path)
+    return graph(open=path)
 
 
 def feature_edits(model_options: dict, text: str, *, transcoders, set_feature,

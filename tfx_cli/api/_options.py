@@ -44,14 +44,10 @@ def _hook(value, option):
 
 
 # What the API reads beside the declared options: its hooks, and the options of the
-# commands that declare theirs in their own modules (graph's, train-transcoder's).
+# commands that declare theirs in their own modules (train-transcoder's).
 API_KINDS: dict[str, Callable[[Any, str], Any]] = {
     "progress": _hook, "notice": _hook,
     "checkpoint_every": lambda v, o: as_int(v, o, minimum=1),  # the trainers'
-    # tfx graph
-    "max_logits": _whole, "logit_prob": _finite, "targets": as_texts,
-    "max_features": _whole, "node_threshold": _finite, "edge_threshold": _finite,
-    "save": as_path, "labels": as_texts,
     # tfx train-transcoder (its `layer` takes its own kind: a layer, a list of them, a
     # range or "all")
     "input_site": as_text, "skip": as_flag, "jumprelu": _finite,

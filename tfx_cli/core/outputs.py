@@ -114,6 +114,47 @@ def refuse_existing(path: Path, force: bool) -> None:
                               "or choose another name")
 
 
+def check_output_file(path: str | Path, force: bool, *, option: str,
+                      example: str) -> Path:
+    """A file about to be written, checked before any work: not a folder (`example`: a
+    file name to suggest in it), new unless `force`, in a folder that exists and can be
+    written."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise OutputFileError(f"{option} {path} is a folder; give a file name such as "
+                              f"{path / example}")
+    refuse_existing(path, force)
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputFileError(f"cannot write {path}: {parent} is a file, not a folder; "
+                              "choose another place")
+    if not parent.is_dir():
+        raise OutputFileError(f"cannot write {path}: the folder {parent} does not exist; "
+                              "create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {path}: the folder {parent} is not writable; "
+                              "choose another place")
+    return path
+
+
+def check_output_files(outputs: dict[str, tuple[str | Path | None, str]],
+                       force: bool) -> dict[str, Path]:
+    """The files one run writes, {option: (path or None, example name)}, each checked by
+    check_output_file, and no two naming one file (one would replace the other): the
+    options given -> their paths."""
+    given: dict[str, Path] = {}
+    for option, (path, example) in outputs.items():
+        if path is None:
+            continue
+        path = check_output_file(path, force, option=option, example=example)
+        for other, there in given.items():
+            if os.path.realpath(there) == os.path.realpath(path):
+                raise OutputFileError(f"{other} and {option} both name {path}, so one "
+                                      "would replace the other; give each its own file")
+        given[option] = path
+    return given
+
+
 def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

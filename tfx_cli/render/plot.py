@@ -24,16 +24,15 @@ nothing is overwritten without --force (`check_output_path`).
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from ..core.outputs import atomic_file, refuse_existing
+from ..core.outputs import atomic_file, check_output_file
 from ..core.results import LayerNormResult, LensResult, Result
-from ..errors import MissingPackageError, OutputFileError, SelectError, UsageError
+from ..errors import MissingPackageError, SelectError, UsageError
 from .common import axis_labels, finite_range, layer_of, token_axes
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -58,20 +57,7 @@ def check_output_path(path, force: bool = False, *, suffixes: Sequence[str] = PL
         got = f"'{path.suffix}'" if path.suffix else "no extension"
         raise UsageError(f"{option} {path}: unsupported file type ({got}); "
                          f"name the file with {wanted}")
-    if path.is_dir():
-        raise OutputFileError(f"{option} {path} is a folder; give a file name such as "
-                              f"{path / ('plot' + suffixes[0])}")
-    refuse_existing(path, force)
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise OutputFileError(f"cannot write {path}: {parent} is a file, not a folder; "
-                              "choose another place")
-    if not parent.is_dir():
-        raise OutputFileError(f"cannot write {path}: the folder {parent} does not exist; "
-                              "create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputFileError(f"cannot write {path}: the folder {parent} is not writable; "
-                              "choose another place")
+    check_output_file(path, force, option=option, example="plot" + suffixes[0])
     return path
 
 

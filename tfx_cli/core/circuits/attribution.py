@@ -9,38 +9,25 @@ map to (B, T, D) gradients layer by layer: no autograd graph and no copy of the 
 per row, so memory is one batch of gradients."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ...errors import UsageError
-from .graph import partial_influence
+from .graph import Graph, partial_influence
 from .linear import Frozen
-from .setup import Prompt
-
-
-@dataclass
-class Graph:
-    """The unpruned graph. Nodes: features (active_features order: layer, position,
-    feature), errors (layer-major, L·T), tokens (T), logits (K). `adjacency` is
-    targets × sources (rows of features without a visit are zero)."""
-
-    prompt: Prompt
-    adjacency: torch.Tensor
-    selected: torch.Tensor  # indices into prompt.active that got rows
-    logit_ids: list[int]
-    probabilities: torch.Tensor
+from .setup import Prompt, check_finite
 
 
 def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
                vectors: torch.Tensor) -> torch.Tensor:
     """Edges into targets read at `layers` (L: the logits, through the final norm) and
     `positions` along `vectors` (an encoder row, or a demeaned unembedding column), from
-    every feature, error and token node: (B, n_features + L·T + T)."""
+    every feature, error and token node (B, its sources), in the prompt's node order
+    (every active feature a node)."""
     fz: Frozen = p.frozen
+    order = p.order()
     L, T = p.n_layers, p.n_tokens
     B, D = vectors.shape
-    rows = torch.zeros(B, p.n_sources)
+    rows = torch.zeros(B, order.n_sources)
     g = torch.zeros(B, T, D)
     batch = torch.arange(B)
     top = layers == L
@@ -52,8 +39,7 @@ def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
         if layer > highest and not bool(top.any()):
             continue
         _read_features(p, g, rows, layer)
-        e0 = p.n_features + layer * T
-        rows[:, e0:e0 + T] = torch.einsum("btd,td->bt", g, p.errors[layer])
+        rows[:, order.layer_errors(layer)] = torch.einsum("btd,td->bt", g, p.errors[layer])
         skip = fz.tc.W_skip[layer]
         g_site = g @ skip if skip is not None else torch.zeros_like(g)
         here = layers == layer
@@ -61,8 +47,7 @@ def batch_rows(p: Prompt, layers: torch.Tensor, positions: torch.Tensor,
             g_site[batch[here], positions[here]] = vectors[here]
         g = g + fz.site_back(layer, g_site)
         g = g + fz.attn[layer].back(g)
-    t0 = p.n_features + L * T
-    rows[:, t0:t0 + T] = torch.einsum("btd,td->bt", g, p.token_vecs)
+    rows[:, order.tokens] = torch.einsum("btd,td->bt", g, p.token_vecs)
     return rows
 
 
@@ -92,20 +77,19 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
     rows of features never visited left zero. `on_rows(done)`, when given, is told how
     many feature rows are computed (of min(max_features, active features)), batch by
     batch."""
-    n_feat, K = p.n_features, len(logit_ids)
-    logit_offset = p.n_sources
-    total = logit_offset + K
+    order = p.order(len(logit_ids))  # every active feature a node, while rows are made
+    n_feat, K = order.n_features, order.n_logits
     budget = min(max_features or n_feat, n_feat)
     if max_features is not None and max_features < 1:
         raise UsageError("--max-features must be at least 1")
-    edges = torch.zeros(budget + K, total)
+    edges = torch.zeros(budget + K, order.size)
     row_node = torch.zeros(budget + K, dtype=torch.long)
     for i in range(0, K, batch_size):
         vec = logit_vecs[i:i + batch_size]
         n = vec.shape[0]
-        edges[i:i + n, :logit_offset] = batch_rows(
+        edges[i:i + n, :order.n_sources] = batch_rows(
             p, torch.full((n,), p.n_layers), torch.full((n,), p.n_tokens - 1), vec)
-        row_node[i:i + n] = torch.arange(i, i + n) + logit_offset
+        row_node[i:i + n] = torch.arange(i, i + n) + order.logits.start
     visited = torch.zeros(n_feat, dtype=torch.bool)
     st, done = K, 0
     while done < budget:
@@ -113,7 +97,7 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
             pending = torch.arange(n_feat)
         else:
             infl = partial_influence(edges[:st], probabilities, row_node[:st])
-            rank = torch.argsort(infl[:n_feat], descending=True)
+            rank = torch.argsort(infl[order.features], descending=True)
             pending = rank[~visited[rank]][:min(update_interval * batch_size, budget - done)]
         # the queue's rows in layer order: a batch then starts its backward pass at the
         # highest layer it holds (the rows, and which features get them, are unchanged)
@@ -122,21 +106,24 @@ def attribute(p: Prompt, logit_ids: list[int], probabilities: torch.Tensor,
             idx = pending[start:start + batch_size]
             done += len(idx)
             rows = batch_rows(p, p.feature_layer[idx], p.feature_pos[idx], p.encoder_vecs[idx])
-            edges[st:st + len(idx), :logit_offset] = rows
+            edges[st:st + len(idx), :order.n_sources] = rows
             row_node[st:st + len(idx)] = idx
             visited[idx] = True
             st += len(idx)
             if on_rows is not None:
                 on_rows(done)
     selected = torch.where(visited)[0]
-    if budget < n_feat:
-        edges = edges[:, torch.cat([selected, torch.arange(n_feat, total)])]
-    edges = edges[torch.argsort(row_node)]
-    size = edges.shape[1]
-    adjacency = torch.zeros(size, size)
-    adjacency[:budget] = edges[:budget]
-    adjacency[size - K:] = edges[budget:]
-    return Graph(p, adjacency, selected, list(logit_ids), probabilities)
+    if budget < n_feat:  # the graph's nodes: the features with rows, then the rest
+        edges = edges[:, torch.cat([selected, torch.arange(order.errors.start, order.size)])]
+    edges = edges[torch.argsort(row_node)]  # feature rows (in selected's order), logits
+    graph = Graph(list(p.ids), p.n_layers, p.active, p.activations, selected,
+                  list(logit_ids), probabilities, torch.zeros(0, 0), prompt=p)
+    final = graph.order
+    graph.adjacency = torch.zeros(final.size, final.size)
+    graph.adjacency[final.features] = edges[:budget]
+    graph.adjacency[final.logits] = edges[budget:]
+    check_finite(graph.adjacency, p.frozen.tc, "the graph's edges")
+    return graph
 
 
 def constant_inputs(p: Prompt, logit_vecs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

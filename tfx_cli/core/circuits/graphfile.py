@@ -12,8 +12,10 @@ names, except a feature's index (its name `{layer}_{feature}_{pos}`) and an embe
 token id, so circuit-tracer 0.5.0's error names (`0_{layer}_{pos}`) read as well as
 later releases' (`{layer}_-1_{pos}`).
 
-Also `strongest_paths`, the terminal tree's paths, which the run uses too. NumPy only:
-no torch, so opening a graph loads no model machinery.
+Also `strongest_paths`, the terminal tree's paths, which the run uses too, and
+`is_safetensors`, which tells the unpruned graph of `--save` (graph.Graph.load reads it)
+from a graph.json. NumPy only: no torch, so opening a graph.json loads no model
+machinery.
 """
 from __future__ import annotations
 
@@ -49,6 +51,21 @@ def strongest_paths(A: np.ndarray, nodes: list[GraphNode], depth: int = 4,
     return [PathStep(i, 1.0, inputs(i, 0)) for i, n in enumerate(nodes) if n.kind == "logit"]
 
 
+def is_safetensors(path: str | Path) -> bool:
+    """Whether the file at `path` starts as a safetensors file does (an 8-byte header
+    length within safetensors' 100 MB limit, then the header's JSON object; a JSON text's
+    first 8 bytes read as a length are far larger): the unpruned graph of `tfx graph
+    --save`, which core/circuits/saved.py reads (and refuses, cut short); anything else
+    is read as graph.json."""
+    try:
+        with open(Path(path).expanduser(), "rb") as handle:
+            head = handle.read(9)
+    except OSError:
+        return False
+    length = int.from_bytes(head[:8], "little")
+    return len(head) == 9 and head[8:9] == b"{" and 0 < length <= 100_000_000
+
+
 def _bad(path: Path, problem: str) -> InputTextError:
     return InputTextError(f"--open {path}: {problem}; {_FIX}")
 
@@ -73,6 +90,9 @@ def read_document(path: str | Path) -> dict:
     except ValueError as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
         raise _bad(path, f"not JSON ({getattr(exc, 'msg', exc)}{where})") from None
+    except RecursionError:  # json's reader recurses once per level
+        raise _bad(path, "JSON nested deeper than any graph (lists or objects inside each "
+                   "other thousands of times)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) \
             or not isinstance(doc.get("links"), list):
         raise _bad(path, "JSON, but not a graph: it has no \"nodes\" and \"links\" lists")
@@ -93,14 +113,35 @@ def _int(node: dict, key: str, what: str) -> int:
         raise ValueError(f"its {key} {value!r} is not {what}") from None
 
 
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def finite(value: Any, limit: float = math.inf) -> float | None:
+    """`value` as a float when it is a number (not a bool) of size at most `limit`;
+    else None (an integer of 400 digits too, which float() cannot hold)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and abs(number) <= limit else None
+
+
 def _number(node: dict, key: str) -> float | None:
     value = node.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value):
-        raise ValueError(f"its {key} {value!r} is not a finite number")
-    return float(value)
+    number = finite(value)
+    if number is None:
+        raise ValueError(f"its {key} {_short(value)} is not a finite number")
+    return number
+
+
+def _short(value: Any) -> str:
+    """A value as a message quotes it: a number of hundreds of digits cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "…" + f" ({len(text)} characters)"
 
 
 def _feature_index(node: dict, layer: int, pos: int) -> int:
@@ -191,11 +232,11 @@ def _adjacency(path: Path, links: list, index: dict[str, int]) -> np.ndarray:
                 raise _bad(path, f"link {k} names the {end} {name!r}, which is not one of "
                            "the file's nodes")
             ends.append(index[name])
-        weight = link.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
-                or not math.isfinite(weight):
+        weight = finite(link.get("weight"), F32_MAX)
+        if weight is None:
             raise _bad(path, f"link {k} ({link['source']} -> {link['target']}) has the "
-                       f"weight {weight!r}, not a finite number")
+                       f"weight {_short(link.get('weight'))}, not a finite number within "
+                       "float32's range (±3.4e38)")
         if (ends[1], ends[0]) in seen:
             raise _bad(path, f"the edge {link['source']} -> {link['target']} is listed twice")
         seen.add((ends[1], ends[0]))
@@ -203,12 +244,14 @@ def _adjacency(path: Path, links: list, index: dict[str, int]) -> np.ndarray:
     return A
 
 
-def _setting(meta: dict, group: str, key: str, kind=float):
-    """metadata[group][key] when it is a `kind` (bool never counts as a number)."""
-    value = (meta.get(group) or {}).get(key) if isinstance(meta.get(group), dict) else None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        return None
-    return value
+def _setting(meta: dict, group: str | None, key: str, kind=float):
+    """metadata[group][key] (metadata[key] for no group) when it is a `kind` (bool never
+    counts as a number; a number only when finite)."""
+    where = meta if group is None else meta.get(group)
+    value = where.get(key) if isinstance(where, dict) else None
+    if kind is float:
+        return finite(value)
+    return None if isinstance(value, bool) or not isinstance(value, kind) else value
 
 
 def open_graph(path: str | Path) -> GraphResult:
@@ -222,9 +265,9 @@ def open_graph(path: str | Path) -> GraphResult:
     tokens = [str(t) for t in meta["prompt_tokens"]]
     by_pos = {n.pos: n.token for n in nodes if n.kind == "embedding"}
     ids = [by_pos.get(p) for p in range(len(tokens))]
-    node_threshold = _setting(meta, "pruning_settings", "node_threshold", (int, float))
-    if node_threshold is None and isinstance(meta.get("node_threshold"), (int, float)):
-        node_threshold = meta["node_threshold"]
+    node_threshold = _setting(meta, "pruning_settings", "node_threshold")
+    if node_threshold is None:
+        node_threshold = _setting(meta, None, "node_threshold")
     result = GraphResult(
         model=ModelInfo(config=str(meta.get("scan") or "")),
         input=InputInfo(text=str(meta.get("prompt", "")), tokens=tokens,
@@ -236,9 +279,9 @@ def open_graph(path: str | Path) -> GraphResult:
         n_active_features=_setting(meta, "generation_settings", "active_features", int),
         n_selected_features=_setting(meta, "generation_settings", "features_with_rows", int),
         node_threshold=node_threshold,
-        edge_threshold=_setting(meta, "pruning_settings", "edge_threshold", (int, float)),
-        replacement_score=_setting(meta, "scores", "replacement", (int, float)),
-        completeness_score=_setting(meta, "scores", "completeness", (int, float)),
+        edge_threshold=_setting(meta, "pruning_settings", "edge_threshold"),
+        replacement_score=_setting(meta, "scores", "replacement"),
+        completeness_score=_setting(meta, "scores", "completeness"),
         nodes=nodes, n_edges=int(np.count_nonzero(A)), paths=strongest_paths(A, nodes),
         opened=str(path))
     result.tensors.add("graph.adjacency", A, ("N", "M"))

@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ...errors import OutputFileError, TfxError, write_error
+from ...errors import TfxError
+from ..outputs import atomic_file, check_output_file
 
 SCHEMA_VERSION = 1
 FEATURE_TYPES = {"feature": "cross layer transcoder", "error": "mlp reconstruction error",
@@ -259,42 +258,12 @@ def write_graph_json(graph: Mapping[str, Any], path, force: bool = False,
                      option: str = "-o") -> Path:
     """Write `graph_json(graph)` to `path` (its slug the file's name without .json, as
     the local server looks graphs up by slug). An existing file is kept unless `force`;
-    the file appears whole or not at all. Returns the path written."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        raise OutputFileError(f"{option} {path} is a folder; give a file name such as "
-                              f"{path / 'graph.json'}")
-    if (path.exists() or path.is_symlink()) and not force:
-        raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
-                              "or choose another name")
-    if not path.parent.is_dir():
-        raise OutputFileError(f"cannot write {path}: the folder {path.parent} does not "
-                              "exist; create it first")
+    the file appears whole or not at all, as an ordinary file. Returns the path written."""
+    path = check_output_file(path, force, option=option, example="graph.json")
     text = dumps(graph_json(graph, slug=path.stem))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; this is an ordinary file
-        if path.exists() and not force:  # appeared while we were writing
-            raise OutputFileError(f"{path} already exists; pass --force to overwrite it, "
-                                  "or choose another name")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path, force=force, mode="umask") as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 __all__ = ["edge_scores", "strongest_links", "graph_json", "write_graph_json", "node_ids", "label_of", "cantor", "dumps", "slug_of"]

@@ -1,5 +1,6 @@
-"""`tfx graph`: the attribution graph of a text, pruned, as a typed result; the mapping the
-graph.json writer and the HTML page read (`graph_payload`); the unpruned graph saved."""
+"""`tfx graph`: the attribution graph of a text as a Graph (made, labelled, saved), and
+any Graph (a run's, or one read back from its file) pruned into the typed result the
+terminal, --json, graph.json and the HTML page read."""
 from __future__ import annotations
 
 import time
@@ -11,152 +12,177 @@ import torch
 from ...errors import UsageError
 from ..progress import counting
 from ..analysis.common import encode, input_info
+from ..results import InputInfo
 from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  # noqa: F401
-from . import graph as G
 from .attribution import attribute
+from .graph import Graph, GraphSource
 from .graphfile import strongest_paths
 from .labels import read_labels
-from .setup import check_model, forward, targets
+from .setup import check_model, forward, targets as logit_targets
 from .transcoders import read_transcoders
 
 
-def check_threshold(name: str, value: float) -> None:
-    if not 0 < value <= 1:
-        raise UsageError(f"{name} {value} is outside (0, 1]; give the share of the influence "
-                         f"to keep, e.g. {name} 0.8")
-
-
 def target_ids(loaded, tokens: list[str] | None) -> list[int] | None:
+    """The ids of --target's tokens, each one token and each named once: a token twice
+    would be two logit nodes with one id (graph.json keys nodes by id) and would weigh
+    its probability twice in the influence on the logits."""
     if not tokens:
         return None
-    out = []
+    out, given = [], {}
     for t in tokens:
         ids = loaded.tokenizer.encode(t)
         if len(ids) != 1:
             raise UsageError(f"--target {t!r} is {len(ids)} tokens; give one token (mind the "
                              "leading space)")
+        if ids[0] in given:
+            same = "twice" if given[ids[0]] == t else f"as {given[ids[0]]!r} and {t!r}"
+            raise UsageError(f"--target names the token {t!r} {same}; give each logit "
+                             "target once")
+        given[ids[0]] = t
         out.append(ids[0])
     return out
 
 
-def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
-          logit_prob: float = 0.95, target: list[str] | None = None,
-          max_features: int | None = 7500, node_threshold: float = 0.8,
-          edge_threshold: float = 0.98, batch_size: int = 512,
-          save: str | None = None, truncate: bool = False,
-          labels: list[str] | None = None, progress=None) -> GraphResult:
-    check_threshold("--node-threshold", node_threshold)
-    check_threshold("--edge-threshold", edge_threshold)
-    if not 0 < logit_prob <= 1:
-        raise UsageError(f"--logit-prob {logit_prob} is outside (0, 1]; e.g. --logit-prob 0.95")
-    if max_logits < 1:
-        raise UsageError("--max-logits must be at least 1")
+def build(loaded, text: str, *, transcoders: str, max_logits: int, logit_prob: float,
+          targets: list[str] | None, max_features: int, truncate: bool,
+          progress=None) -> Graph:
+    """The unpruned graph of `text`'s next token, with what names its nodes."""
     check_model(loaded)
-    named = read_labels(list(labels)) if labels else {}
     cfg = loaded.cfg
     tc = read_transcoders(transcoders, n_layers=cfg.n_layers, d_model=cfg.d_model)
     ids = encode(loaded, text, truncate=truncate, bos=True)
-    wanted = target_ids(loaded, target)
-    started = time.perf_counter()
+    wanted = target_ids(loaded, targets)
     with torch.no_grad():
         p = forward(loaded, ids, tc)
-        logit_ids, probs, vecs = targets(p, max_logits=max_logits, logit_prob=logit_prob,
-                                         ids=wanted)
-        rows = min(max_features or p.n_features, p.n_features)
+        logit_ids, probs, vecs = logit_targets(p, max_logits=max_logits,
+                                               logit_prob=logit_prob, ids=wanted)
+        rows = min(max_features, p.n_features)
         with counting(progress, "attribution rows", total=rows, unit="rows") as update:
-            full = attribute(p, logit_ids, probs, vecs, max_features=max_features,
-                             batch_size=batch_size, on_rows=update)
-    n_feat = len(full.selected)
-    nodes, edges, cumulative = G.prune(full.adjacency, probs, n_features=n_feat,
-                                       n_tokens=len(ids), node_threshold=node_threshold,
-                                       edge_threshold=edge_threshold)
-    replacement, completeness = G.scores(full.adjacency, probs, n_features=n_feat,
-                                         n_tokens=len(ids), n_layers=cfg.n_layers)
+            g = attribute(p, logit_ids, probs, vecs, max_features=max_features,
+                          on_rows=update)
+    tok = loaded.tokenizer
+    g.source = GraphSource(text, input_info(loaded, text, ids).tokens,
+                           tok.pieces(logit_ids), loaded.info, str(transcoders),
+                           tc.input_hook, tc.output_hook, _left_out(loaded, text, ids))
+    return g
+
+
+def _left_out(loaded, text: str, ids: list[int]) -> int:
+    """How many of the text's tokens --truncate left out of `ids` (a special token put
+    first is no token of the text)."""
+    own = loaded.tokenizer.encode(text)
+    specials = getattr(loaded.tokenizer, "special_ids", ())
+    put_first = bool(ids) and ids[0] in specials and not (own and own[0] in specials)
+    return len(own) - (len(ids) - put_first)
+
+
+def graph(loaded, text: str, *, transcoders: str, max_logits: int, logit_prob: float,
+          targets: list[str] | None, max_features: int, node_threshold: float,
+          edge_threshold: float, truncate: bool, labels: list[str] | None = None,
+          save: str | None = None, force: bool = False, progress=None) -> GraphResult:
+    """`tfx graph TEXT`: the graph made, saved unpruned (`save`), pruned and labelled
+    (`labels`: `tfx top` folders; else each feature's strongest output tokens)."""
+    named = read_labels(list(labels)) if labels else {}
+    started = time.perf_counter()
+    g = build(loaded, text, transcoders=transcoders, max_logits=max_logits,
+              logit_prob=logit_prob, targets=targets, max_features=max_features,
+              truncate=truncate, progress=progress)
+    pruned = g.prune(node_threshold, edge_threshold)
+    scores = g.scores()
     seconds = time.perf_counter() - started
-    kept = torch.where(nodes)[0]
-    pruned = full.adjacency[kept][:, kept] * edges[kept][:, kept]
-    del edges
-    listed = _nodes(loaded, full, kept, cumulative, named)
-    result = GraphResult(
-        model=loaded.info, input=input_info(loaded, text, ids), transcoders=str(transcoders),
-        feature_input_hook=tc.input_hook, feature_output_hook=tc.output_hook,
-        n_layers=cfg.n_layers, n_active_features=p.n_features, n_selected_features=n_feat,
-        node_threshold=node_threshold, edge_threshold=edge_threshold,
-        replacement_score=replacement, completeness_score=completeness, nodes=listed,
-        n_edges=int((pruned != 0).sum()), seconds=seconds,
-        paths=strongest_paths(pruned.numpy(), listed))
-    result.tensors.add("graph.adjacency", pruned.numpy().astype(np.float32), ("N", "M"))
+    features = range(g.order.features.stop)  # every feature node when saved, else the kept
+    _label(g, loaded, named, features if save else
+           [i for i in pruned.kept.tolist() if i in features], progress)
+    result = result_of(g, pruned, scores, node_threshold=node_threshold,
+                       edge_threshold=edge_threshold, seconds=seconds)
     if save:
-        result.saved = _save(full, save)
+        result.saved = str(g.save(save, force=force))
     return result
 
 
-def node_kinds(full, index: int) -> tuple:
-    """(kind, layer, pos, feature-or-token) of node `index` of the unpruned graph."""
-    p = full.prompt
-    n_feat, T, L = len(full.selected), p.n_tokens, p.n_layers
-    if index < n_feat:
-        layer, pos, feat = p.active[full.selected[index]].tolist()
-        return "feature", layer, pos, feat
-    index -= n_feat
-    if index < L * T:
-        return "error", index // T, index % T, None
-    index -= L * T
-    if index < T:
-        return "embedding", None, index, p.ids[index]
-    return "logit", None, T - 1, full.logit_ids[index - T]
+def open_saved(path: str | Path, *, node_threshold: float,
+               edge_threshold: float) -> GraphResult:
+    """`tfx graph --open FILE.safetensors`: the unpruned graph a run saved, pruned at
+    these thresholds, as that run would have shown it."""
+    g = Graph.load(path)
+    result = result_of(g, g.prune(node_threshold, edge_threshold), g.scores(),
+                       node_threshold=node_threshold, edge_threshold=edge_threshold)
+    result.opened = str(path)
+    return result
 
 
-def _nodes(loaded, full, kept: torch.Tensor, cumulative: torch.Tensor,
-           named: dict) -> list[GraphNode]:
-    p, tok = full.prompt, loaded.tokenizer
-    out, unlabelled = [], []
-    for index in kept.tolist():
-        kind, layer, pos, what = node_kinds(full, index)
-        token = what if kind in ("embedding", "logit") else None
-        act = float(p.activations[full.selected[index]]) if kind == "feature" else None
-        node = GraphNode(kind, layer, pos, what if kind == "feature" else None, token,
-                         tok.pieces([token])[0] if token is not None else None, act,
-                         float(cumulative[index]))
-        if kind == "logit":
-            node.probability = float(full.probabilities[full.logit_ids.index(token)])
-        if kind == "feature":  # its top examples (--labels), else its strongest outputs
-            node.label = named.get((layer, what))
-            if node.label is None:
-                unlabelled.append(node)
-        out.append(node)
-    _output_labels(loaded, p, unlabelled)
-    return out
+def result_of(g: Graph, pruned, scores: tuple[float, float], *, node_threshold: float,
+              edge_threshold: float, seconds: float = 0.0) -> GraphResult:
+    """The typed result of graph `g` pruned (`pruned`: Graph.prune's), its nodes named
+    by its source and labels, with the graph's two scores."""
+    src = g.source
+    listed = [_node(g, index, float(pruned.cumulative[index]))
+              for index in pruned.kept.tolist()]
+    adjacency = pruned.adjacency.numpy().astype(np.float32)
+    result = GraphResult(
+        model=src.model, input=InputInfo(text=src.text, tokens=list(src.tokens),
+                                         ids=list(g.ids)),
+        transcoders=src.transcoders, feature_input_hook=src.input_hook,
+        feature_output_hook=src.output_hook,
+        n_layers=g.n_layers, n_active_features=len(g.active),
+        n_selected_features=len(g.selected), node_threshold=node_threshold,
+        edge_threshold=edge_threshold, replacement_score=scores[0],
+        completeness_score=scores[1], nodes=listed, n_edges=int(np.count_nonzero(adjacency)),
+        seconds=seconds, paths=strongest_paths(adjacency, listed),
+        truncated=src.truncated or None)
+    result.tensors.add("graph.adjacency", adjacency, ("N", "M"))
+    return result
 
 
-def _output_labels(loaded, p, nodes: list[GraphNode], k: int = 3, chunk: int = 256) -> None:
+def _node(g: Graph, index: int, influence: float) -> GraphNode:
+    """Node `index` of `g` as the result lists it."""
+    kind, i, pos = g.order.kind(index)
+    if kind == "feature":
+        layer, pos, feature, activation = g.feature(i)
+        return GraphNode(kind, layer, pos, feature, None, None, activation, influence,
+                         label=g.labels.get(i))
+    if kind == "error":
+        return GraphNode(kind, i, pos, None, None, None, None, influence)
+    if kind == "embedding":
+        return GraphNode(kind, None, i, None, g.ids[i], g.source.tokens[i], None, influence)
+    return GraphNode(kind, None, len(g.ids) - 1, None, g.logit_ids[i], g.source.logit_texts[i],
+                     None, influence, probability=float(g.probabilities[i]))
+
+
+def _label(g: Graph, loaded, named: dict, indices, progress=None) -> None:
+    """Label the feature nodes `indices` not labelled yet: by their top examples
+    (`named`: --labels), else by their strongest output tokens."""
+    todo = [i for i in indices if i not in g.labels]
+    unnamed = []
+    for i in todo:
+        layer, _, feature, _ = g.feature(i)
+        g.labels[i] = named.get((layer, feature))
+        if g.labels[i] is None:
+            unnamed.append(i)
+    _output_labels(g, loaded, unnamed, progress)
+
+
+def _output_labels(g: Graph, loaded, indices: list[int], progress=None, k: int = 3,
+                   chunk: int = 256) -> None:
     """Each feature's strongest output tokens: the largest entries of its decoder row
-    times the unembedding (a cross-layer feature's rows into every layer, summed); the
-    rows go through the unembedding a chunk at a time, one matrix product each."""
+    times the unembedding (a cross-layer feature's rows into every layer, summed), once
+    per (layer, feature) however many positions it is active at; the rows go through the
+    unembedding a chunk at a time, one matrix product each."""
+    p = g.prompt
     tc = p.frozen.tc
-    for start in range(0, len(nodes), chunk):
-        part = nodes[start:start + chunk]
-        rows = []
-        for n in part:
-            W = tc.W_dec[n.layer][n.feature]
-            rows.append(W.sum(0) if W.ndim == 2 else W)
-        top = torch.topk(torch.stack(rows) @ p.unembed.T, k, dim=1).indices.tolist()
-        for n, ids in zip(part, top):
-            n.label = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
-
-
-def _save(full, path: str) -> str:
-    from safetensors.torch import save_file
-
-    p = full.prompt
-    tensors = {"adjacency": full.adjacency.contiguous(),
-               "active_features": p.active.contiguous(),
-               "activations": p.activations.contiguous(),
-               "selected_features": full.selected.contiguous(),
-               "input_ids": torch.tensor(p.ids), "logit_ids": torch.tensor(full.logit_ids),
-               "logit_probabilities": full.probabilities.contiguous()}
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    save_file(tensors, str(tmp))
-    tmp.replace(target)
-    return str(target)
+    nodes: dict[tuple[int, int], list[int]] = {}
+    for i in indices:
+        layer, _, feature, _ = g.feature(i)
+        nodes.setdefault((layer, feature), []).append(i)
+    keys = list(nodes)
+    shown = progress if len(keys) > chunk else None  # seconds only for --save's many
+    with counting(shown, "feature labels", total=len(keys), unit="features") as update:
+        for start in range(0, len(keys), chunk):
+            part = keys[start:start + chunk]
+            rows = [tc.W_dec[layer][feature] for layer, feature in part]
+            rows = [W.sum(0) if W.ndim == 2 else W for W in rows]
+            top = torch.topk(torch.stack(rows) @ p.unembed.T, k, dim=1).indices.tolist()
+            for key, ids in zip(part, top):
+                label = " ".join(repr(s) for s in loaded.tokenizer.pieces(ids))
+                g.labels.update((i, label) for i in nodes[key])
+            update(start + len(part))

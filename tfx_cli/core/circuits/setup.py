@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import UsageError
+from ...errors import NonFiniteError, UsageError
 from ..analysis.common import with_bos  # noqa: F401  (the graph's ids)
+from .graph import NodeOrder
 from .linear import Frozen, FrozenAttention, FrozenNorm
 from .transcoders import Transcoders
 
@@ -43,9 +44,9 @@ class Prompt:
     def n_features(self) -> int:
         return self.active.shape[0]
 
-    @property
-    def n_sources(self) -> int:
-        return self.n_features + (self.n_layers + 1) * self.n_tokens
+    def order(self, n_logits: int = 0) -> NodeOrder:
+        """The node order while rows are made: every active feature a node."""
+        return NodeOrder(self.n_features, self.n_layers, self.n_tokens, n_logits)
 
     @property
     def feature_layer(self) -> torch.Tensor:
@@ -166,6 +167,7 @@ def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
         if skip is not None:
             recon[layer] += skip
     errors = outs - recon
+    check_finite(errors, tc, "the transcoders' reconstruction of the MLP outputs")
     unexplained0 = errors[:, 0].clone()
     errors[:, 0] = 0
     W_U = model.lm_head.weight.detach().float()
@@ -175,7 +177,25 @@ def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
                   W_U, sites)
 
 
-def targets(p: Prompt, *, max_logits: int = 10, logit_prob: float = 0.95,
+def check_finite(values: torch.Tensor, tc: Transcoders, what: str) -> None:
+    """NonFiniteError naming the transcoder set when `values` (made from its weights)
+    holds NaN or inf, or inf once a target's inputs are added up (as pruning does):
+    weights that large leave no edge meaningful."""
+    summed = values.abs().sum(-1) if values.ndim > 1 else values
+    if bool(torch.isfinite(values).all()) and bool(torch.isfinite(summed).all()):
+        return
+    raise NonFiniteError(f"{what} overflowed float32, so no edge of the graph would mean "
+                         f"anything; --transcoders {tc.folder} holds weights up to "
+                         f"{_largest(tc.W_enc):.3g} (W_enc) and {_largest(tc.W_dec):.3g} "
+                         "(W_dec): check the set (a damaged file, or training that "
+                         "diverged)")
+
+
+def _largest(weights: list[torch.Tensor]) -> float:
+    return max((float(W.abs().max()) for W in weights if W.numel()), default=0.0)
+
+
+def targets(p: Prompt, *, max_logits: int, logit_prob: float,
             ids: list[int] | None = None) -> tuple[list[int], torch.Tensor, torch.Tensor]:
     """(token ids, probabilities, demeaned unembedding rows): the given ids, or the most
     likely tokens until their probabilities reach logit_prob, at most max_logits."""

@@ -36,9 +36,10 @@ class PathStep:
 
 @dataclass(kw_only=True)
 class GraphResult(Result):
-    """A graph computed (`tfx graph TEXT`) or read from its graph.json (`--open`, then
-    `opened` is the file): a file lacks what its writer left out (circuit-tracer's files
-    have no scores, transcoders, edge threshold or feature counts), and those are None."""
+    """A graph computed (`tfx graph TEXT`) or read back (`--open`, then `opened` is the
+    file): the unpruned graph `--save` wrote, pruned again, gives all a run gives; a
+    graph.json lacks what its writer left out (circuit-tracer's files have no scores,
+    transcoders, edge threshold or feature counts), and those are None."""
 
     command: ClassVar[str] = "graph"
     transcoders: str | None
@@ -55,8 +56,10 @@ class GraphResult(Result):
     n_edges: int
     seconds: float = internal(default=0.0)  # wall time of the graph (not in the JSON: runs differ)
     paths: list = internal(default=None)
-    saved: str | None = optional()
-    opened: str | None = optional()  # the graph.json read (tfx graph --open)
+    saved: str | None = optional()  # the unpruned graph's file (tfx graph --save)
+    opened: str | None = optional()  # the file read (tfx graph --open)
+    # how many of the text's first tokens --truncate left out (None: none)
+    truncated: int | None = optional()
 
 
 def graph_payload(result: GraphResult) -> dict:

@@ -7,6 +7,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ...core.results.circuits import GraphNode, GraphResult
+from ...words import counted
 from ..common import terminal_text
 from . import ViewOptions, header, register
 
@@ -53,6 +54,10 @@ def graph_view(result: GraphResult, console: Console, opts: ViewOptions) -> None
     header(console, result)
     if result.opened:
         console.print(Text(f"opened from {terminal_text(result.opened)}", style="dim"))
+    if result.truncated:
+        console.print(Text(f"cropped: --truncate left out the text's first "
+                           f"{counted(result.truncated, 'token')} to fit the context",
+                           style="yellow"))
     kinds = {}
     for n in result.nodes:
         kinds[n.kind] = kinds.get(n.kind, 0) + 1
