@@ -18,7 +18,7 @@ import torch
 
 from ...errors import RangeError, UsageError
 from ..model import finite
-from .transcoders import Transcoders
+from ..features.transcoder_set import TranscoderSet as Transcoders
 
 
 def _record_plain(model, ids: list[int], tc: Transcoders) -> dict:

@@ -15,9 +15,9 @@ from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  
 from . import graph as G
 from .attribution import attribute
 from .graphfile import strongest_paths
+from ..analysis.replacement import open_transcoders
 from .labels import read_labels
-from .setup import check_model, forward, targets
-from .transcoders import read_transcoders
+from .setup import forward, targets
 
 
 def check_threshold(name: str, value: float) -> None:
@@ -51,10 +51,9 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int = 10,
         raise UsageError(f"--logit-prob {logit_prob} is outside (0, 1]; e.g. --logit-prob 0.95")
     if max_logits < 1:
         raise UsageError("--max-logits must be at least 1")
-    check_model(loaded)
-    named = read_labels(list(labels)) if labels else {}
     cfg = loaded.cfg
-    tc = read_transcoders(transcoders, n_layers=cfg.n_layers, d_model=cfg.d_model)
+    tc = open_transcoders(loaded, transcoders)
+    named = read_labels(list(labels), tc) if labels else {}
     ids = encode(loaded, text, truncate=truncate, bos=True)
     wanted = target_ids(loaded, target)
     started = time.perf_counter()
