@@ -83,6 +83,125 @@ def _transcoders(name: str, *, layers: int = 1, d_model: int = 6, width: int = 4
     return make
 
 
+def _transcoder_file(name: str, layer: str, change) -> Callable[[Path], None]:
+    """_transcoders' set in `name` with `layer`'s file changed: `change(bytes) -> bytes`,
+    or a dict of tensors to write in its place."""
+    def make(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        path = d / name / layer
+        if callable(change):
+            path.write_bytes(change(path.read_bytes()))
+        else:
+            save_file({**load_file(str(path)), **change}, str(path))
+    return make
+
+
+def _pairs(name: str = "acts", *, latents_file: Optional[int] = None) -> Callable[[Path], None]:
+    """A collect folder of a 2-layer model's MLP pairs (blocks.{0,1}.ln2.out, .ffn.out),
+    8 wide, 64 tokens, written by hand as tfx collect writes one."""
+    def make(d: Path) -> None:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        folder = d / name
+        folder.mkdir()
+        g = np.random.default_rng(0)
+        sites = [f"blocks.{i}.{s}" for i in (0, 1) for s in ("ln2.out", "ffn.out")]
+        shard = folder / "shard-00000.safetensors"
+        save_file({s: g.standard_normal((64, 8)).astype(np.float32) for s in sites},
+                  str(shard))
+        (folder / "manifest.json").write_text(json.dumps({
+            "schema": "tfx/1", "kind": "activations", "complete": True, "tokens": 64,
+            "options": {"dtype": "float32", "ctx": 16},
+            "model": {"config": "gpt2", "n_layers": 2},
+            "sites": [{"name": s, "dims": ["T", "C"], "shape": [64, 8], "dtype": "F32"}
+                      for s in sites],
+            "shards": [{"file": shard.name, "first_token": 0, "tokens": 64,
+                        "sha256": hashlib.sha256(shard.read_bytes()).hexdigest()}]}))
+    return make
+
+
+def _tfx_layer(name: str, layer: int, latents: int) -> Callable[[Path], None]:
+    """DIR `name` holding one layer file tfx train-transcoder wrote (ReLU, 8 wide)."""
+    def make(d: Path) -> None:
+        import torch
+
+        from tfx_cli.core.features.transcoder_set import write_layer
+
+        (d / name).mkdir(exist_ok=True)
+        write_layer(d / name / f"layer_{layer}.safetensors",
+                    {"W_enc": torch.ones(latents, 8), "W_dec": torch.ones(latents, 8),
+                     "b_enc": torch.zeros(latents), "b_dec": torch.zeros(8)},
+                    {"format": "circuit-tracer transcoder", "activation": "relu",
+                     "layer": str(layer), "input_site": f"blocks.{layer}.ln2.out",
+                     "output_site": f"blocks.{layer}.ffn.out",
+                     "feature_input_hook": "mlp.hook_in",
+                     "feature_output_hook": "hook_mlp_out"})
+    return make
+
+
+def _run_in_progress(name: str, layer: int, latents: int) -> Callable[[Path], None]:
+    """DIR/state/layer_I of a train-transcoder run killed before its file was written."""
+    def make(d: Path) -> None:
+        state = d / name / "state" / f"layer_{layer}"
+        state.mkdir(parents=True)
+        (state / "train-state.json").write_text(json.dumps({
+            "schema": "tfx-train-sae/1", "complete": False,
+            "identity": {"layer": layer, "input": f"blocks.{layer}.ln2.out", "skip": False,
+                         "architecture": "standard", "latents": latents, "k": None}}))
+    return make
+
+
+def _top_folder(name: str, *, sae: Optional[str] = None, sha: Optional[str] = None,
+                site: str = "blocks.0.ln2.normed") -> Callable[[Path], None]:
+    """A `tfx top -o DIR` folder: result.json of feature 1's examples and the manifest
+    naming the SAE it ran (none: a site's own units)."""
+    def make(d: Path) -> None:
+        folder = d / name
+        folder.mkdir()
+        unit = {"unit": 1, "examples": [{"value": 1.0, "doc": 0, "position": 1,
+                                         "token": "x", "context": {"tokens": ["a", "x"],
+                                                                   "at": 1}}]}
+        (folder / "result.json").write_text(json.dumps({
+            "schema": "tfx/1", "command": "top", "result": {"site": site, "units": [unit]}}))
+        options = {"site": site, "units": [1], **({"sae": sae, "sae_sha256": sha} if sae else {})}
+        (folder / "manifest.json").write_text(json.dumps({
+            "schema": "tfx/1", "kind": "top", "complete": True, "options": options}))
+    return make
+
+
+def _eval_run(kind: str, name: str) -> Callable[[Path], None]:
+    """An eval-sae -o ev run of folder `name` (kind: transcoders or sae), kept; then the
+    set's (or the SAE's) weights changed in place, at the same path."""
+    def make(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        from tfx_cli import api
+
+        model = dict(config="gpt2", layers=1, d_model=6, heads=2, tokenizer="word")
+        api.eval_sae("python-docs", **{kind: name}, max_docs=1, max_tokens=20, output="ev",
+                     **model)  # in the case's folder, as the case's own run names them
+        weights = d / name / ("layer_0.safetensors" if kind == "transcoders"
+                              else "sae_weights.safetensors")
+        t = load_file(str(weights))
+        save_file({k: v * 2 for k, v in t.items()}, str(weights))
+    return make
+
+
+def _collected_tokens_damaged(d: Path) -> None:
+    """A real collect folder of a tiny model's MLP pairs whose tokens.parquet was
+    overwritten after collect wrote it."""
+    from tfx_cli import api
+
+    (d / "docs.txt").write_text("the cat sat on the mat and the dog ran off\n" * 8)
+    api.collect(str(d / "docs.txt"), select=["blocks.*.ln2.out", "blocks.*.ffn.out"],
+                output=str(d / "acts"), config="gpt2", layers=2, d_model=8, heads=2,
+                tokenizer="word")
+    (d / "acts" / "tokens.parquet").write_bytes(NOISE)
+    (d / "docs.txt").unlink()
+
+
 # Bytes that no reader accepts, but the same on every run (os.urandom would make the
 # message of a parser that quotes them change between runs).
 NOISE = bytes((i * 37 + 11) % 251 for i in range(1000))
@@ -1567,6 +1686,102 @@ CASES = [
          "encoder–decoder", ["eval-sae", "python-docs", *TOY, "--transcoders", "tc",
                              "--max-docs", "1"], "UsageError", "is not a causal language model",
          files=(_transcoders("tc"),)),
+    # transcoder sets: their files, their folder and what reads them (each refused by name)
+    Case("graph-transcoders-truncated", "graph --transcoders with a layer file cut short",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "truncated or corrupted safetensors file",
+         files=(_transcoders("tc"), _transcoder_file("tc", "layer_0.safetensors",
+                                                     lambda b: b[:len(b) // 2]))),
+    Case("graph-transcoders-empty-file", "graph --transcoders with an empty layer file",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "truncated or corrupted safetensors file",
+         files=(_transcoders("tc"), _transcoder_file("tc", "layer_0.safetensors",
+                                                     lambda b: b""))),
+    Case("graph-transcoders-garbled-header", "graph --transcoders with a layer file whose "
+         "header is garbled", ["graph", SENTENCE, *WORDY, "--transcoders", "tc"],
+         "TranscoderError", "truncated or corrupted safetensors file",
+         files=(_transcoders("tc"), _transcoder_file(
+             "tc", "layer_0.safetensors", lambda b: b[:8] + b"{garbled" + b[16:]))),
+    Case("graph-transcoders-threshold-shape", "graph --transcoders with a threshold of the "
+         "wrong shape", ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "threshold is (3,), not (4,)",
+         files=(_transcoders("tc"), _transcoder_file("tc", "layer_0.safetensors", {
+             "activation_function.threshold": __import__("torch").zeros(3)}))),
+    Case("graph-transcoders-scalar-w-enc", "graph --transcoders with a scalar W_enc",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc"], "TranscoderError",
+         "shapes do not fit", files=(_transcoders("tc"), _transcoder_file(
+             "tc", "layer_0.safetensors", {"W_enc": __import__("torch").tensor(1.0)}))),
+    Case("graph-transcoders-config-line", "graph --transcoders whose config.yaml has a list "
+         "item under a key that holds a value", ["graph", SENTENCE, *WORDY, "--transcoders",
+                                                  "tc"], "TranscoderError",
+         "ln2.hook_normalized - oops is a hook tfx does not map",
+         files=(_transcoders("tc"), lambda d: (d / "tc" / "config.yaml").write_text(
+             (d / "tc" / "config.yaml").read_text().replace(
+                 "ln2.hook_normalized\n", "ln2.hook_normalized\n  - oops\n")))),
+    Case("graph-transcoders-python-tag", "graph --transcoders whose config.yaml asks to run "
+         "Python (never run)", ["graph", SENTENCE, *WORDY, "--transcoders", "tc"],
+         "TranscoderError", "could not determine a constructor",
+         files=(_transcoders("tc"), lambda d: (d / "tc" / "config.yaml").write_text(
+             (d / "tc" / "config.yaml").read_text()
+             + "scan: !!python/object/apply:os.system ['touch pwned.txt']\n"))),
+    Case("graph-labels-site-units", "graph --labels of a tfx top folder of a site's own "
+         "units (no --sae)", ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--labels",
+                              "top"], "UsageError", "not of layer 0's transcoder features",
+         files=(_transcoders("tc"), _top_folder("top"))),
+    Case("graph-labels-other-sae", "graph --labels of the top features of another SAE",
+         ["graph", SENTENCE, *WORDY, "--transcoders", "tc", "--labels", "top"], "UsageError",
+         "which is not layer 0's transcoder",
+         files=(_transcoders("tc"), _top_folder("top", sae="other/layer_0.safetensors",
+                                                sha="0" * 64))),
+    Case("top-sae-stray-file", "top --sae naming a weights file that is no set's layer, in "
+         "a folder that holds no SAE", ["top", "python-docs", *WORDY, "--sae",
+                                       "tc/layer_0.safetensors", "--max-docs", "1"],
+         "WeightsError", "--sae tc/layer_0.safetensors is a file that is no SAE",
+         files=(_transcoders("tc"), lambda d: (d / "tc" / "config.yaml").unlink())),
+    Case("eval-sae-transcoders-changed", "eval-sae -o DIR resumed after the set's files "
+         "changed at the same path", ["eval-sae", "python-docs", *WORDY, "--transcoders", "tc",
+                                      "--max-docs", "1", "--max-tokens", "20", "-o", "ev"],
+         "OutputFileError", "holds another run (options: transcoders_sha256",
+         files=(_transcoders("tc"), _eval_run("transcoders", "tc")),
+         volatile=(r"[0-9a-f]{64}",)),
+    Case("eval-sae-sae-changed", "eval-sae -o DIR resumed after the SAE's files changed at "
+         "the same path", ["eval-sae", "python-docs", *WORDY, "--sae", "sae", "--max-docs", "1",
+                           "--max-tokens", "20", "-o", "ev"],
+         "OutputFileError", "holds another run (options: sae_sha256",
+         files=(_sae("sae", "blocks.0.hook_resid_post", 6), _eval_run("sae", "sae")),
+         volatile=(r"[0-9a-f]{64}",)),
+    Case("train-transcoder-foreign-set", "train-transcoder into another tool's transcoder "
+         "set (circuit-tracer's own files), without --force",
+         ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--l1", "1e-3",
+          "--batch-size", "16"], "OutputFileError",
+         "holds files tfx train-transcoder did not write",
+         files=(_pairs(), _transcoders("tc", layers=2, d_model=8))),
+    Case("train-transcoder-held", "train-transcoder into a folder another run is writing",
+         ["train-transcoder", "acts", "--layer", "1", "-o", "tc", "--l1", "1e-3",
+          "--batch-size", "16"], "OutputFileError", "is being written by another tfx run",
+         files=(_pairs(), _held("tc"))),
+    Case("train-transcoder-other-run", "train-transcoder of one layer into a folder holding "
+         "another layer's unfinished run with other options",
+         ["train-transcoder", "acts", "--layer", "1", "-o", "tc", "--l1", "1e-3",
+          "--latents", "32", "--batch-size", "16"], "UsageError",
+         "holds layer 0's unfinished run",
+         files=(_pairs(), _run_in_progress("tc", 0, 48))),
+    Case("train-transcoder-other-width", "train-transcoder of one layer into a set whose "
+         "other layer has another width (nothing is left behind)",
+         ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--l1", "1e-3",
+          "--latents", "32", "--batch-size", "16"], "UsageError",
+         "another set than this run's",
+         files=(_pairs(), _tfx_layer("tc", 1, 48))),
+    Case("train-transcoder-diverged", "train-transcoder whose training diverges (a huge --lr)",
+         ["train-transcoder", "acts", "--layer", "0", "-o", "tc", "--l1", "1e-3",
+          "--latents", "16", "--batch-size", "16", "--steps", "40", "--lr", "1e9"],
+         "RangeError", "train with a lower --lr (now 1e+09)", files=(_pairs(),)),
+    Case("train-transcoder-tokens-damaged", "train-transcoder on a collect folder whose "
+         "tokens.parquet changed since (found before training)",
+         ["train-transcoder", "acts", "--layers", "all", "-o", "tc", "--l1", "1e-3",
+          "--latents", "16", "--batch-size", "16", "--steps", "5"], "InputTextError",
+         "tokens.parquet is not the file tfx collect wrote",
+         files=(_collected_tokens_damaged,)),
     Case("train-sae-score-no-tokens", "train-sae --score-tokens on a collect folder without "
          "its tokens table", ["train-sae", "acts", "--site", "blocks.0.resid_out", "-o", "sae",
                               "--score-tokens", "100"], "UsageError", "has no tokens.parquet",

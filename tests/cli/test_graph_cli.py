@@ -68,34 +68,50 @@ def _api(args):
     return dict(config=args[1], layers=int(args[3]), d_model=int(args[5]), heads=int(args[7]))
 
 
-def _top_folder(folder: Path, site: str, units: dict) -> Path:
-    """A `tfx top --sae -o DIR` result.json, written by tfx's own TopResult."""
-    from tfx_cli.core.results import TopContext, TopExample, TopResult, TopUnit
-
-    result = TopResult(corpus={"source": "hand"}, ctx=8, batch_size=1, site=site, k=3,
-                       context=2, units=[TopUnit(u, [TopExample(
-                           1.0, 0, 1, tok, TopContext(["before", tok], [None, 1.0], 1))
-                           for tok in toks]) for u, toks in units.items()])
-    folder.mkdir()
-    (folder / "result.json").write_text(json.dumps(result.to_dict()), encoding="utf-8")
-    return folder
+def _shown(unit: dict) -> str:
+    """A unit's first three examples as a label shows them: the token before, [the token]."""
+    out = []
+    for e in unit["examples"][:3]:
+        tokens, at = e["context"]["tokens"], e["context"]["at"]
+        out.append(f"{tokens[at - 1]}[{e['token']}]" if 0 < at < len(tokens) else f"[{e['token']}]")
+    return " · ".join(out)
 
 
-def test_labels_from_top_folders(tmp_path):
-    tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True)
+@pytest.mark.parametrize("trained", [False, True], ids=["circuit-tracer-set", "tfx-set"])
+def test_labels_from_top_runs_of_the_sets_own_layers(tmp_path, trained):
+    """tfx top --sae TC/layer_1.safetensors -o DIR labels layer 1's features: graph
+    --labels DIR shows its examples on them, and the other layer's keep their output
+    labels; top folders of another layer or another set's features are refused."""
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("The capital of France is Paris. The capital of Italy is Rome.\n" * 6)
+    if trained:
+        api.collect(corpus, select=["blocks.*.ln2.out", "blocks.*.ffn.out"],
+                    output=tmp_path / "acts", **_api(SMALL))
+        api.train_transcoder(tmp_path / "acts", layer="all", output=tmp_path / "tc",
+                             l1=1e-3, latents=96, batch_size=32, steps=20, score_tokens=0)
+        tc = tmp_path / "tc"
+    else:
+        tc = write_transcoders(tmp_path / "tc", 2, 64, 96, skip=True, hook_in="mlp.hook_in")
+    top = api.top(corpus, sae=str(tc / "layer_1.safetensors"), k=3, around=2,
+                  output=tmp_path / "top1", **_api(SMALL))
+    assert top.site == "blocks.1.ln2.out" and top.sae.format == "transcoder-layer"
     plain = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
                       **_api(SMALL))
-    feats = [n for n in plain.nodes if n.kind == "feature"]
-    first = feats[0]
-    top = _top_folder(tmp_path / "top", f"blocks.{first.layer}.ln2.normed",
-                      {first.feature: ["alpha", "beta"]})
     labelled = api.graph(TEXT, transcoders=str(tc), node_threshold=1, edge_threshold=1,
-                         labels=[str(top)], **_api(SMALL))
-    by_key = {(n.layer, n.feature, n.pos): n.label for n in labelled.nodes
-              if n.kind == "feature"}
-    assert by_key[(first.layer, first.feature, first.pos)] == "before[alpha] · before[beta]"
-    others = [n for n in feats if (n.layer, n.feature) != (first.layer, first.feature)]
-    assert all(by_key[(n.layer, n.feature, n.pos)] == n.label for n in others)
+                         labels=[str(tmp_path / "top1")], **_api(SMALL))
+    units = {u["unit"]: u for u in json.loads((tmp_path / "top1" / "result.json")
+                                               .read_text())["result"]["units"]}
+    pairs = list(zip(plain.nodes, labelled.nodes))
+    ones = [(a, b) for a, b in pairs if a.kind == "feature" and a.layer == 1]
+    assert ones and all(b.label == _shown(units[b.feature]) for a, b in ones
+                        if units[b.feature]["examples"])
+    assert all(a.label == b.label for a, b in pairs if a.kind == "feature" and a.layer == 0)
+    # layer 0's graph features are not labelled by layer 1's folder moved to its place
+    (tmp_path / "top1" / "result.json").write_text(
+        (tmp_path / "top1" / "result.json").read_text().replace("blocks.1.", "blocks.0."))
+    out = CliRunner().invoke(app, ["graph", TEXT, *SMALL, "--transcoders", str(tc),
+                                   "--labels", str(tmp_path / "top1")])
+    assert out.exit_code == 2 and "which is not layer 0's transcoder" in out.stderr
 
 
 def _as_saelens(layout: Path, out: Path, model: str) -> Path:

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from tfx_cli import api
-from tfx_cli.core.features.transcoders import decode, encode
+from tfx_cli.core.features.transcoder_set import read_transcoders
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "recordings" / "circuit_tracer_transcoders"
@@ -43,10 +43,12 @@ def test_the_recording_is_of_these_files_and_versions(name):
 @pytest.mark.parametrize("name", SETS)
 def test_tfx_encodes_and_decodes_the_set_as_circuit_tracer_does(name):
     seen = SEEN[name]
+    tc = read_transcoders(HERE / name, n_layers=seen["n_layers"],
+                          d_model=len(MADE["input"][0][0]))
     for layer in range(seen["n_layers"]):
         tensors = load_file(str(HERE / name / f"layer_{layer}.safetensors"))
         x = torch.tensor(MADE["input"][layer], dtype=torch.float32)
-        f = encode(tensors, x)
+        f = tc.encode(layer, x)
         want_f = np.asarray(seen["encode"][layer])
         want_y = np.asarray(seen["decode"][layer])
         assert (want_f > 0).sum() > 0 and (want_f == 0).sum() > 0  # sparse, not empty
@@ -55,7 +57,7 @@ def test_tfx_encodes_and_decodes_the_set_as_circuit_tracer_does(name):
             theta = tensors["activation_function.threshold"]
             assert int(((pre > 0) & (pre <= theta)).sum()) > 0
         assert np.abs(f.numpy() - want_f).max() <= 1e-5 * max(1.0, np.abs(want_f).max())
-        y = decode(tensors, f, x).numpy()
+        y = tc.decode(layer, f, x).numpy()
         assert np.abs(y - want_y).max() <= 1e-5 * max(1.0, np.abs(want_y).max())
 
 

@@ -12,7 +12,7 @@ import torch
 
 from tfx_cli.core import load as loading
 from tfx_cli.core.circuits import attribution, graph, setup
-from tfx_cli.core.circuits.transcoders import read_transcoders
+from tfx_cli.core.features.transcoder_set import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
 from tfx_cli.option_table import BLOCKS

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from tfx_cli.core import load as loading
 from tfx_cli.core.circuits import attribution, graph, setup
-from tfx_cli.core.circuits.transcoders import read_transcoders
+from tfx_cli.core.features.transcoder_set import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
 HERE = Path(__file__).resolve().parents[1] / "recordings" / "circuit_tracer"

@@ -18,7 +18,7 @@ from tfx_cli import api
 from tfx_cli.cli import app
 from tfx_cli.core import load as loading
 from tfx_cli.core.circuits.intervene import feature_intervention
-from tfx_cli.core.circuits.transcoders import read_transcoders
+from tfx_cli.core.features.transcoder_set import read_transcoders
 from tfx_cli.core.spec import ModelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

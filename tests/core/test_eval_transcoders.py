@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from tfx_cli import api
 
 TINY = dict(config="gpt2", layers=2, d_model=32, heads=4)
+TINY_ARGS = ["-c", "gpt2", "--layers", "2", "--d-model", "32", "--heads", "4"]
 D, F, L = 32, 48, 2
 DOCS = ["The quick brown fox jumps over the lazy dog while the cat sleeps.",
         "import numpy as np\nx = np.arange(10)\nprint(x.sum())",
@@ -253,3 +254,32 @@ def test_a_run_kept_with_o_resumes_to_the_same_numbers(tmp_path, corpus):
         assert r.ce_loss_score == first.ce_loss_score and r.fvu == first.fvu
         assert [row.fvu for row in r.layers] == [row.fvu for row in first.layers]
     assert (tmp_path / "run" / "result.json").is_file()
+
+
+def test_a_score_over_a_tiny_denominator_is_flagged_noisy(tmp_path):
+    """eval-sae on a two-token corpus: the score's denominator (what zeroing adds to the
+    loss) is one position's, so the score is flagged noisy, in the result and on the
+    terminal, as train-transcoder flags its own; the flag is that denominator under 5% of
+    the clean loss."""
+    from typer.testing import CliRunner
+
+    from tfx_cli.cli import app
+    from tfx_cli.core.datasets.evaluate import NOISY_BELOW
+
+    tiny = tmp_path / "two.jsonl"
+    tiny.write_text(json.dumps({"text": "hello world"}) + "\n")
+    flags = []
+    for seed in range(1, 12):
+        folder = write_set(tmp_path / f"set{seed}", [random_layer(seed), random_layer(seed + 50)])
+        r = _eval(tiny, folder)
+        assert r.ce_ablation_delta == pytest.approx(r.ce_ablation - r.ce_clean, abs=1e-12)
+        assert r.ce_loss_score_noisy == (r.ce_ablation_delta < NOISY_BELOW * abs(r.ce_clean))
+        flags.append(r.ce_loss_score_noisy)
+        if r.ce_loss_score_noisy:
+            got = CliRunner().invoke(app, ["eval-sae", str(tiny), "--transcoders", str(folder),
+                                           "--ctx", "64", *TINY_ARGS])
+            assert got.exit_code == 0, got.output
+            assert "noisy: zeroing every MLP adds under 5% of the clean loss" in \
+                " ".join(got.output.split())
+            break
+    assert any(flags)

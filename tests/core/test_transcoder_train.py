@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from tfx_cli import api
 from tfx_cli.core.features.trainer import Trainer
-from tfx_cli.core.features.transcoders import file_metadata
-from tfx_cli.errors import SelectError, RangeError, UsageError
+from tfx_cli.core.features.formats import read_metadata
+from tfx_cli.errors import OutputFileError, RangeError, SelectError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(config="gpt2", layers=2, d_model=32, heads=4)
@@ -92,8 +92,7 @@ def test_the_files_reproduce_the_trainers_reconstruction(collected, tmp_path, ho
         assert {n: tuple(v.shape) for n, v in t.items()} == {
             "W_enc": (64, 32), "W_dec": (64, 32), "b_enc": (64,), "b_dec": (32,),
             "W_skip": (32, 32)}
-        with safe_open(str(tmp_path / "set" / f"layer_{row.layer}.safetensors"), "pt") as f:
-            meta = file_metadata(f)
+        meta = read_metadata(tmp_path / "set" / f"layer_{row.layer}.safetensors")
         assert meta["activation"] == ("topk" if "k" in how else "relu")
         # the held-out FVU, from the file's tensors on the raw last rows, in numpy
         x = np.asarray(acts[f"blocks.{row.layer}.ln2.out"], np.float64)[-row.holdout_tokens:]
@@ -114,7 +113,7 @@ def test_the_files_reproduce_the_trainers_reconstruction(collected, tmp_path, ho
 def test_the_trainer_and_the_file_agree_on_scaled_rows(collected, tmp_path):
     """The scales trained with are folded out: the file on raw x gives the trainer's
     reconstruction of y·c_out, divided by c_out."""
-    from tfx_cli.core.features.transcoders import circuit_tracer_tensors
+    from tfx_cli.core.features.formats import flip_encoder
 
     g = torch.Generator().manual_seed(0)
     trainer = Trainer(8, 24, activation="topk", k=3, seed=2, transcoder=True, d_out=8,
@@ -127,7 +126,7 @@ def test_the_trainer_and_the_file_agree_on_scaled_rows(collected, tmp_path):
     acts, index = trainer._topk(pre, 3)
     f = torch.zeros_like(pre).scatter_(-1, index, acts)
     want = (f @ trainer.p["W_dec"] + trainer.p["b_dec"] + xs @ trainer.p["W_skip"].T) / 5.1
-    t = circuit_tracer_tensors(trainer)
+    t = flip_encoder(trainer.weights())  # the layer file's W_enc (F, D)
     pre = x @ t["W_enc"].T + t["b_enc"]
     v, i = torch.topk(pre, 3)
     f2 = torch.zeros_like(pre).scatter_(-1, i, torch.relu(v))
@@ -259,8 +258,7 @@ def test_a_jumprelu_set_writes_circuit_tracers_threshold(collected, tmp_path):
 def test_a_topk_set_is_read_back_as_topk(collected, tmp_path):
     """tfx graph's reader keeps each row's k largest latents of a TopK set: read as a ReLU
     it would switch on every positive latent and reconstruct something else."""
-    from tfx_cli.core.circuits.transcoders import read_transcoders
-    from tfx_cli.core.features.transcoders import encode
+    from tfx_cli.core.features.transcoder_set import read_transcoders
 
     api.train_transcoder(collected, layer="all", output=tmp_path / "set", k=4, steps=30,
                          **SHORT)
@@ -272,5 +270,49 @@ def test_a_topk_set_is_read_back_as_topk(collected, tmp_path):
     relu = torch.relu(tc.pre(1, x))
     assert float((relu != 0).sum(1).float().mean()) > 4  # the difference TopK makes
     t = load_file(str(tmp_path / "set" / "layer_1.safetensors"))
-    want = encode(t, x, k=4)
+    pre = x @ t["W_enc"].T + t["b_enc"]
+    values, index = torch.topk(pre, 4)
+    want = torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
     assert torch.allclose(f, want, atol=1e-6 * float(want.abs().max()))
+
+
+def test_a_written_config_never_pairs_another_tools_layers(collected, tmp_path):
+    """Beside circuit-tracer's own files of another width (--force), layer 0 is written
+    but no config.yaml pairs it with their layer 1: the set waits for a layer 1 tfx wrote,
+    which must match layer 0. The other tool's config.yaml is left as it was."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    theirs = "model_kind: transcoder_set\ntranscoders: [layer_0.safetensors, layer_1.safetensors]\n"
+    (folder / "config.yaml").write_text(theirs)
+    save_file({"W_enc": torch.zeros(48, 32), "W_dec": torch.zeros(48, 32),
+               "b_enc": torch.zeros(48), "b_dec": torch.zeros(32)},
+              str(folder / "layer_1.safetensors"))
+    with pytest.raises(OutputFileError, match="did not write"):
+        api.train_transcoder(collected, layer=0, output=folder, steps=5, l1=1e-3, **SHORT)
+    r = api.train_transcoder(collected, layer=0, output=folder, steps=5, l1=1e-3, force=True,
+                             **SHORT)
+    assert r.config is None and r.missing == [1]
+    assert (folder / "config.yaml").read_text() == theirs
+    with pytest.raises(UsageError, match="another set than this run's"):
+        api.train_transcoder(collected, layer=1, output=folder, steps=5, l1=1e-3, force=True,
+                             **{**SHORT, "latents": 48})
+    r = api.train_transcoder(collected, layer=1, output=folder, steps=5, l1=1e-3, force=True,
+                             **SHORT)
+    assert r.config == str(folder / "config.yaml") and r.missing == []
+    assert (folder / "config.yaml").read_text().startswith("# a per-layer transcoder set")
+
+
+def test_a_diverged_run_is_refused_and_leaves_no_layer(collected, tmp_path):
+    """--lr 1e9 blows the loss up (finite): refused naming --lr; the layer trained before
+    in the folder stays, the diverged one leaves no file and no state."""
+    api.train_transcoder(collected, layer=0, output=tmp_path / "set", steps=5, l1=1e-3,
+                         **SHORT)
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "set").rglob("*"))
+    with pytest.raises(RangeError, match=r"layer 1's transcoder diverged: its loss rose .*"
+                                         r"lower --lr \(now 1e\+09\)"):
+        api.train_transcoder(collected, layer=1, output=tmp_path / "set", steps=30, l1=1e-3,
+                             **{**SHORT, "lr": 1e9})
+    assert sorted(p.relative_to(tmp_path).as_posix()
+                  for p in (tmp_path / "set").rglob("*")) == before

@@ -225,13 +225,10 @@ def _recorded(context, changes: list, texts: list[str], transcoders: str):
 
 def _transcoders(model_options: dict, transcoders):
     """The model (one the replacement model is written for) and its transcoder set."""
-    from ..core.circuits.setup import check_model
-    from ..core.circuits.transcoders import read_transcoders
+    from ..core.analysis.replacement import open_transcoders
 
     loaded = _model(model_options)._loaded
-    check_model(loaded, "--transcoders")
-    return loaded, read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
-                                    d_model=loaded.cfg.d_model)
+    return loaded, open_transcoders(loaded, transcoders, "--transcoders")
 
 
 def _layer_range(text: str | None, n_layers: int) -> range | None:

@@ -65,7 +65,7 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
     4096 where the folder allows), a folder whose model cannot be rebuilt trains without
     the score and result.score_note says why; given, such a folder is refused."""
     from ..core.datasets.read import Activations
-    from ..core.features.training import train_sae as run
+    from ..core.datasets.train_score import train_sae as run
     from ..errors import InputTextError, UsageError
 
     if collect is None:
@@ -82,22 +82,12 @@ def train_sae(collect: str | Path, *, site: str, output: str | Path, k: int | No
                              "SITE -o acts, then tfx train-sae acts")
     if not path.is_dir():
         raise InputTextError(f"{path}: no such folder; give a folder written by tfx collect")
-    from ..core.features.convergence import convergence_note
-    from ._scores import score_sae, scoring
-
-    acts = Activations(path)
-    scored = scoring(acts, score_tokens)
-    result = run(acts, site=site, output=Path(output), k=k, latents=latents,
-                 expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
-                 epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
-                 b_dec_init=b_dec_init,
-                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
-                 progress=progress, checkpoint_every=checkpoint_every)
-    result.not_converged = convergence_note(
-        [(None, result.losses, result.dead_in_training, result.latents)], result.architecture)
-    score_sae(result, acts, scored, holdout=holdout, skip_first=skip_first,
-              progress=progress)
-    return result
+    return run(Activations(path), score_tokens=score_tokens, site=site, output=Path(output),
+               k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
+               batch_size=batch_size, steps=steps, epochs=epochs, seed=seed,
+               holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
+               dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, force=force,
+               progress=progress, checkpoint_every=checkpoint_every)
 
 
 @checked
@@ -116,6 +106,7 @@ def eval_sae(source: str | Path, *, sae: str | Path | None = None,
     whole, every MLP replaced at once; result.layers per layer, eval.density (L, F).
     Corpus and engine keywords as api.scan's; `output` keeps a resumable run's state."""
     from ..core.datasets.evaluate import eval_sae as run
+    from ..core.datasets.evaluate_set import eval_transcoders
     from ._datasets import _corpus, _engine, _loaded, _output
 
     given = _judged(sae, transcoders, sae_site)
@@ -126,7 +117,8 @@ def eval_sae(source: str | Path, *, sae: str | Path | None = None,
     with engine:
         loaded, hooks = _loaded(model)
         if given == "transcoders":
-            return _eval_set(loaded, opened, transcoders, progress=hooks.progress, **common)
+            return eval_transcoders(loaded, opened, transcoders=transcoders,
+                                    progress=hooks.progress, **common)
         return run(loaded, opened, sae=sae, sae_site=sae_site, progress=hooks.progress,
                    **common)
 
@@ -149,21 +141,6 @@ def _judged(sae, transcoders, sae_site) -> str:
                          "transcoder folder, e.g. one tfx train-sae wrote), or "
                          "--transcoders DIR for a transcoder set")
     return "sae"
-
-
-def _eval_set(loaded, corpus, transcoders, **kw):
-    """A transcoder set read against the model (refused by name when it does not fit)
-    and judged whole."""
-    from ..core.circuits.setup import check_model
-    from ..core.circuits.transcoders import read_transcoders
-    from ..core.datasets.evaluate import need_next_token
-    from ..core.datasets.evaluate_set import eval_transcoders
-
-    need_next_token(loaded)
-    check_model(loaded, "tfx eval-sae --transcoders")
-    tc = read_transcoders(str(transcoders), n_layers=loaded.cfg.n_layers,
-                          d_model=loaded.cfg.d_model)
-    return eval_transcoders(loaded, corpus, transcoders=tc, **kw)
 
 
 def _collect_folder(collect, command: str) -> Path:
@@ -214,27 +191,17 @@ def train_transcoder(collect: str | Path, *, layer: Any = None, output: str | Pa
     whole set exists, the set's (every MLP replaced), as train_sae's; 0 skips them. Left
     out, 4096 tokens shared out among the layers trained (at least 512)."""
     from ..core.datasets.read import Activations
-    from ..core.features.transcoders import train_transcoders as run
+    from ..core.datasets.train_score import train_transcoder as run
     from ..errors import UsageError
 
     path = _collect_folder(collect, "train-transcoder")
     if output is None or not str(output).strip():
         raise UsageError("-o DIR is missing: train-transcoder writes a folder, e.g. -o "
                          "transcoders")
-    from ..core.features.convergence import convergence_note
-    from ._scores import score_transcoders, scoring
-
-    acts = Activations(path)
-    scored = scoring(acts, score_tokens)
-    result = run(acts, layers=layer, output=Path(output), input_site=input_site,
-                 skip=skip, k=k, latents=latents, expansion=expansion, l1=l1, lr=lr,
-                 batch_size=batch_size, steps=steps, epochs=epochs, seed=seed,
-                 holdout=holdout, skip_first=skip_first, b_dec_init=b_dec_init,
-                 dead_after=dead_after, aux_k=aux_k, aux_coef=aux_coef, jumprelu=jumprelu,
-                 force=force, progress=progress, checkpoint_every=checkpoint_every)
-    result.not_converged = convergence_note(
-        [(row.layer, row.losses, row.dead_in_training, result.latents)
-         for row in result.layers], result.architecture)
-    score_transcoders(result, acts, scored, holdout=holdout, skip_first=skip_first,
-                      progress=progress)
-    return result
+    return run(Activations(path), score_tokens=score_tokens, layers=layer,
+               output=Path(output), input_site=input_site, skip=skip, k=k, latents=latents,
+               expansion=expansion, l1=l1, lr=lr, batch_size=batch_size, steps=steps,
+               epochs=epochs, seed=seed, holdout=holdout, skip_first=skip_first,
+               b_dec_init=b_dec_init, dead_after=dead_after, aux_k=aux_k,
+               aux_coef=aux_coef, jumprelu=jumprelu, force=force, progress=progress,
+               checkpoint_every=checkpoint_every)

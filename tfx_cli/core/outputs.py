@@ -499,18 +499,27 @@ class OutputFolder:
     def atomic(self, name: str):
         """A context manager yielding the temporary path that becomes DIR/name."""
         return atomic_file(self.path / name, temp=f".{name}.tmp", parents=self.MAKE_FOLDER,
+                           mode="umask",  # a file any writer makes (safetensors: 0600)
                            error=lambda path, exc: write_error(path, exc, self.WRITE_HINT))
 
 
 def sha256_file(path: Path) -> str:
     """The SHA-256 of a whole file, read in 1 MiB blocks."""
+    return sha256_files([path])
+
+
+def sha256_files(paths) -> str:
+    """The SHA-256 of files read one after the other as one stream (of one file: its
+    own), in 1 MiB blocks: what records the content of something held in several files
+    (an SAE's config and weights, a transcoder set)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
 __all__ = ["OUTPUT_LIMIT", "check_output_size", "format_bytes", "FolderHold", "atomic_file",
            "atomic_folder", "check_new_folder", "refuse_existing", "Manifest", "FlatManifest",
-           "NestedManifest", "OutputFolder", "sha256_file"]
+           "NestedManifest", "OutputFolder", "sha256_file", "sha256_files"]

@@ -97,12 +97,13 @@ def open_sae(loaded, path, site: str | None = None):
     file, or `site`, --sae-site) must be one of the model's sites, and its width the
     site's width (the heads of attn.context joined)."""
     from ..features import SAE, read_sae, site_needed, site_width, tfx_site
+    from ..features.transcoder_set import read_layer_sae
 
     if loaded.cfg.is_encoder_decoder:
         raise UsageError(f"--sae reads a single-stack model's sites; {loaded.cfg.name} is an "
                          "encoder–decoder, whose SAE sites tfx does not read yet: use a "
                          "decoder-only or encoder-only model")
-    file = read_sae(path)
+    file = read_layer_sae(path) or read_sae(path)  # a transcoder set's layer, or an SAE
     model, cfg = loaded.model, loaded.cfg
     spec = tfx_site(site, "--sae-site names") if site is not None else file.site
     if spec is None:

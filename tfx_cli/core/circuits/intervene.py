@@ -21,10 +21,10 @@ import torch
 
 from ...errors import RangeError, UsageError
 from ..model import finite
-from .transcoders import Transcoders
+from ..features.transcoder_set import TranscoderSet
 
 
-def _record_plain(model, ids: list[int], tc: Transcoders) -> dict:
+def _record_plain(model, ids: list[int], tc: TranscoderSet) -> dict:
     L = len(model.blocks)
     names = [f"blocks.{i}.attn.pattern" for i in range(L)] + \
         [f"blocks.{i}.ffn.out" for i in range(L)] + [f"blocks.{i}.{tc.site}" for i in range(L)]
@@ -42,7 +42,7 @@ def _norms(model) -> list[str]:
     return out + ["ln_f"]
 
 
-def _acts(tc: Transcoders, layer: int, x: torch.Tensor) -> torch.Tensor:
+def _acts(tc: TranscoderSet, layer: int, x: torch.Tensor) -> torch.Tensor:
     acts = tc.activate(layer, tc.pre(layer, x[0].float()))
     acts[0] = 0  # circuit-tracer's zero_positions
     return acts
@@ -58,7 +58,7 @@ class Intervened:
     replaced: dict = field(default_factory=dict)
 
 
-def feature_intervention(model, ids: list[int], tc: Transcoders,
+def feature_intervention(model, ids: list[int], tc: TranscoderSet,
                          interventions: list[tuple[int, int, int, float]], *,
                          freeze_attention: bool = True,
                          constrained: range | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,7 +71,7 @@ def feature_intervention(model, ids: list[int], tc: Transcoders,
 
 
 @contextmanager
-def intervening(model, ids: list[int], tc: Transcoders,
+def intervening(model, ids: list[int], tc: TranscoderSet,
                 interventions: list[tuple[int, int, int, float]], *,
                 freeze_attention: bool = True, constrained: range | None = None):
     """The interventions made on the next forward pass over `ids` (a command's own run:
@@ -189,13 +189,13 @@ def parse_set_feature(texts: list[str], *, n_layers: int, width: int,
     return out
 
 
-def _writes(tc: Transcoders, layer: int) -> list[int]:
+def _writes(tc: TranscoderSet, layer: int) -> list[int]:
     """The layers whose FFN output a feature of `layer` writes: its own, and every later
     one a cross-layer transcoder decodes into."""
     return [t for t in range(layer, tc.n_layers) if tc.decoder(layer, t) is not None]
 
 
-def check_reach(tc: Transcoders, changes: list[tuple[int, int, int, float]],
+def check_reach(tc: TranscoderSet, changes: list[tuple[int, int, int, float]],
                 texts: list[str], constrained: range | None) -> None:
     """Refuse an intervention `constrained` drops whole: one whose feature writes no layer
     in the range (its change would be computed and thrown away)."""
@@ -214,7 +214,7 @@ def check_reach(tc: Transcoders, changes: list[tuple[int, int, int, float]],
                              f"--constrained-layers {wide}) or drop the feature")
 
 
-def check_active(model, ids: list[int], tc: Transcoders,
+def check_active(model, ids: list[int], tc: TranscoderSet,
                  changes: list[tuple[int, int, int, float]], texts: list[str]) -> None:
     """Each set feature must be active at its position in the plain run (position 0 never
     is: circuit-tracer's zero_positions): a feature set from nothing is more often a wrong
@@ -242,7 +242,7 @@ def _fixed(value: torch.Tensor):
     return lambda x: value.to(x.dtype)
 
 
-def _add_deltas(tc: Transcoders, deltas: torch.Tensor, layer: int, changes: list,
+def _add_deltas(tc: TranscoderSet, deltas: torch.Tensor, layer: int, changes: list,
                 base: torch.Tensor, replaced: dict) -> None:
     """value − base activation, times the feature's decoder rows, into the layers it
     writes; the base activation recorded in `replaced`."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .transcoders import Transcoders
+from ..features.transcoder_set import TranscoderSet
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Frozen:
     attn: list[FrozenAttention]
     ln2: list[FrozenNorm]
     ln_f: FrozenNorm
-    tc: Transcoders
+    tc: TranscoderSet
     # what the features read, from the stream after attention: ln2 (its output, or its
     # normalised rows before gain and shift), or None (the stream itself)
     site_norms: list[FrozenNorm | None]

@@ -17,9 +17,10 @@ from ..results.circuits import GraphNode, GraphResult, PathStep, graph_payload  
 from .attribution import attribute
 from .graph import Graph, GraphSource
 from .graphfile import strongest_paths
+from ..analysis.replacement import open_transcoders
+from ..features.transcoder_set import TranscoderSet
 from .labels import read_labels
-from .setup import check_model, forward, targets as logit_targets
-from .transcoders import read_transcoders
+from .setup import forward, targets as logit_targets
 
 
 def target_ids(loaded, tokens: list[str] | None) -> list[int] | None:
@@ -43,13 +44,11 @@ def target_ids(loaded, tokens: list[str] | None) -> list[int] | None:
     return out
 
 
-def build(loaded, text: str, *, transcoders: str, max_logits: int, logit_prob: float,
+def build(loaded, text: str, *, tc: TranscoderSet, max_logits: int, logit_prob: float,
           targets: list[str] | None, max_features: int, truncate: bool,
           progress=None) -> Graph:
-    """The unpruned graph of `text`'s next token, with what names its nodes."""
-    check_model(loaded)
-    cfg = loaded.cfg
-    tc = read_transcoders(transcoders, n_layers=cfg.n_layers, d_model=cfg.d_model)
+    """The unpruned graph of `text`'s next token on the set `tc` (open_transcoders'),
+    with what names its nodes."""
     ids = encode(loaded, text, truncate=truncate, bos=True)
     wanted = target_ids(loaded, targets)
     with torch.no_grad():
@@ -62,7 +61,7 @@ def build(loaded, text: str, *, transcoders: str, max_logits: int, logit_prob: f
                           on_rows=update)
     tok = loaded.tokenizer
     g.source = GraphSource(text, input_info(loaded, text, ids).tokens,
-                           tok.pieces(logit_ids), loaded.info, str(transcoders),
+                           tok.pieces(logit_ids), loaded.info, str(tc.folder),
                            tc.input_hook, tc.output_hook, _left_out(loaded, text, ids))
     return g
 
@@ -82,9 +81,10 @@ def graph(loaded, text: str, *, transcoders: str, max_logits: int, logit_prob: f
           save: str | None = None, force: bool = False, progress=None) -> GraphResult:
     """`tfx graph TEXT`: the graph made, saved unpruned (`save`), pruned and labelled
     (`labels`: `tfx top` folders; else each feature's strongest output tokens)."""
-    named = read_labels(list(labels)) if labels else {}
+    tc = open_transcoders(loaded, transcoders)
+    named = read_labels(list(labels), tc) if labels else {}
     started = time.perf_counter()
-    g = build(loaded, text, transcoders=transcoders, max_logits=max_logits,
+    g = build(loaded, text, tc=tc, max_logits=max_logits,
               logit_prob=logit_prob, targets=targets, max_features=max_features,
               truncate=truncate, progress=progress)
     pruned = g.prune(node_threshold, edge_threshold)

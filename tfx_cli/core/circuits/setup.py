@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import NonFiniteError, UsageError
+from ...errors import NonFiniteError
 from ..analysis.common import with_bos  # noqa: F401  (the graph's ids)
+from ..features.transcoder_set import TranscoderSet
 from .graph import NodeOrder
 from .linear import Frozen, FrozenAttention, FrozenNorm
-from .transcoders import Transcoders
 
 
 @dataclass
@@ -73,31 +73,6 @@ class Prompt:
         return self._blocks
 
 
-def check_model(loaded, command: str = "tfx graph") -> None:
-    """Refuse, by name, the models whose blocks are not the pre-norm attention-then-FFN
-    blocks the replacement model is written for."""
-    cfg, model = loaded.cfg, loaded.model
-    why = None
-    if cfg.is_encoder_decoder:
-        why = "an encoder–decoder"
-    elif model.residency.streamed:
-        why = "streamed from disk (its weights do not fit in --max-memory)"
-    elif not cfg.causal or not cfg.lm_head or cfg.mlm_head:
-        why = "not a causal language model"
-    elif cfg.norm_position != "pre" or not cfg.pre_norms or not cfg.first_block_norm:
-        why = "not pre-norm"
-    elif cfg.parallel_residual or cfg.sandwich_norm:
-        why = "built with parallel or sandwich blocks"
-    elif cfg.is_mla or any(cfg.is_moe_layer(i) for i in range(cfg.n_layers)):
-        why = "built with latent attention or experts"
-    elif cfg.embed_norm or cfg.token_types or cfg.positional == "relative":
-        why = "built with an embedding norm, token types or relative positions"
-    if why:
-        raise UsageError(f"{command} needs a pre-norm decoder-only model; {cfg.name} is {why}; "
-                         "use a GPT-2- or Llama-style model held in memory (a larger "
-                         "--max-memory, where it is streamed)")
-
-
 def _norm(norm, var: torch.Tensor) -> FrozenNorm:
     shift = None if norm.shift is None else norm.shift.detach().float()
     return FrozenNorm(norm.gain.detach().float(), shift,
@@ -118,7 +93,7 @@ def _lin(layer) -> tuple:
     return layer.weight.detach().float(), bias
 
 
-def forward(loaded, ids: list[int], tc: Transcoders) -> Prompt:
+def forward(loaded, ids: list[int], tc: TranscoderSet) -> Prompt:
     """Run the model once on ids, recording what the graph freezes and reads."""
     model, cfg = loaded.model, loaded.cfg
     L = cfg.n_layers
@@ -177,7 +152,7 @@ def _features(ids, L, frozen: Frozen, sites, outs, tok, raw, model) -> Prompt:
                   W_U, sites)
 
 
-def check_finite(values: torch.Tensor, tc: Transcoders, what: str) -> None:
+def check_finite(values: torch.Tensor, tc: TranscoderSet, what: str) -> None:
     """NonFiniteError naming the transcoder set when `values` (made from its weights)
     holds NaN or inf, or inf once a target's inputs are added up (as pruning does):
     weights that large leave no edge meaningful."""

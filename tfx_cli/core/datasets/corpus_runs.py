@@ -19,6 +19,7 @@ from .corpus import Corpus, repeated_vocab
 from .engines import Engine, engine_name
 from .pipeline import Counts, Plan, corpus_windows, make_plan, run
 from .scan import METRICS, ScanPartial, ScanTask, summary
+from ..outputs import sha256_files
 from .store import OutputDir, sha256_file
 from .tasks import check_sites, parse_units, row_sites
 from .top import Heaps, SAEUnits, SliceUnits, TopTask
@@ -196,8 +197,9 @@ def top(loaded, corpus: Corpus, *, site: str | None = None, units=None, k=10, co
     plan = make_plan(loaded.cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
     labels = list(unit_map.labels)
     options = {"site": name, "units": labels, "k": k, "context": context}
-    if info is not None:
+    if info is not None:  # which SAE, by its path and by the content of its files
         options["sae"] = info.path
+        options["sae_sha256"] = sha256_files(unit_map.sae.file.files)
     with _run_reduced(
             loaded, corpus, plan, TopTask(name, dims, unit_map, k, context),
             lambda: Heaps.empty(len(labels), k, context), Heaps.from_arrays, output=output,

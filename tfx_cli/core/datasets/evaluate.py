@@ -35,6 +35,10 @@ from .tasks import forward, valid_positions
 
 DENSE = 0.1  # a feature active on more than this fraction of tokens is dense
 ROWS = 4096  # rows encoded at once
+# A score whose denominator, the loss zero-ablation adds, is below this share of the
+# clean loss is flagged noisy: a reconstruction typically moves the loss by a few percent
+# of it, as much as that denominator, so the ratio can land far above 1 or below 0.
+NOISY_BELOW = 0.05
 
 
 @dataclass
@@ -189,6 +193,15 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den != 0 else None
 
 
+def ablation_delta(ce_clean, ce_ablation) -> tuple[float | None, bool | None]:
+    """(what zero-ablating the site adds to the mean loss, whether a CE-loss score over
+    it is noisy: that delta below NOISY_BELOW of the clean loss)."""
+    if ce_clean is None or ce_ablation is None:
+        return None, None
+    delta = float(ce_ablation) - float(ce_clean)
+    return delta, bool(delta < NOISY_BELOW * abs(float(ce_clean)))
+
+
 def scores(part: EvalPartial) -> dict:
     """The sums -> SAEBench's numbers (None where a score has no denominator)."""
     n, m = part.tokens, max(part.predicted, 1)
@@ -209,6 +222,8 @@ def scores(part: EvalPartial) -> dict:
         kl_ablation=kl["ablation"], kl_replaced=kl["replaced"],
         kl_score=None if not part.predicted else
         _ratio(kl["ablation"] - kl["replaced"], kl["ablation"]),
+        **dict(zip(("ce_ablation_delta", "ce_loss_score_noisy"),
+                   ablation_delta(ce["clean"], ce["ablation"]))),
         dead=int((part.fired == 0).sum()), dense=int((density > DENSE).sum()),
         density=density)
 
@@ -233,6 +248,7 @@ def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batc
     corpus; -o DIR keeps the sums after every chunk (resumable) and the result."""
     from ..analysis.feature_sites import open_sae
     from ..analysis.features import sae_info
+    from ..outputs import sha256_files
     from ..results import EvalSAEResult
     from ..trace import Trace
     from .corpus_runs import _common, _run_reduced, prepare
@@ -244,7 +260,10 @@ def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batc
     corpus = prepare(loaded, corpus, "eval-sae")
     plan = make_plan(cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
     info = sae_info(opened)
-    options = {"sae": info.path, "site": opened.site, "site_out": opened.site_out}
+    # which SAE, by its path and by the content of its files: a resumed -o DIR whose
+    # SAE changed since is another run
+    options = {"sae": info.path, "sae_sha256": sha256_files(opened.file.files),
+               "site": opened.site, "site_out": opened.site_out}
     with _run_reduced(loaded, corpus, plan, EvalTask(opened),
                       lambda: EvalPartial.empty(opened.d_out, opened.d_sae),
                       EvalPartial.from_arrays, output=output, force=force, kind="eval-sae",
@@ -259,4 +278,5 @@ def eval_sae(loaded, corpus, *, sae, sae_site: str | None = None, ctx=None, batc
     return result
 
 
-__all__ = ["EvalTask", "EvalPartial", "scores", "eval_sae", "need_next_token", "DENSE"]
+__all__ = ["EvalTask", "EvalPartial", "scores", "eval_sae", "need_next_token",
+           "ablation_delta", "DENSE", "NOISY_BELOW"]

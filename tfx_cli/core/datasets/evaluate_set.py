@@ -18,8 +18,8 @@ the variance about each layer's mean), its cosine the mean over every (layer, to
 
 A cross-layer transcoder's layer L output is what every layer k ≤ L's features write
 into it (plus layer L's b_dec); a per-layer set's, layer L's features alone (plus its
-skip path). The set (core.circuits.transcoders.Transcoders) is read by the caller; only
-its methods are used here."""
+skip path): TranscoderSet.reconstruct (core/features/transcoder_set.py) on the device
+the model runs on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from ..analysis.sites import editing, resid_pre_name
-from .evaluate import DENSE, ROWS, EvalTask, _ratio
+from ..features.transcoder_set import TranscoderSet
+from .evaluate import DENSE, ROWS, EvalTask, _ratio, ablation_delta
 from .tasks import forward, valid_positions
 
 LOSSES = ("ce_clean", "ce_ablation", "ce_replaced", "kl_ablation", "kl_replaced")
@@ -73,44 +74,7 @@ class SetPartial:
                    int(a["predicted"]))
 
 
-class Replacement:
-    """The set on one device, float32: features and reconstructions of rows (N, D)."""
-
-    def __init__(self, tc, device):
-        move = lambda t: None if t is None else t.to(device=device, dtype=torch.float32)
-        self.tc, self.n_layers = tc, tc.n_layers
-        self.W_enc = [move(w) for w in tc.W_enc]
-        self.b_enc = [move(b) for b in tc.b_enc]
-        self.b_dec = [move(b) for b in tc.b_dec]
-        self.W_skip = [move(w) for w in tc.W_skip]
-        self.threshold = [move(t) for t in tc.threshold]
-        self.decoders = {(k, t): move(tc.decoder(k, t)) for t in range(tc.n_layers)
-                         for k in (range(t + 1) if tc.cross else (t,))}
-
-    def features(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        pre = torch.nn.functional.linear(x, self.W_enc[layer], self.b_enc[layer])
-        theta = self.threshold[layer]
-        if theta is not None:
-            return pre * (pre > theta)
-        k = self.tc.topk[layer] if layer < len(self.tc.topk) else None
-        if k is None:
-            return torch.relu(pre)
-        values, index = torch.topk(pre, min(k, pre.shape[-1]), dim=-1)
-        return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
-
-    def output(self, layer: int, acts: dict, x: torch.Tensor) -> torch.Tensor:
-        """Layer's MLP output rebuilt: the features of every layer writing into it
-        (acts[k] (N, F)), its b_dec, and its skip path of x (N, D)."""
-        out = self.b_dec[layer].expand(x.shape[0], -1).clone()
-        for k in range(layer + 1):
-            W = self.decoders.get((k, layer))
-            if W is not None:
-                out = out + acts[k] @ W
-        skip = self.W_skip[layer]
-        return out if skip is None else out + x @ skip.T
-
-
-def _reader(rep: Replacement, acts: dict, inputs: dict, rows_of):
+def _reader(rep: TranscoderSet, acts: dict, inputs: dict, rows_of):
     """reader(layer): an edit at that layer's input site that passes the run on unchanged
     and keeps its rows (`rows_of(x)` (N, D), float32) in `inputs` and their features in
     `acts`, for the layer's MLP output to be judged or rebuilt from."""
@@ -118,7 +82,7 @@ def _reader(rep: Replacement, acts: dict, inputs: dict, rows_of):
         def edit(x):
             rows = rows_of(x).to(torch.float32)
             inputs[layer] = rows
-            acts[layer] = rep.features(layer, rows)
+            acts[layer] = rep.encode(layer, rows)
             return x
         return edit
     return reader
@@ -126,16 +90,17 @@ def _reader(rep: Replacement, acts: dict, inputs: dict, rows_of):
 
 @dataclass(frozen=True)
 class SetEvalTask:
-    tc: object  # core.circuits.transcoders.Transcoders, checked against the model
+    tc: TranscoderSet  # checked against the model (analysis.replacement)
     # the block each of the set's layers replaces (None: layer i replaces block i); a
     # one-layer set on block 5 is blocks=(5,): only that MLP is zeroed and replaced
     blocks: tuple[int, ...] | None = None
     _on: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def replacement(self, device) -> Replacement:
+    def replacement(self, device) -> TranscoderSet:
+        """The set on `device` (made once per device)."""
         key = str(device)
         if key not in self._on:
-            self._on[key] = Replacement(self.tc, device)
+            self._on[key] = self.tc.to(device)
         return self._on[key]
 
     def sites(self, layer: int) -> tuple[str, str]:
@@ -168,7 +133,7 @@ class SetEvalTask:
             forward(loaded, ids, lengths, ("logits",), got.__setitem__)
         return got["logits"]
 
-    def _clean(self, loaded, ids, lengths, rep: Replacement, valid, part) -> torch.Tensor:
+    def _clean(self, loaded, ids, lengths, rep: TranscoderSet, valid, part) -> torch.Tensor:
         """The clean run's logits; each layer measured on its real positions as the run
         passes it (its input site's rows read, then its MLP output judged)."""
         acts: dict = {}
@@ -187,7 +152,7 @@ class SetEvalTask:
                  for e in ((self.sites(i)[0], read(i)), (self.sites(i)[1], judge(i)))]
         return self._logits(loaded, ids, lengths, edits)
 
-    def _measure(self, layer, y, rep: Replacement, acts, x, part: SetPartial) -> None:
+    def _measure(self, layer, y, rep: TranscoderSet, acts, x, part: SetPartial) -> None:
         """One layer's sums: y (N, D) its MLP output, x (N, D) its input, ROWS at once."""
         s = dict.fromkeys(LAYER_SUMS, 0.0)
         fired = np.zeros(self.tc.width, np.int64)
@@ -197,7 +162,7 @@ class SetEvalTask:
         fired += (a != 0).sum(0).cpu().numpy()
         for i in range(0, len(x), ROWS):
             rows = slice(i, i + ROWS)
-            recon = rep.output(layer, {k: v[rows] for k, v in acts.items()}, x[rows])
+            recon = rep.reconstruct(layer, {k: v[rows] for k, v in acts.items()}, x[rows])
             yy, r = y[rows].to(torch.float64).cpu(), recon.to(torch.float64).cpu()
             norms = yy.norm(dim=-1) * r.norm(dim=-1)
             has = norms > 0
@@ -210,7 +175,7 @@ class SetEvalTask:
         part.fired[layer] = fired
         part.cosines[layer] = n_cos
 
-    def _replacing(self, rep: Replacement) -> list:
+    def _replacing(self, rep: TranscoderSet) -> list:
         """Edits making every MLP output its transcoder's reconstruction from this run's
         own input sites (every position: the padding after a row's end is seen by no
         real one)."""
@@ -220,7 +185,7 @@ class SetEvalTask:
 
         def put(layer):
             def edit(y):
-                out = rep.output(layer, acts, inputs.pop(layer))
+                out = rep.reconstruct(layer, acts, inputs.pop(layer))
                 if not self.tc.cross:
                     acts.pop(layer)
                 return out.reshape(y.shape).to(y.dtype)
@@ -249,7 +214,7 @@ class LayerwiseTask:
     its reconstruction) with the clean run shared: each changed run resumes at the set's
     block from the clean run's input to it, so a block halfway up costs half a pass."""
 
-    sets: tuple  # one-layer core.circuits.transcoders.Transcoders
+    sets: tuple[TranscoderSet, ...]  # one-layer sets
     blocks: tuple[int, ...]  # the block each replaces
     _on: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -341,38 +306,41 @@ def set_scores(part: SetPartial) -> dict:
                                                 got["ce_ablation"] - got["ce_clean"]),
         kl_score=None if not m else _ratio(got["kl_ablation"] - got["kl_replaced"],
                                            got["kl_ablation"]),
+        **dict(zip(("ce_ablation_delta", "ce_loss_score_noisy"),
+                   ablation_delta(got["ce_clean"], got["ce_ablation"]))),
         dead=sum(row["dead"] for row in layers), dense=sum(row["dense"] for row in layers),
         density=part.fired / max(n, 1))
 
 
-def transcoder_set_info(tc) -> dict:
-    activation = "jumprelu" if any(t is not None for t in tc.threshold) else \
-        "topk" if any(k is not None for k in tc.topk) else "relu"
-    return dict(path=tc.folder, kind="cross_layer_transcoder" if tc.cross else
-                "transcoder_set", feature_input_hook=tc.input_hook,
+def transcoder_set_info(tc: TranscoderSet) -> dict:
+    return dict(path=tc.folder, kind=tc.model_kind, feature_input_hook=tc.input_hook,
                 feature_output_hook=tc.output_hook, site=tc.site, n_layers=tc.n_layers,
-                d_model=tc.d_model, width=tc.width, activation=activation,
-                skip=any(w is not None for w in tc.W_skip))
+                d_model=tc.d_model, width=tc.width, activation=tc.activation,
+                skip=tc.has_skip)
 
 
 def eval_transcoders(loaded, corpus, *, transcoders, ctx=None, batch_size=8,
                      max_tokens=None, output=None, force=False, engine="local",
                      progress=None):
-    """`tfx eval-sae --transcoders`: `transcoders` a set read (and checked against the
-    model) by the caller; -o DIR keeps the sums after every chunk and the result."""
+    """`tfx eval-sae --transcoders DIR`: the set in DIR read against the model (refused by
+    name when it does not fit) and judged whole; -o DIR keeps the sums after every chunk
+    and the result."""
+    from ..analysis.replacement import open_transcoders
     from ..results import EvalLayer, EvalSAEResult, TranscoderSetInfo
     from ..trace import Trace
     from .corpus_runs import _common, _run_reduced, prepare
     from .evaluate import need_next_token
     from .pipeline import make_plan
 
-    tc = transcoders
     cfg = loaded.cfg
     need_next_token(loaded)
+    tc = open_transcoders(loaded, transcoders, "tfx eval-sae --transcoders")
     corpus = prepare(loaded, corpus, "eval-sae")
     plan = make_plan(cfg, ctx=ctx, batch_size=batch_size, max_tokens=max_tokens)
     info = TranscoderSetInfo(**transcoder_set_info(tc))
-    options = {"transcoders": info.path, "site": tc.site}
+    # which set, by its folder and by the content of its files: a resumed -o DIR whose
+    # set changed since is another run
+    options = {"transcoders": info.path, "transcoders_sha256": tc.sha256(), "site": tc.site}
     with _run_reduced(loaded, corpus, plan, SetEvalTask(tc),
                       lambda: SetPartial.empty(tc.n_layers, tc.d_model, tc.width),
                       SetPartial.from_arrays, output=output, force=force, kind="eval-sae",

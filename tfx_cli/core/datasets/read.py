@@ -71,9 +71,29 @@ class Activations(Mapping):
         return read_shard(self.path, shard, site, self.manifest["options"]["dtype"])
 
     def tokens(self):
+        """The tokens table (doc, position, token per row), read once its sha256 is the
+        manifest's: a file changed or damaged since collect wrote it is refused by name."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / "tokens.parquet")
+        file = self.path / "tokens.parquet"
+        again = "run the same tfx collect command into a new folder to write it again"
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise InputTextError(f"cannot read {file}: {exc.strerror or exc}; {again}") \
+                from None
+        want = self.manifest.get("tokens_sha256")
+        if want and hashlib.sha256(data).hexdigest() != want:
+            raise InputTextError(f"{file} is not the file tfx collect wrote (its sha256 "
+                                 f"differs from the manifest's): it changed since; {again}")
+        try:
+            table = pq.read_table(pa.BufferReader(data))
+            table.select(["doc", "position", "token"])
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            raise InputTextError(f"{file} is not a tokens table tfx collect wrote "
+                                 f"({' '.join(str(exc).split())[:120]}); {again}") from None
+        return table
 
 
 def read_shard(folder: Path, shard: dict, site: str, dtype: str) -> np.ndarray:

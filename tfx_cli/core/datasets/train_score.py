@@ -1,5 +1,7 @@
-"""The CE-loss score train-sae and train-transcoder print for what they wrote: eval-sae's
-definitions (evaluate.py, evaluate_set.py), on the collect folder's own last windows.
+"""train-sae and train-transcoder end to end (`train_sae`, `train_transcoder`: the
+collect folder checked, the features layer's trainer run, the note on unfinished
+training) and the CE-loss score they add for what they wrote: eval-sae's definitions
+(evaluate.py, evaluate_set.py), on the collect folder's own last windows.
 
 The collect folder's manifest names the model that made it (`model_spec`: the options it
 was built from; `model`: every config field it had) and tokens.parquet holds the token
@@ -11,22 +13,20 @@ tokens (the last of the folder), whole, counted from the end up to `score_tokens
 positions can be training tokens, the context the held-out ones were collected with."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import RangeError, UsageError
 from .corpus_runs import SPEC_KEYS, recorded_spec  # noqa: F401  (collect writes it)
+from .evaluate import NOISY_BELOW, ablation_delta  # noqa: F401  (the score's flag)
 from .windows import Window, batches, chunks
 
 DEFAULT_SCORE_TOKENS = 4096
 # train-transcoder's default shares DEFAULT_SCORE_TOKENS out among the layers it scores
 # (each costs about one more pass over the tokens), down to this floor
 LEAST_LAYER_TOKENS = 512
-# A score whose denominator, the loss zero-ablation adds, is below this share of the
-# clean loss is flagged noisy: a reconstruction typically moves the loss by a few percent
-# of it, as much as that denominator, so the ratio can land far above 1 or below 0.
-NOISY_BELOW = 0.05
 
 
 def default_score_tokens(layers: int) -> int:
@@ -34,15 +34,6 @@ def default_score_tokens(layers: int) -> int:
     layer, shared out among more (4 layers: 1024), at least LEAST_LAYER_TOKENS; the
     scoring then costs about as much whatever the layer count."""
     return max(LEAST_LAYER_TOKENS, DEFAULT_SCORE_TOKENS // max(int(layers), 1))
-
-
-def ablation_delta(ce_clean, ce_ablation) -> tuple[float | None, bool | None]:
-    """(what zero-ablating the site adds to the mean loss, whether a CE-loss score over
-    it is noisy: that delta below NOISY_BELOW of the clean loss)."""
-    if ce_clean is None or ce_ablation is None:
-        return None, None
-    delta = float(ce_ablation) - float(ce_clean)
-    return delta, bool(delta < NOISY_BELOW * abs(float(ce_clean)))
 
 
 def _again(path) -> str:
@@ -194,5 +185,144 @@ def score_layers(loaded, windows: list[Window], sets: list, blocks: list[int], c
     return rows, part.tokens
 
 
-__all__ = ["score_layers", "DEFAULT_SCORE_TOKENS", "default_score_tokens", "ablation_delta", "recorded_spec", "model_spec", "check_rebuilt",
-           "score_windows", "judge", "score_sae", "score_set"]
+# -- what the trainers add to their results ------------------------------------------------
+@dataclass
+class Scoring:
+    spec: object | None  # the ModelSpec that rebuilds the folder's model; None: no score
+    tokens: int  # at most this many of the folder's last tokens
+    why_not: str | None = None  # the score left out by default, and why
+    asked: bool = False  # --score-tokens given: a folder that cannot be scored is refused
+
+
+def scoring(acts, score_tokens) -> Scoring:
+    """Checked before anything is trained: with --score-tokens N a folder whose model cannot
+    be rebuilt is refused by name; by default (None: DEFAULT_SCORE_TOKENS) the score is
+    left out, and the result says why; 0 skips it. A tokens.parquet that is there but
+    damaged, or changed since collect wrote it, is refused either way."""
+    asked = score_tokens is not None
+    if asked and (isinstance(score_tokens, bool) or not isinstance(score_tokens, int)
+                  or score_tokens < 0):
+        raise RangeError(f"--score-tokens {score_tokens!r} must be a whole number of tokens, "
+                         "0 or more (0 skips the CE-loss score)")
+    tokens = DEFAULT_SCORE_TOKENS if score_tokens is None else score_tokens
+    if not tokens:
+        return Scoring(None, 0)
+    there = (acts.path / "tokens.parquet").is_file()
+    if there:
+        acts.tokens()  # read now, not after the training
+    try:
+        if not there:
+            raise UsageError(f"{acts.path} has no tokens.parquet, so the CE-loss score has no "
+                             "tokens to run; collect the corpus again with tfx collect, or "
+                             "pass --score-tokens 0")
+        return Scoring(model_spec(acts.manifest, acts.path), tokens, asked=asked)
+    except UsageError as exc:
+        if asked:
+            raise
+        return Scoring(None, 0, why_not=exc.message)
+
+
+def _ctx(acts) -> int:
+    """The window length collect read with (the score's batches are formed as a corpus
+    run with it would form them)."""
+    return int(acts.manifest["options"]["ctx"])
+
+
+def _model_and_windows(result, acts, scored: Scoring, holdout: float, skip_first: int,
+                       progress):
+    """The rebuilt model and the windows to score; (None, None) where the score is left
+    out (result.score_note says why)."""
+    from ..features.training import split
+    from ..load import load
+
+    if scored.spec is None:
+        result.score_note = scored.why_not
+        return None, None
+    keep, n_train, _ = split(acts, holdout, skip_first)
+    first_held = int(keep[n_train]) if keep is not None else n_train
+    try:
+        loaded = load(scored.spec, progress=progress)
+        check_rebuilt(loaded, acts.manifest, acts.path)
+    except UsageError as exc:
+        if scored.asked:
+            raise
+        result.score_note = exc.message
+        return None, None
+    return loaded, score_windows(acts, first_held, scored.tokens)
+
+
+def _score_trained_sae(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
+                       progress=None) -> None:
+    """result.ce_loss_score (and score_tokens): the SAE train-sae wrote, its site replaced."""
+    loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
+    if loaded is None:
+        return
+    got = score_sae(loaded, windows, result.output, _ctx(acts))
+    result.ce_loss_score, result.score_tokens = got["ce_loss_score"], got["tokens"]
+    result.ce_ablation_delta, result.ce_loss_score_noisy = got["ce_ablation_delta"], \
+        got["noisy"]
+
+
+def _score_trained_set(result, acts, scored: Scoring, *, holdout: float, skip_first: int,
+                       progress=None) -> None:
+    """Each layer's ce_loss_score (its MLP alone replaced) and, once the whole set exists,
+    the set's (every MLP replaced at once)."""
+    from ..features.transcoder_set import read_layer, read_transcoders
+
+    if scored.spec is not None and not scored.asked:  # the default: shared among layers
+        scored = replace(scored, tokens=default_score_tokens(len(result.layers)))
+    loaded, windows = _model_and_windows(result, acts, scored, holdout, skip_first, progress)
+    if loaded is None:
+        return
+    d_model, ctx = loaded.cfg.d_model, _ctx(acts)
+    sets = [read_layer(row.file, d_model=d_model) for row in result.layers]
+    scores, tokens = score_layers(loaded, windows, sets, [row.layer for row in result.layers],
+                                  ctx)
+    for row, got in zip(result.layers, scores):
+        row.ce_loss_score, row.ce_ablation_delta = got["ce_loss_score"], got["ce_ablation_delta"]
+        row.ce_loss_score_noisy = got["noisy"]
+    if result.config is not None:
+        tc = read_transcoders(result.output, n_layers=loaded.cfg.n_layers, d_model=d_model)
+        got = score_set(loaded, windows, tc, ctx)
+        result.ce_loss_score, tokens = got["ce_loss_score"], got["tokens"]
+    result.score_tokens = tokens
+
+
+def train_sae(acts, *, score_tokens=None, holdout=0.05, skip_first=0, progress=None,
+              **options):
+    """tfx train-sae: the scoring checked first, the SAE trained (features.training), the
+    note on unfinished training, then its CE-loss score."""
+    from ..features.convergence import convergence_note
+    from ..features.training import train_sae as run
+
+    scored = scoring(acts, score_tokens)
+    result = run(acts, holdout=holdout, skip_first=skip_first, progress=progress, **options)
+    result.not_converged = convergence_note(
+        [(None, result.losses, result.dead_in_training, result.latents)], result.architecture)
+    _score_trained_sae(result, acts, scored, holdout=holdout, skip_first=skip_first,
+                       progress=progress)
+    return result
+
+
+def train_transcoder(acts, *, score_tokens=None, holdout=0.05, skip_first=0, progress=None,
+                     **options):
+    """tfx train-transcoder: the scoring checked first, the layers trained
+    (features.transcoders), the note on unfinished training, then each layer's CE-loss
+    score and, once the set is whole, the set's."""
+    from ..features.convergence import convergence_note
+    from ..features.transcoders import train_transcoders as run
+
+    scored = scoring(acts, score_tokens)
+    result = run(acts, holdout=holdout, skip_first=skip_first, progress=progress, **options)
+    result.not_converged = convergence_note(
+        [(row.layer, row.losses, row.dead_in_training, result.latents)
+         for row in result.layers], result.architecture)
+    _score_trained_set(result, acts, scored, holdout=holdout, skip_first=skip_first,
+                       progress=progress)
+    return result
+
+
+__all__ = ["train_sae", "train_transcoder", "scoring", "Scoring", "score_layers",
+           "DEFAULT_SCORE_TOKENS", "default_score_tokens", "ablation_delta", "NOISY_BELOW",
+           "recorded_spec", "model_spec", "check_rebuilt", "score_windows", "judge",
+           "score_sae", "score_set"]

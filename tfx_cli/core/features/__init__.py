@@ -9,13 +9,16 @@ makes), the numbers an SAE is judged by (metrics.py: FVU, L0, dead features) and
 writing SAELens's and tfx's folders (write.py), and training an SAE on a collect
 folder's rows (trainer.py: parameters, Adam, the hand-written TopK/ReLU step;
 training.py: `tfx train-sae`'s run, checkpoints and resumption; transcoders.py:
-`tfx train-transcoder`'s per-layer runs and circuit-tracer's file layout). The collect folder
+`tfx train-transcoder`'s per-layer runs), and the transcoder set as one type
+(transcoder_set.py: read from circuit-tracer's, Gemma Scope's and SAELens's layouts,
+written in tfx's, its hooks mapped to sites, encoded and decoded by architectures.py's
+classes), which circuits, datasets and the trainer all hold. The collect folder
 comes in opened (core.datasets.read.Activations, opened by the API): this layer sits
 below the datasets layer and does not import it. Running an SAE on a model's text (the `features`
 command, features as intervention sites) is analysis's (core/analysis/features.py).
 
-May import: torch, numpy, safetensors, errors, core.trace, core.progress and
-core.results; never a model, a
+May import: torch, numpy, safetensors, PyYAML, errors, core.trace, core.progress,
+core.outputs and core.results; never a model, a
 checkpoint reader, typer or rich. Nothing here reads a model: the checks that an SAE
 fits one are made where the two meet (core/analysis/features.py).
 """

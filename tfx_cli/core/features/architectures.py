@@ -6,11 +6,18 @@ off where the SAE says so) into features.
     JumpReLU  f = ReLU(pre) · [pre > threshold]             jumprelu, Gemma Scope
     TopK      f = the k largest of pre (× |W_dec row| when the SAE says so), ReLU'd
     Gated     f = [x'·W_enc + b_gate > 0] · ReLU(x'·(W_enc ⊙ exp r_mag) + b_mag)
-    Transcoder, JumpReLUTranscoder: ReLU's and JumpReLU's encoders; their output is
-              another site's value, which a normalising SAE does not scale back
+    Transcoder, JumpReLUTranscoder, TopKTranscoder: ReLU's, JumpReLU's and TopK's
+              encoders; their output is another site's value, which a normalising SAE
+              does not scale back
+    CircuitTracerJumpReLU  f = pre · [pre > threshold]: circuit-tracer's JumpReLU, which
+              keeps a negative pre-activation above a negative threshold (the same as
+              JumpReLU's wherever threshold ≥ 0); every JumpReLU layer of a transcoder
+              set runs it, as the replacement model is circuit-tracer's
 
-The class is chosen once, where a folder is read (formats.py, by the names below); sae.SAE
-builds one with its tensors. Adding an architecture is one class here, listed in KINDS.
+The class is chosen once, where a folder is read (formats.py, by the names below; a
+transcoder set's layers in transcoder_set.py); sae.SAE and the set build one with its
+tensors and run its `encode`, or its `activate` of pre-activations they computed. Adding
+an architecture is one class here, listed in KINDS.
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ class Architecture:
         return self.activate(pre, units)
 
     def activate(self, pre: torch.Tensor, units: list[int] | None) -> torch.Tensor:
+        """The features of pre-activations `pre` (..., F), or (..., U) of `units`."""
         raise NotImplementedError
 
 
@@ -80,10 +88,15 @@ class TopK(Architecture):
         pre = x @ self.W_enc + self.b_enc
         if self.dec_norm is not None:
             pre = pre * self.dec_norm
+        return self.activate(pre, units)
+
+    def activate(self, pre, units):
+        """`pre`: every feature's pre-activation (..., F), whatever `units` asks for."""
+        k = min(self.k, pre.shape[-1])
         if units is None:  # every other feature 0
-            values, index = torch.topk(pre, self.k, dim=-1)
+            values, index = torch.topk(pre, k, dim=-1)
             return torch.zeros_like(pre).scatter_(-1, index, torch.relu(values))
-        index = torch.topk(pre, self.k, dim=-1).indices  # (..., k): the survivors
+        index = torch.topk(pre, k, dim=-1).indices  # (..., k): the survivors
         wanted = torch.tensor(units, device=pre.device)
         kept = (index[..., :, None] == wanted).any(dim=-2)  # (..., U)
         return torch.relu(pre[..., units]) * kept.to(pre.dtype)
@@ -111,11 +124,24 @@ class JumpReLUTranscoder(JumpReLU):
     saelens, transcoder = ("jumprelu_transcoder",), True
 
 
-KINDS = (ReLU, JumpReLU, TopK, Gated, Transcoder, JumpReLUTranscoder)
+class TopKTranscoder(TopK):
+    saelens, transcoder = (), True  # a TopK layer of a set tfx trained, given to --sae
+
+
+class CircuitTracerJumpReLU(JumpReLU):
+    saelens, transcoder = (), True
+
+    def activate(self, pre, units):
+        return pre * (pre > _pick(self.threshold, units))
+
+
+KINDS = (ReLU, JumpReLU, TopK, Gated, Transcoder, JumpReLUTranscoder, TopKTranscoder,
+         CircuitTracerJumpReLU)
 # SAELens's architecture names -> the class
 SAELENS = {name: kind for kind in KINDS for name in kind.saelens}
 # the architectures tfx trains and writes, by their tfx-sae.json name
 TFX = {kind.activation: kind for kind in (ReLU, JumpReLU, TopK)}
 
 __all__ = ["Architecture", "ReLU", "JumpReLU", "TopK", "Gated", "Transcoder",
-           "JumpReLUTranscoder", "KINDS", "SAELENS", "TFX"]
+           "JumpReLUTranscoder", "TopKTranscoder", "CircuitTracerJumpReLU", "KINDS", "SAELENS",
+           "TFX"]

@@ -11,10 +11,22 @@ safetensors and numpy only: SAELens need not be installed, and nothing is unpick
     Gemma Scope     params.npz: the same names; JumpReLU; b_dec is not subtracted from
                     the input.
     Gemma Scope 2   params.safetensors (and a config.json): w_enc, w_dec, b_enc, b_dec,
-                    threshold, lower-case; JumpReLU as Gemma Scope.
+                    threshold, lower-case; JumpReLU as Gemma Scope; a transcoder's
+                    affine_skip_connection (D, D) is W_skipᵀ (circuit-tracer's
+                    load_gemma_scope_2_transcoder: skip = x · affine_skip_connection).
     tfx             tfx-sae.json (format "tfx-sae/1": architecture, d_in, d_sae, k,
                     apply_b_dec_to_input, site as a tfx trace name) and sae.safetensors
                     with SAELens's tensor names.
+    circuit-tracer  one layer of a transcoder set (circuit-tracer's load_relu_transcoder
+                    reads it; tfx train-transcoder writes it): W_enc (F, D) — the
+                    transpose of SAELens's —, W_dec (F, D), b_enc, b_dec, optional W_skip
+                    (D, D) and activation_function.threshold (F). `--sae` reads one as
+                    a transcoder (transcoder_file) where its set says its layer and
+                    hooks (transcoder_set.read_layer_sae).
+
+Gemma Scope's files and circuit-tracer's layer files are read from the file itself too
+(read_params, read_circuit_tracer): a transcoder set's config.yaml lists them by name
+(core/features/transcoder_set.py).
 
 SAELens facts used here (sae_lens 6.18, saes/*.py and loading/pretrained_sae_loaders.py):
 pre-6.0 configs rename hook_point -> hook_name and activation_fn_str -> activation_fn,
@@ -31,13 +43,22 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SelectError, WeightsError
-from .architectures import SAELENS, TFX, Architecture, JumpReLU, ReLU
+from .architectures import (SAELENS, TFX, Architecture, JumpReLU, JumpReLUTranscoder, ReLU,
+                            TopKTranscoder, Transcoder)
 from .hooks import tfx_site
 
 SAELENS_CFG, SAELENS_WEIGHTS = "cfg.json", "sae_weights.safetensors"
 GEMMA_SCOPE, GEMMA_SCOPE_2 = "params.npz", "params.safetensors"
 TFX_CFG, TFX_WEIGHTS = "tfx-sae.json", "sae.safetensors"
 TFX_FORMAT = "tfx-sae/1"
+# a circuit-tracer layer file: tfx's name of a tensor -> its (a JumpReLU's threshold sits
+# inside circuit-tracer's activation module); the other names are the same
+CIRCUIT_TRACER_NAMES = {"threshold": "activation_function.threshold"}
+META_KEY = "tfx"  # a layer file tfx wrote: what it is, as JSON in the safetensors metadata
+# what a tfx layer file's activation reads as, given to --sae
+_TFX_TRANSCODERS = {"relu": ("transcoder", Transcoder),
+                    "jumprelu": ("jumprelu_transcoder", JumpReLUTranscoder),
+                    "topk": ("topk_transcoder", TopKTranscoder)}
 
 # SAELens's architecture names -> the class that runs it (architectures.py)
 ARCHITECTURES = SAELENS
@@ -65,6 +86,7 @@ class SAEFile:
     site: str | None = None  # the tfx trace name it reads (from hook, or inferred)
     site_out: str | None = None
     notes: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # what was read, in order (its content)
 
     @property
     def activation(self) -> str:
@@ -77,8 +99,9 @@ class SAEFile:
 
 
 def read_sae(path: str | Path) -> SAEFile:
-    """Read the SAE in folder `path` (or the folder of a file in it), whatever its format."""
-    path = Path(path).expanduser()
+    """Read the SAE in folder `path` (or the folder of a file in it; or a transcoder set's
+    layer file that tfx wrote), whatever its format."""
+    path = given = Path(path).expanduser()
     if path.is_file():
         path = path.parent
     if not path.exists():
@@ -97,6 +120,11 @@ def read_sae(path: str | Path) -> SAEFile:
         raise WeightsError(f"--sae {path}: {SAELENS_WEIGHTS} without the {SAELENS_CFG} "
                            "that says its architecture and site; SAELens writes the two "
                            "together (sae.save_model)")
+    if given != path:
+        raise WeightsError(f"--sae {given} is a file that is no SAE tfx reads, in a folder "
+                           "that holds none: give an SAE's folder, or a layer file of a "
+                           "transcoder set (listed in its config.yaml, or written by tfx "
+                           "train-transcoder)")
     raise WeightsError(f"--sae {path} holds no SAE tfx reads: expected {SAELENS_CFG} + "
                        f"{SAELENS_WEIGHTS} (SAELens), {GEMMA_SCOPE} (Gemma Scope), "
                        f"{GEMMA_SCOPE_2} (Gemma Scope 2) or {TFX_CFG} + {TFX_WEIGHTS} (tfx)")
@@ -128,11 +156,53 @@ def _safetensors(file: Path) -> dict:
         tensors = load_file(str(file))
     except (SafetensorError, OSError, ValueError) as exc:
         raise WeightsError(f"cannot read {file}: truncated or corrupted safetensors file "
-                           f"({exc})") from None
+                           f"({_line(exc)})") from None
     return {name: t.to(torch.float32) for name, t in tensors.items()}
 
 
+def _line(exc: BaseException) -> str:
+    """An exception's message on one line (a reader's own can span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def read_metadata(file: Path) -> dict:
+    """What a layer file tfx wrote says it is (its META_KEY entry); {} for any other file,
+    or one that does not read (its reader says why)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as opened:
+            meta = json.loads((opened.metadata() or {}).get(META_KEY) or "{}")
+    except Exception:  # noqa: BLE001 - anything unreadable is no tfx file
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def read_circuit_tracer(file: Path) -> dict:
+    """A circuit-tracer layer file's tensors, float32, by tfx's names (W_enc as stored:
+    (F, D)); Gemma Scope 2's lower-case names pass as they are."""
+    from safetensors import SafetensorError, safe_open
+
+    back = {theirs: ours for ours, theirs in CIRCUIT_TRACER_NAMES.items()}
+    try:
+        with safe_open(str(file), framework="pt") as opened:
+            return {back.get(k, k): opened.get_tensor(k).float() for k in opened.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as exc:
+        raise WeightsError(f"cannot read {file}: truncated or corrupted safetensors file "
+                           f"({_line(exc)})") from None
+
+
+def flip_encoder(tensors: dict) -> dict:
+    """W_enc between SAELens's (D, F) and circuit-tracer's (F, D): the one transpose
+    between the two layouts, its own inverse; the other tensors as they are."""
+    W = tensors.get("W_enc")
+    return {**tensors, "W_enc": W.T.contiguous()} if W is not None and W.ndim == 2 \
+        else dict(tensors)
+
+
 def _npz(file: Path) -> dict:
+    import zipfile
+
     import numpy as np
     import torch
 
@@ -140,8 +210,9 @@ def _npz(file: Path) -> dict:
         with np.load(file, allow_pickle=False) as data:  # never code
             return {name: torch.from_numpy(np.asarray(data[name], dtype=np.float32))
                     for name in data.files}
-    except (OSError, ValueError, EOFError) as exc:
-        raise WeightsError(f"cannot read {file}: truncated or corrupted .npz ({exc})") from None
+    except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+        raise WeightsError(f"cannot read {file}: truncated or corrupted .npz "
+                           f"({_line(exc)})") from None
 
 
 def _int(cfg: dict, key: str, file: Path) -> int | None:
@@ -207,7 +278,8 @@ def _saelens(path: Path) -> SAEFile:
                   d_sae=_int(cfg, "d_sae", file) or 0, d_out=_int(cfg, "d_out", file) or 0,
                   tensors=tensors, k=k, apply_b_dec_to_input=apply_b_dec, normalize=normalize,
                   rescale_by_decoder_norm=bool(cfg.get("rescale_acts_by_decoder_norm", False)),
-                  hook=hook, hook_out=hook_out, notes=notes)
+                  hook=hook, hook_out=hook_out, notes=notes,
+                  files=[file, path / SAELENS_WEIGHTS])
     _check_tensors(sae)
     if sae.transcoder and not hook_out:
         raise WeightsError(f"--sae {path}: a transcoder's {SAELENS_CFG} must name the site it "
@@ -226,30 +298,65 @@ def _scaling_factor(tensors: dict, path: Path) -> None:
 
 # -- Gemma Scope -------------------------------------------------------------------------
 def _gemma_scope(path: Path) -> SAEFile:
-    tensors = _npz(path / GEMMA_SCOPE)
-    _scaling_factor(tensors, path)
-    return _jumprelu_folder(path, "gemma-scope", tensors)
+    return read_params(path / GEMMA_SCOPE)
 
 
 def _gemma_scope_2(path: Path) -> SAEFile:
-    tensors = _safetensors(path / GEMMA_SCOPE_2)
+    return read_params(path / GEMMA_SCOPE_2)
+
+
+def read_params(file: Path) -> SAEFile:
+    """Gemma Scope's params.npz (any .npz) or Gemma Scope 2's params.safetensors (its
+    lower-case names), read from the file itself; the site, where the path says one,
+    from the file's folder."""
+    if file.suffix == ".npz":
+        return _jumprelu_folder(file, "gemma-scope", _npz(file))
+    return _jumprelu_folder(file, "gemma-scope-2", gemma_scope_2_names(_safetensors(file)))
+
+
+def gemma_scope_2_names(tensors: dict) -> dict:
+    """Gemma Scope 2's tensors by SAELens's names: w_enc -> W_enc, w_dec -> W_dec (b_enc,
+    b_dec, threshold as they are); a transcoder's affine_skip_connection, which the input
+    multiplies as it is, becomes W_skip, which it multiplies transposed."""
     renamed = {}
-    for name, tensor in tensors.items():  # w_enc -> W_enc; b_enc, threshold as they are
-        renamed["W_" + name[2:] if name.startswith("w_") else name] = tensor
-    _scaling_factor(renamed, path)
-    return _jumprelu_folder(path, "gemma-scope-2", renamed)
+    for name, tensor in tensors.items():
+        if name == "affine_skip_connection":
+            renamed["W_skip"] = tensor.T.contiguous() if tensor.ndim == 2 else tensor
+        else:
+            renamed["W_" + name[2:] if name.startswith("w_") else name] = tensor
+    return renamed
 
 
-def _jumprelu_folder(path: Path, fmt: str, tensors: dict) -> SAEFile:
+def _jumprelu_folder(file: Path, fmt: str, tensors: dict) -> SAEFile:
     """Gemma Scope's JumpReLU SAEs: sizes from the tensors, b_dec not subtracted from the
     input; the site from the folder's path (layer_12 under a res/resid_post folder ...)
     when it says one, else --sae-site."""
+    path = file.parent
+    _scaling_factor(tensors, path)
     W_enc = tensors.get("W_enc")
     d_in, d_sae = (tuple(W_enc.shape) + (0, 0))[:2] if W_enc is not None else (0, 0)
     sae = SAEFile(path=path, format=fmt, architecture="jumprelu", kind=JumpReLU, d_in=d_in,
-                  d_sae=d_sae, d_out=0, tensors=tensors, apply_b_dec_to_input=False)
+                  d_sae=d_sae, d_out=0, tensors=tensors, apply_b_dec_to_input=False,
+                  files=[file])
     _check_tensors(sae)
     sae.site = _site_from_path(path)
+    return sae
+
+
+# -- one layer of a transcoder set -----------------------------------------------------------
+def transcoder_file(file: Path, tensors: dict, *, activation: str, k: int | None,
+                    hooks: tuple[str, str], sites: tuple[str, str]) -> SAEFile:
+    """A layer of a transcoder set given to --sae (transcoder_set.read_layer_sae says what
+    it is): its tensors (tfx's names, W_enc (F, D)) checked as any SAE's are."""
+    arch, kind = _TFX_TRANSCODERS[activation]
+    sae = SAEFile(path=file, format="transcoder-layer", architecture=arch, kind=kind, d_in=0,
+                  d_sae=0, d_out=0, tensors=flip_encoder(tensors), k=k,
+                  apply_b_dec_to_input=False, hook=hooks[0], hook_out=hooks[1],
+                  site=sites[0], site_out=sites[1], files=[file])
+    if kind.needs_k and k is None:
+        raise WeightsError(f"--sae {file}: a TopK transcoder whose metadata gives no k; "
+                           "export it again with its k")
+    _check_tensors(sae)
     return sae
 
 
@@ -295,7 +402,8 @@ def _tfx(path: Path) -> SAEFile:
                   d_sae=_int(cfg, "d_sae", file) or 0, d_out=0,
                   tensors=_safetensors(path / TFX_WEIGHTS), k=_int(cfg, "k", file),
                   apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
-                  hook=cfg.get("site"), site=cfg.get("site"))
+                  hook=cfg.get("site"), site=cfg.get("site"),
+                  files=[file, path / TFX_WEIGHTS])
     if sae.kind.needs_k and sae.k is None:
         raise WeightsError(f"{file}: a topk SAE needs k")
     _check_tensors(sae)
@@ -326,14 +434,13 @@ def _check_tensors(sae: SAEFile) -> None:
     if sae.k is not None and not 1 <= sae.k <= sae.d_sae:
         raise WeightsError(f"--sae {sae.path}: k {sae.k} must be between 1 and d_sae "
                            f"{sae.d_sae}")
+    if "W_skip" in t and sae.transcoder:  # a skip path: x·W_skipᵀ joins the output
+        need.append("W_skip")
+        if tuple(t["W_skip"].shape) != (d_out, sae.d_in):
+            raise WeightsError(f"--sae {sae.path}: W_skip is {tuple(t['W_skip'].shape)}, not "
+                               f"({d_out}, {sae.d_in}) (d_out, d_in)")
     for name in need:
         _check_finite(sae, name, t[name])
-
-
-# the file each format keeps its tensors in, and its own name for each (Gemma Scope 2's
-# are lower-case)
-_WEIGHTS_FILE = {"saelens": SAELENS_WEIGHTS, "gemma-scope": GEMMA_SCOPE,
-                 "gemma-scope-2": GEMMA_SCOPE_2, "tfx": TFX_WEIGHTS}
 
 
 def _check_finite(sae: SAEFile, name: str, tensor) -> None:
@@ -348,7 +455,7 @@ def _check_finite(sae: SAEFile, name: str, tensor) -> None:
     at = [int(i) for i in bad.nonzero()[0]]
     value = float(tensor[tuple(at)])
     own = "w_" + name[2:] if sae.format == "gemma-scope-2" and name.startswith("W_") else name
-    raise WeightsError(f"--sae {sae.path}: {_WEIGHTS_FILE[sae.format]} holds {value} in "
+    raise WeightsError(f"--sae {sae.path}: {sae.files[-1].name} holds {value} in "
                        f"{own}{at} ({int(bad.sum()):,} of its {tensor.numel():,} values "
                        "not finite); the SAE is damaged or its training diverged: train it "
                        "again, or use another SAE")
@@ -360,5 +467,8 @@ def site_needed(sae: SAEFile) -> SelectError:
                        "reads; name it with --sae-site, e.g. --sae-site blocks.12.resid_out")
 
 
-__all__ = ["SAEFile", "read_sae", "site_needed", "ARCHITECTURES", "TFX_FORMAT", "TFX_CFG",
-           "TFX_WEIGHTS", "SAELENS_CFG", "SAELENS_WEIGHTS"]
+__all__ = ["SAEFile", "read_sae", "read_params", "read_circuit_tracer", "read_metadata",
+           "flip_encoder", "gemma_scope_2_names", "transcoder_file", "site_needed",
+           "ARCHITECTURES",
+           "TFX_FORMAT", "TFX_CFG", "TFX_WEIGHTS", "SAELENS_CFG", "SAELENS_WEIGHTS",
+           "CIRCUIT_TRACER_NAMES", "META_KEY"]

@@ -4,7 +4,8 @@ decode features back, and the change of the site that a change of features makes
     x' = normalise(x) − b_dec·[apply_b_dec_to_input]
     f = the architecture's encoding of x' (architectures.py: ReLU, JumpReLU, TopK, gated)
     x̂ = unnormalise(f·W_dec + b_dec)   (a transcoder: f·W_dec + b_dec, another site's
-                                         value, never scaled back; as SAELens)
+                                         value, never scaled back; as SAELens; plus
+                                         x·W_skipᵀ where it has a skip path)
 
 A site whose activation has heads (attn.context, (H, T, D)) is read as TransformerLens's
 hook_z SAEs read it: the heads joined per position, (T, H·D).
@@ -41,6 +42,8 @@ class SAE:
         self.W_dec = self._t("W_dec")  # (d_sae, d_out)
         self.b_dec = self._t("b_dec")  # (d_out,)
         f = self.file
+        # a transcoder's skip path (d_out, d_in): x·W_skipᵀ joins its output
+        self.W_skip = self._t("W_skip") if f.transcoder and "W_skip" in f.tensors else None
         self.dec_norm = self.W_dec.norm(dim=-1) if f.rescale_by_decoder_norm else None
         # the file's architecture with its own tensors (b_enc, threshold, b_gate ...)
         self.encoder: Architecture = f.kind(self.W_enc, self._t, k=f.k,
@@ -140,6 +143,8 @@ class SAE:
         """Feature activations -> the reconstruction (..., d_out) of the activation `x`
         they were encoded from (a normalising SAE scales back by x's own statistics)."""
         out = self._linear(acts) + self.b_dec
+        if self.W_skip is not None:
+            out = out + x.to(torch.float32) @ self.W_skip.T
         undo = self._undo(x)
         return undo(out) if undo is not None else out
 

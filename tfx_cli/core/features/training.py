@@ -46,6 +46,12 @@ NEVER = 2**62  # a count of tokens no run reaches (--dead-after past it: never d
 MEDIAN_ROWS = 8192  # rows the geometric median of b_dec's start is taken over
 CHECKPOINT_SECONDS = 60.0
 LOSS_POINTS = 100  # the loss curve in the result: means over this many spans
+# A run whose loss ended above this many times where it began, and whose held-out
+# reconstruction is worse than the mean's (FVU above 1), diverged as surely as a NaN run:
+# a flat run's span means differ by their noise (well under this), a trained one's fall.
+DIVERGED_RISE = 2.0
+# the trainer's and SAELens's name of each architecture's activation
+ACTIVATIONS = {"standard": "relu", "jumprelu": "jumprelu", "topk": "topk"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class TrainOptions:
     @property
     def activation(self) -> str:
         """The trainer's and SAELens's name of the activation."""
-        return {"standard": "relu", "jumprelu": "jumprelu"}.get(self.architecture, "topk")
+        return ACTIVATIONS[self.architecture]
 
     def recorded(self) -> dict:
         """The options as the state file records them (field order, plain values)."""
@@ -364,15 +370,8 @@ def _write_sae(folder: RunFolder, trainer: Trainer, judged: dict, curve: list,
     a NaN SAE as a trained one. cfg.json lands after the weights, and the state says
     complete last."""
     weights = trainer.weights()
-    broken = [name for name, t in weights.items()
-              if t is not None and not bool(torch.isfinite(t).all())]
-    numbers = [judged["fvu"], judged["l0"], *curve]
-    if broken or any(v is not None and not math.isfinite(v) for v in numbers):
-        what = f"its {broken[0]} holds NaN or infinite values" if broken else \
-            "its loss or held-out FVU is not a finite number"
-        _forget_run(folder)
-        raise NonFiniteError(f"the SAE's training diverged: {what}, so no SAE is written to "
-                             f"{folder.path}; train with a lower --lr (now {opts.lr:g})")
+    check_diverged(weights, judged, curve, folder, opts.lr, "the SAE's training",
+                   f"no SAE is written to {folder.path}")
     cfg, tensors = saelens_files(activation=opts.activation, hook_name=hook_name, k=opts.k,
                                  model_name=model_name, **weights)
     folder.write_tensors(SAELENS_WEIGHTS, tensors)
@@ -395,6 +394,28 @@ def _finite_loss(loss: float, step: int, lr: float, folder: RunFolder,
     _forget_run(folder)
     raise NonFiniteError(f"train-sae diverged: {what} became {loss} at step {step + 1}; "
                          f"lower --lr (now {lr:g})")
+
+
+def check_diverged(weights: dict, judged: dict, curve: list, folder: RunFolder, lr: float,
+                   what: str, kept: str) -> None:
+    """A trained run that diverged leaves nothing that looks usable (_forget_run) and is
+    refused, naming --lr: a weight, its loss or held-out numbers not finite (a NaN), or a
+    loss that ended DIVERGED_RISE times above where it began with a held-out FVU above 1
+    (a finite blow-up). The refusal: "`what` diverged: <why>, so `kept`; ... --lr"."""
+    broken = [name for name, t in weights.items()
+              if t is not None and not bool(torch.isfinite(t).all())]
+    fvu = judged["fvu"]
+    error, why = NonFiniteError, None
+    if broken:
+        why = f"its {broken[0]} holds NaN or infinite values"
+    elif any(v is not None and not math.isfinite(v) for v in (fvu, judged["l0"], *curve)):
+        why = "its loss or held-out FVU is not a finite number"
+    elif fvu is not None and fvu > 1 and len(curve) > 1 and curve[-1] > DIVERGED_RISE * curve[0]:
+        error, why = RangeError, ("its loss rose over the run and its held-out FVU is above 1 "
+                                  "(worse than predicting the mean)")
+    if why is not None:
+        _forget_run(folder)
+        raise error(f"{what} diverged: {why}, so {kept}; train with a lower --lr (now {lr:g})")
 
 
 def _forget_run(folder: RunFolder) -> None:
@@ -443,4 +464,5 @@ def _curve(losses: torch.Tensor) -> list[float]:
     return [float(s.mean()) for s in spans]
 
 
-__all__ = ["train_sae", "resolve_options", "TrainOptions", "evaluate", "RunFolder"]
+__all__ = ["train_sae", "resolve_options", "TrainOptions", "evaluate", "RunFolder",
+           "check_diverged", "ACTIVATIONS", "DIVERGED_RISE"]

@@ -16,7 +16,7 @@ class SAEInfo:
     site as its file names it (a TransformerLens hook name) and as tfx does."""
 
     path: str
-    format: str  # saelens | gemma-scope | gemma-scope-2 | tfx
+    format: str  # saelens | gemma-scope | gemma-scope-2 | tfx | transcoder-layer
     architecture: str  # standard, topk, jumprelu, gated, transcoder, ...
     d_in: int
     d_sae: int
@@ -186,6 +186,10 @@ class EvalSAEResult(CorpusRun, Result):
     kl_ablation: float | None  # mean KL(clean ‖ zero-ablated)
     kl_replaced: float | None  # mean KL(clean ‖ replaced)
     kl_score: float | None  # (kl_ablation − kl_replaced) / kl_ablation
+    # ce_ablation − ce_clean (the score's denominator), and whether it is under 5% of the
+    # clean loss, which makes the score noisy (it can land far above 1 or below 0)
+    ce_ablation_delta: float | None = optional()
+    ce_loss_score_noisy: bool | None = optional()
     dead: int  # features active on no token
     dense: int  # features active on more than dense_above of the tokens
     dense_above: float

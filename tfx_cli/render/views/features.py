@@ -150,12 +150,12 @@ def train_sae_view(result, console: Console, opts) -> None:
     console.print(held)
 
 
-def noisy_note(delta: float, what: str) -> str:
+def noisy_note(delta: float, what: str, more: str = "--score-tokens") -> str:
     """Why a CE-loss score is flagged noisy: its denominator, what zeroing adds to the
     loss (`delta`: the largest of the flagged), is under 5% of the clean loss."""
     return (f"noisy: zeroing {what} adds under 5% of the clean loss ({delta:+.4f} nats or "
             "less), so the score's denominator is small and it can pass 1 or fall below "
-            "0; score on more tokens (--score-tokens) and read it with the FVU")
+            f"0; score on more tokens ({more}) and read it with the FVU")
 
 
 @register("eval-sae")
@@ -192,7 +192,9 @@ def eval_sae_view(result, console: Console, opts) -> None:
     scores.add_row("CE loss", f"clean {num(result.ce_clean)} · {zeroed} "
                               f"{num(result.ce_ablation)} · {rebuilt} "
                               f"{num(result.ce_replaced)} over {result.predicted:,} positions")
-    scores.add_row("CE-loss score", num(result.ce_loss_score))
+    noisy = noisy_note(result.ce_ablation_delta, "the site" if where == "site" else where,
+                       "more of the corpus") if result.ce_loss_score_noisy else None
+    scores.add_row("CE-loss score", num(result.ce_loss_score) + (f"; {noisy}" if noisy else ""))
     scores.add_row("KL", f"{zeroed} {num(result.kl_ablation)} · {rebuilt} "
                          f"{num(result.kl_replaced)}")
     scores.add_row("KL score", num(result.kl_score))
