@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from needs import need
 from tfx_cli.cli import app
+from tfx_cli.core import outputs
 from tfx_cli.core.results import (AttendResult, InputInfo, LayerNormResult, LensResult,
                                   ModelInfo, PosencResult, TraceResult)
 from tfx_cli.core.trace import Trace
@@ -96,7 +97,7 @@ def test_check_output_path_rules(tmp_path):
 
 def test_unwritable_folder(tmp_path, monkeypatch):
     # root may write anywhere, so ask os.access the way a normal user's folder answers
-    monkeypatch.setattr(plot.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)
     with pytest.raises(OutputFileError, match="not writable"):
         check_output_path(tmp_path / "a.png")
 
