@@ -204,30 +204,29 @@ SMALL_KW = dict(config="gpt124m", layers=2, d_model=64, heads=4)
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """A run that saved its unpruned graph (labelled by a `tfx top` folder for one
-    feature), the file, and how to run it again."""
+    """A run that saved its unpruned graph (one layer's features labelled by a `tfx top`
+    folder of that layer's transcoder), the file, the labels that folder gives, and how
+    to run it again."""
     folder = tmp_path_factory.mktemp("saved")
     tc = str(write_transcoders(folder / "tc", 2, 64, 96, skip=True))
-    first = api.graph(TEXT, transcoders=tc, node_threshold=1, edge_threshold=1, **SMALL_KW)
-    feature = next(n for n in first.nodes if n.kind == "feature")
-    labels = [str(_top_folder(folder / "top", f"blocks.{feature.layer}.ln2.normed",
-                              feature.feature))]
+    corpus = folder / "docs.txt"
+    corpus.write_text("The capital of France is Paris. The capital of Italy is Rome.\n" * 6)
+    top = api.top(corpus, sae=f"{tc}/layer_1.safetensors", k=3, around=2,
+                  output=folder / "top", **SMALL_KW)
+    shown = {_shown(unit) for unit in top.to_dict()["result"]["units"] if unit["examples"]}
     path = folder / "g.safetensors"
-    kw = dict(transcoders=tc, labels=labels, **SMALL_KW)
+    kw = dict(transcoders=tc, labels=[str(folder / "top")], **SMALL_KW)
     run = api.graph(TEXT, save=path, **kw)
-    return run, path, kw
+    return run, path, kw, shown
 
 
-def _top_folder(folder: Path, site: str, unit: int) -> Path:
-    from tfx_cli.core.results import TopContext, TopExample, TopResult, TopUnit
-
-    result = TopResult(corpus={"source": "hand"}, ctx=8, batch_size=1, site=site, k=3,
-                       context=2, units=[TopUnit(unit, [TopExample(
-                           1.0, 0, 1, "alpha", TopContext(["before", "alpha"], [None, 1.0],
-                                                          1))])])
-    folder.mkdir()
-    (folder / "result.json").write_text(json.dumps(result.to_dict()), encoding="utf-8")
-    return folder
+def _shown(unit: dict) -> str:
+    """A unit's first three examples as a label shows them: the token before, [the token]."""
+    out = []
+    for e in unit["examples"][:3]:
+        tokens, at = e["context"]["tokens"], e["context"]["at"]
+        out.append(f"{tokens[at - 1]}[{e['token']}]" if 0 < at < len(tokens) else f"[{e['token']}]")
+    return " · ".join(out)
 
 
 def _same(fresh, opened, path) -> None:
@@ -239,7 +238,7 @@ def _same(fresh, opened, path) -> None:
 
 
 def test_a_saved_graph_opens_as_the_run_that_saved_it(saved):
-    run, path, _ = saved
+    run, path, _, _ = saved
     assert run.saved == str(path)
     _same(run, api.graph(open=path), path)
     _same(run, api.open_graph(path), path)  # the defaults: the run's thresholds here
@@ -255,21 +254,21 @@ def test_pruned_again_it_is_the_run_at_those_thresholds(saved, node_threshold,
                                                          edge_threshold):
     """Every node, label (the --labels feature's and the output tokens of features the
     run's own pruning dropped), score and edge: what a run at these thresholds gives."""
-    run, path, kw = saved
+    run, path, kw, shown = saved
     fresh = api.graph(TEXT, node_threshold=node_threshold, edge_threshold=edge_threshold,
                       **kw)
     opened = api.graph(open=path, node_threshold=node_threshold,
                        edge_threshold=edge_threshold)
     _same(fresh, opened, path)
     assert len(opened.nodes) != len(run.nodes)
-    if node_threshold == 1:  # every node: the --labels feature among them
-        assert "before[alpha]" in {n.label for n in opened.nodes if n.kind == "feature"}
+    if node_threshold == 1:  # every node: layer 1's --labels among them
+        assert shown & {n.label for n in opened.nodes if n.kind == "feature" and n.layer == 1}
 
 
 def test_graph_json_and_the_page_from_a_saved_graph(saved, tmp_path):
     """-o and --html of a reopened graph are the files its run writes at those
     thresholds."""
-    _, path, kw = saved
+    _, path, kw, _ = saved
     _tfx("graph", "--open", path, "--node-threshold", "0.6", "-o", tmp_path / "a.json",
          "--html", tmp_path / "a.html")
     _tfx("graph", TEXT, *SMALL, "--transcoders", kw["transcoders"], "--labels",
@@ -288,7 +287,7 @@ def test_what_makes_a_graph_is_refused_with_open(saved, written):
     takes neither: refused by name in Python as on the command line."""
     from tfx_cli.errors import UsageError
 
-    _, path, _ = saved
+    _, path, _, _ = saved
     pruned = written[3]
     for call, flag in ((dict(open=path, max_features=3), "--max-features"),
                        (dict(open=path, weights="x"), "--weights"),
@@ -310,7 +309,7 @@ def test_a_damaged_saved_graph_is_refused_by_name(saved, tmp_path):
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    _, path, _ = saved
+    _, path, _, _ = saved
     with safe_open(str(path), framework="pt") as handle:
         meta = handle.metadata()
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}
